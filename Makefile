@@ -1,0 +1,51 @@
+# tidegate — confidence-gated fleet rollouts on Flux.
+
+SHELL := /usr/bin/env bash -o pipefail
+.DEFAULT_GOAL := help
+
+TESTBIN := $(CURDIR)/bin/testbin
+CONTROLLER_GEN := $(TESTBIN)/bin/controller-gen
+export TIDEGATE_TESTBIN := $(TESTBIN)
+export KUBEBUILDER_ASSETS := $(TESTBIN)/bin
+GO_TEST_FLAGS ?=
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/tidegate and bin/tidegate-controller.
+	go build -o bin/ ./cmd/...
+
+.PHONY: testbin
+testbin: ## Build and cache kube-apiserver, etcd, Flux controllers and controller-gen from pinned modules (once).
+	@hack/testbin.sh
+
+$(CONTROLLER_GEN):
+	@hack/testbin.sh
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/.
+	$(CONTROLLER_GEN) crd rbac:roleName=tidegate-controller paths=./api/... paths=./controllers/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: fmt
+fmt: ## Format Go code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Vet Go code and check formatting.
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run make fmt"; exit 1; }
+
+.PHONY: test
+test: testbin vet ## Run every test: unit, envtest and end to end (builds the test binaries first when missing).
+	go test $(GO_TEST_FLAGS) -count=1 ./... 2>&1 | tee bin/test.log | hack/test-summary.sh
+
+.PHONY: test-e2e
+test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
+	go test $(GO_TEST_FLAGS) -count=1 -run 'E2E' ./internal/e2e/... 2>&1 | tee bin/test-e2e.log | hack/test-summary.sh

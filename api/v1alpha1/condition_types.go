@@ -1,0 +1,49 @@
+package v1alpha1
+
+// Finalizer is set on FleetRollouts so the objects tidegate created for them are cleaned up in order.
+const Finalizer = "finalizers.tidegate.dev"
+
+// Labels tidegate sets on the Flux objects it owns, so `flux get` and `kubectl -l` can select them.
+const (
+	RolloutLabel  = "tidegate.dev/rollout"
+	ClusterLabel  = "tidegate.dev/cluster"
+	WaveLabel     = "tidegate.dev/wave"
+	RevisionLabel = "tidegate.dev/revision"
+)
+
+// FieldManager is the one field manager tidegate uses for every write.
+const FieldManager = "tidegate"
+
+// Condition types. Ready, Reconciling and Stalled follow kstatus as in Flux; the rest are tidegate's own.
+const (
+	// ReadyCondition is Flux's summary condition.
+	ReadyCondition = "Ready"
+	// ReconcilingCondition is True while the object is being moved towards its desired state.
+	ReconcilingCondition = "Reconciling"
+	// StalledCondition is True when progress needs a change from the user.
+	StalledCondition = "Stalled"
+	// ReachableCondition on a FleetCluster tells whether its API server answered through the kubeconfig.
+	ReachableCondition = "Reachable"
+	// HeldCondition on a FleetRollout is True while spec.hold or a failed gate holds it.
+	HeldCondition = "Held"
+)
+
+// Reasons used in conditions and events.
+const (
+	ProgressingReason        = "Progressing"
+	SucceededReason          = "Succeeded"
+	SuspendedReason          = "Suspended"
+	HeldReason               = "Held"
+	SourceNotFoundReason     = "SourceNotFound"
+	ArtifactUnavailableReason = "ArtifactUnavailable"
+	NoClustersSelectedReason = "NoClustersSelected"
+	GateFailedReason         = "GateFailed"
+	GatePassedReason         = "GatePassed"
+	RollingBackReason        = "RollingBack"
+	RolledBackReason         = "RolledBack"
+	AwaitingApprovalReason   = "AwaitingApproval"
+	InvalidSpecReason        = "InvalidSpec"
+	KubeConfigErrorReason    = "KubeConfigError"
+	UnreachableReason        = "Unreachable"
+	ReachableReason          = "Reachable"
+)

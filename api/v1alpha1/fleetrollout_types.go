@@ -1,0 +1,510 @@
+package v1alpha1
+
+import (
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/kustomize"
+	"github.com/fluxcd/pkg/apis/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FleetRolloutKind is the kind of a FleetRollout.
+const FleetRolloutKind = "FleetRollout"
+
+// Rollout classes.
+const (
+	ClassUserWorkload        = "UserWorkload"
+	ClassSystemService       = "SystemService"
+	ClassSystemConfiguration = "SystemConfiguration"
+)
+
+// What to do when a gate fails.
+const (
+	OnFailureHold     = "Hold"
+	OnFailureRollback = "Rollback"
+)
+
+// FleetRolloutSpec moves one package, a path in a Flux source, across a fleet wave by wave.
+// +kubebuilder:validation:XValidation:rule="!has(self.class) || self.class != 'SystemConfiguration' || (has(self.owner) && size(self.owner) > 0)",message="a SystemConfiguration rollout must name its owner in spec.owner"
+type FleetRolloutSpec struct {
+	// sourceRef is the Flux GitRepository or OCIRepository that tracks the package's new revisions.
+	// +required
+	SourceRef SourceReference `json:"sourceRef"`
+
+	// path to the package's kustomization inside the source's artifact. Defaults to the root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Path string `json:"path,omitempty"`
+
+	// revision pins the revision to roll out (as source-controller writes it, e.g. `main@sha1:<sha>`
+	// or `v1.2.0@sha256:<digest>`), overriding the source's latest; set it to a known-good revision to go back.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+
+	// template holds the fields copied into each per-cluster Kustomization.
+	// +optional
+	Template KustomizationTemplate `json:"template,omitempty"`
+
+	// clusterSelector selects, among the FleetClusters in the rollout's namespace, the clusters this
+	// rollout targets. Empty selects every FleetCluster.
+	// +optional
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+
+	// waves, in order. A cluster belongs to the first wave that selects it; clusters no wave selects
+	// join the last wave. Empty means one wave, "all".
+	// +optional
+	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:XValidation:rule="self.all(w, self.exists_one(x, x.name == w.name))",message="wave names must be unique"
+	Waves []Wave `json:"waves,omitempty"`
+
+	// policy names the CUE policy that decides the gates. Empty means the built-in default policy.
+	// +optional
+	Policy *PolicyReference `json:"policy,omitempty"`
+
+	// class of the package: UserWorkload, SystemService or SystemConfiguration. A SystemConfiguration
+	// rollout reaches only clusters that opted in (FleetCluster spec.optIns).
+	// +optional
+	// +kubebuilder:default=UserWorkload
+	// +kubebuilder:validation:Enum=UserWorkload;SystemService;SystemConfiguration
+	Class string `json:"class,omitempty"`
+
+	// owner is the team accountable for the package; recorded on every receipt.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Owner string `json:"owner,omitempty"`
+
+	// cadence is the expected release rhythm (e.g. "weekly"); recorded on every receipt.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Cadence string `json:"cadence,omitempty"`
+
+	// blastRadius says what a bad revision could break (e.g. "tenant", "cluster", "fleet"); recorded on every receipt.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	BlastRadius string `json:"blastRadius,omitempty"`
+
+	// suspend stops every write tidegate makes for this rollout; what is applied stays applied.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// hold stops the rollout from starting anything new (no wave advances, no cluster switches)
+	// while keeping what is applied. Clearing it resumes.
+	// +optional
+	Hold *Hold `json:"hold,omitempty"`
+
+	// approvals unblock waves, or irreversible changes, that need a person's approval.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Approvals []Approval `json:"approvals,omitempty"`
+
+	// rollback says what happens when a gate fails, and carries manual rollback requests.
+	// +optional
+	Rollback RollbackSpec `json:"rollback,omitempty"`
+
+	// retry, when changed to a new value, lets a rejected candidate be rolled out again.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Retry string `json:"retry,omitempty"`
+
+	// interval at which the rollout is reconciled while nothing else triggers it. Defaults to 1m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// historyLimit is how many pinned sources of past revisions are kept besides the candidate's and
+	// the known-good's. Defaults to 3.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	HistoryLimit *int32 `json:"historyLimit,omitempty"`
+}
+
+// SourceReference points at a Flux source in the rollout's namespace.
+type SourceReference struct {
+	// kind of the source.
+	// +required
+	// +kubebuilder:validation:Enum=GitRepository;OCIRepository
+	Kind string `json:"kind"`
+
+	// name of the source.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// KustomizationTemplate is the part of a Flux Kustomization spec that a FleetRollout sets on each
+// per-cluster Kustomization. sourceRef, kubeConfig and path are set by tidegate.
+type KustomizationTemplate struct {
+	// interval of the Kustomizations. Defaults to 10m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// retryInterval of the Kustomizations after a failed apply. Defaults to the interval.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	RetryInterval *metav1.Duration `json:"retryInterval,omitempty"`
+
+	// timeout for apply and health checking. Defaults to 5m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// prune removes objects that left the package. Defaults to true.
+	// +optional
+	Prune *bool `json:"prune,omitempty"`
+
+	// wait makes the Kustomizations wait for every applied object to be ready. Defaults to true:
+	// a wave is judged on health, not on a successful apply alone.
+	// +optional
+	Wait *bool `json:"wait,omitempty"`
+
+	// force recreates objects whose immutable fields changed.
+	// +optional
+	Force bool `json:"force,omitempty"`
+
+	// targetNamespace sets the namespace of every namespaced object of the package.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	TargetNamespace string `json:"targetNamespace,omitempty"`
+
+	// healthChecks lists extra objects whose health the Kustomizations check.
+	// +optional
+	HealthChecks []meta.NamespacedObjectKindReference `json:"healthChecks,omitempty"`
+
+	// patches applied to the package on every cluster.
+	// +optional
+	Patches []kustomize.Patch `json:"patches,omitempty"`
+
+	// postBuild substitutions: the package's install-time values.
+	// +optional
+	PostBuild *kustomizev1.PostBuild `json:"postBuild,omitempty"`
+}
+
+// Wave is one step of a rollout.
+// +kubebuilder:validation:XValidation:rule="has(self.selector) || has(self.count) || has(self.percent)",message="a wave must set selector, count or percent"
+// +kubebuilder:validation:XValidation:rule="!(has(self.count) && has(self.percent))",message="a wave sets count or percent, not both"
+type Wave struct {
+	// name of the wave, unique in the rollout (e.g. canary, ring-1, all).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// selector picks the wave's candidates among the clusters not taken by earlier waves.
+	// An empty selector ({}) picks all of them.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// count caps the wave at this many clusters.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Count *int32 `json:"count,omitempty"`
+
+	// percent caps the wave at this percentage of the rollout's selected clusters, rounded up.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Percent *int32 `json:"percent,omitempty"`
+
+	// maxFailures is how many of the wave's clusters may fail their checks before the wave fails. Defaults to 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxFailures *int32 `json:"maxFailures,omitempty"`
+
+	// soak is how long the wave's clusters must stay healthy at the candidate before the next wave.
+	// Defaults to the policy's soak.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	Soak *metav1.Duration `json:"soak,omitempty"`
+
+	// requireApproval makes the wave wait for an approval of the candidate revision for this wave.
+	// +optional
+	RequireApproval bool `json:"requireApproval,omitempty"`
+}
+
+// PolicyReference names a CUE policy in a Flux source.
+type PolicyReference struct {
+	// sourceRef is the Flux source holding the policy.
+	// +required
+	SourceRef SourceReference `json:"sourceRef"`
+
+	// path of the CUE package in the source's artifact.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Path string `json:"path,omitempty"`
+}
+
+// Hold stops a rollout where it is.
+type Hold struct {
+	// reason says why, for the people who will clear it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason"`
+}
+
+// Approval lets a revision pass a point that needs a person's decision.
+type Approval struct {
+	// revision approved, as in status.candidate.revision.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Revision string `json:"revision"`
+
+	// wave approved; empty approves every wave of the revision.
+	// +optional
+	Wave string `json:"wave,omitempty"`
+
+	// irreversible approves the changes the rollbackSafe gate flagged as irreversible.
+	// +optional
+	Irreversible bool `json:"irreversible,omitempty"`
+
+	// by names who approved.
+	// +optional
+	By string `json:"by,omitempty"`
+
+	// reason for the approval.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+}
+
+// RollbackSpec says what happens when a gate fails, and carries manual rollback requests.
+type RollbackSpec struct {
+	// onFailure: Hold keeps what is applied and waits; Rollback sends the updated clusters back to the
+	// last known-good revision. Defaults to Hold.
+	// +optional
+	// +kubebuilder:default=Hold
+	// +kubebuilder:validation:Enum=Hold;Rollback
+	OnFailure string `json:"onFailure,omitempty"`
+
+	// request, when changed to a new value, rolls the current candidate back to the known-good revision
+	// and rejects it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Request string `json:"request,omitempty"`
+}
+
+// Rollout phases.
+const (
+	PhaseIdle        = "Idle"
+	PhaseProgressing = "Progressing"
+	PhaseHeld        = "Held"
+	PhaseSuspended   = "Suspended"
+	PhaseCompleted   = "Completed"
+	PhaseRollingBack = "RollingBack"
+	PhaseRolledBack  = "RolledBack"
+	PhaseFailed      = "Failed"
+)
+
+// FleetRolloutStatus is the compact state of a rollout; gate details live in GateReceipts.
+type FleetRolloutStatus struct {
+	// observedGeneration is the generation of the spec last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready, Reconciling, Stalled, Held, and one per gate (deploySafe, noDisruption,
+	// rollbackSafe, rollbackSucceeds).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// phase: Idle, Progressing, Held, Suspended, Completed, RollingBack, RolledBack or Failed.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+
+	// currentWave is the name of the wave in progress.
+	// +optional
+	CurrentWave string `json:"currentWave,omitempty"`
+
+	// candidate is the revision being rolled out.
+	// +optional
+	Candidate *RevisionStatus `json:"candidate,omitempty"`
+
+	// lastKnownGood is the revision the whole fleet last ran successfully; its pinned source is kept.
+	// +optional
+	LastKnownGood *RevisionStatus `json:"lastKnownGood,omitempty"`
+
+	// rejected lists the latest revisions that failed or were rolled back; they are not rolled out again
+	// unless spec.retry changes.
+	// +optional
+	Rejected []RejectedRevision `json:"rejected,omitempty"`
+
+	// planHash is a hash of the wave plan of the candidate, to notice edits mid-rollout.
+	// +optional
+	PlanHash string `json:"planHash,omitempty"`
+
+	// waves of the candidate, one entry per wave.
+	// +optional
+	Waves []WaveStatus `json:"waves,omitempty"`
+
+	// skipped lists clusters the rollout does not reach and why (at most 100; skippedCount has the total).
+	// +optional
+	Skipped []SkippedCluster `json:"skipped,omitempty"`
+
+	// skippedCount is how many clusters were skipped.
+	// +optional
+	SkippedCount int32 `json:"skippedCount,omitempty"`
+
+	// lastHandledRollbackRequest is the last spec.rollback.request acted on.
+	// +optional
+	LastHandledRollbackRequest string `json:"lastHandledRollbackRequest,omitempty"`
+
+	// lastHandledRetry is the last spec.retry acted on.
+	// +optional
+	LastHandledRetry string `json:"lastHandledRetry,omitempty"`
+
+	meta.ReconcileRequestStatus `json:",inline"`
+}
+
+// RevisionStatus names a revision and the artifact it was pinned to.
+type RevisionStatus struct {
+	// revision as source-controller writes it, e.g. `main@sha1:<sha>`.
+	// +required
+	Revision string `json:"revision"`
+
+	// digest of the artifact, e.g. `sha256:<hex>`.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+
+	// source is the name of the pinned source tidegate created for this revision.
+	// +optional
+	Source string `json:"source,omitempty"`
+}
+
+// RejectedRevision is a revision that will not be rolled out again by accident.
+type RejectedRevision struct {
+	// revision rejected.
+	// +required
+	Revision string `json:"revision"`
+
+	// reason it was rejected.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// at is when it was rejected.
+	// +optional
+	At metav1.Time `json:"at,omitempty"`
+}
+
+// Wave phases.
+const (
+	WavePending     = "Pending"
+	WaveProgressing = "Progressing"
+	WaveSoaking     = "Soaking"
+	WaveAwaiting    = "AwaitingApproval"
+	WaveSucceeded   = "Succeeded"
+	WaveFailed      = "Failed"
+	WaveRolledBack  = "RolledBack"
+)
+
+// WaveStatus is one wave of the candidate.
+type WaveStatus struct {
+	// name of the wave.
+	// +required
+	Name string `json:"name"`
+
+	// phase: Pending, Progressing, Soaking, AwaitingApproval, Succeeded, Failed or RolledBack.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+
+	// clusters are the wave's members, snapshotted when the wave starts.
+	// +optional
+	Clusters []string `json:"clusters,omitempty"`
+
+	// updated counts the members switched to the candidate.
+	// +optional
+	Updated int32 `json:"updated,omitempty"`
+
+	// healthy counts the members Ready at the candidate revision.
+	// +optional
+	Healthy int32 `json:"healthy,omitempty"`
+
+	// missing lists members that vanished after the wave started; they never count as healthy.
+	// +optional
+	Missing []string `json:"missing,omitempty"`
+
+	// startedAt is when the wave started switching clusters.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// readyAt is when every member was first Ready at the candidate; the soak counts from here.
+	// +optional
+	ReadyAt *metav1.Time `json:"readyAt,omitempty"`
+
+	// finishedAt is when the wave passed or failed.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+
+	// gates are the outcomes of the gates decided for this wave.
+	// +optional
+	Gates []GateOutcome `json:"gates,omitempty"`
+}
+
+// GateOutcome is one gate decision, with the receipt that records it.
+type GateOutcome struct {
+	// gate decided.
+	// +required
+	Gate string `json:"gate"`
+
+	// result: Pass or Fail.
+	// +required
+	Result string `json:"result"`
+
+	// receipt is the name of the GateReceipt.
+	// +optional
+	Receipt string `json:"receipt,omitempty"`
+}
+
+// SkippedCluster is a cluster the rollout does not reach.
+type SkippedCluster struct {
+	// name of the FleetCluster.
+	// +required
+	Name string `json:"name"`
+
+	// reason it is skipped.
+	// +required
+	Reason string `json:"reason"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fro
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Wave",type=string,JSONPath=`.status.currentWave`
+// +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.status.candidate.revision`
+// +kubebuilder:printcolumn:name="Known-Good",type=string,JSONPath=`.status.lastKnownGood.revision`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// FleetRollout moves one package across a fleet wave by wave, gated by CUE policies.
+type FleetRollout struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec FleetRolloutSpec `json:"spec,omitempty"`
+	// +optional
+	Status FleetRolloutStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// FleetRolloutList is a list of FleetRollouts.
+type FleetRolloutList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FleetRollout `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&FleetRollout{}, &FleetRolloutList{})
+}

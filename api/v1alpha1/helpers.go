@@ -1,0 +1,165 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults for optional durations and limits.
+const (
+	DefaultRolloutInterval = time.Minute
+	DefaultClusterInterval = time.Minute
+	DefaultHistoryLimit    = 3
+)
+
+// maxNameLength is the longest object name tidegate generates: a DNS label, so the name also fits in a label value.
+const maxNameLength = 63
+
+// GetConditions returns the rollout's conditions (fluxcd/pkg/runtime/conditions.Getter).
+func (in *FleetRollout) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions sets the rollout's conditions (fluxcd/pkg/runtime/conditions.Setter).
+func (in *FleetRollout) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetRequeueAfter is how long to wait before reconciling again when nothing else triggers it.
+func (in *FleetRollout) GetRequeueAfter() time.Duration {
+	if in.Spec.Interval != nil && in.Spec.Interval.Duration > 0 {
+		return in.Spec.Interval.Duration
+	}
+	return DefaultRolloutInterval
+}
+
+// OnFailure returns what to do when a gate fails, with the default applied.
+func (in *FleetRollout) OnFailure() string {
+	if in.Spec.Rollback.OnFailure == "" {
+		return OnFailureHold
+	}
+	return in.Spec.Rollback.OnFailure
+}
+
+// HistoryLimit returns how many past pinned sources are kept, with the default applied.
+func (in *FleetRollout) HistoryLimit() int {
+	if in.Spec.HistoryLimit == nil {
+		return DefaultHistoryLimit
+	}
+	return int(*in.Spec.HistoryLimit)
+}
+
+// Approved tells whether spec.approvals approve revision for wave. An approval without a wave approves every wave.
+func (in *FleetRollout) Approved(revision, wave string) bool {
+	for _, a := range in.Spec.Approvals {
+		if a.Revision == revision && (a.Wave == "" || a.Wave == wave) {
+			return true
+		}
+	}
+	return false
+}
+
+// IrreversibleApproved tells whether spec.approvals approve the irreversible changes of revision.
+func (in *FleetRollout) IrreversibleApproved(revision string) bool {
+	for _, a := range in.Spec.Approvals {
+		if a.Revision == revision && a.Irreversible {
+			return true
+		}
+	}
+	return false
+}
+
+// IsRejected tells whether revision is in status.rejected.
+func (in *FleetRollout) IsRejected(revision string) bool {
+	for _, r := range in.Status.Rejected {
+		if r.Revision == revision {
+			return true
+		}
+	}
+	return false
+}
+
+// GetConditions returns the cluster's conditions (fluxcd/pkg/runtime/conditions.Getter).
+func (in *FleetCluster) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions sets the cluster's conditions (fluxcd/pkg/runtime/conditions.Setter).
+func (in *FleetCluster) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// GetRequeueAfter is how often the cluster is checked.
+func (in *FleetCluster) GetRequeueAfter() time.Duration {
+	if in.Spec.Interval != nil && in.Spec.Interval.Duration > 0 {
+		return in.Spec.Interval.Duration
+	}
+	return DefaultClusterInterval
+}
+
+// ShortRevision returns the first 12 characters of the digest or commit in a Flux revision
+// ("main@sha1:0123456789abcdef..." gives "0123456789ab"); a revision with no digest part is
+// hashed, so the result is always a valid DNS label fragment.
+func ShortRevision(revision string) string {
+	s := revision
+	if i := strings.LastIndex(s, ":"); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) >= 12 && isLowerHex(s[:12]) {
+		return s[:12]
+	}
+	return hash(revision)[:12]
+}
+
+// PinnedSourceName is the name of the source tidegate pins a revision of a rollout to: <rollout>-<short revision>.
+func PinnedSourceName(rollout, revision string) string {
+	return boundedName(rollout, ShortRevision(revision))
+}
+
+// KustomizationName is the name of a rollout's Kustomization for one cluster: <rollout>-<cluster>.
+func KustomizationName(rollout, cluster string) string {
+	return boundedName(rollout, cluster)
+}
+
+// ReceiptName is the name of a receipt: <rollout>-<gate>-<content digest>, so the same decision is recorded once.
+func ReceiptName(rollout, gate, contentDigest string) string {
+	return boundedName(rollout, strings.ToLower(gate)+"-"+strings.TrimPrefix(contentDigest, "sha256:")[:12])
+}
+
+// ContentDigest is the sha256 of a receipt's spec without its evaluatedAt, so two identical decisions
+// made at different times have the same digest.
+func (in *GateReceiptSpec) ContentDigest() (string, error) {
+	c := in.DeepCopy()
+	c.EvaluatedAt = metav1.Time{}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("encoding receipt for rollout %q gate %q: %w", in.Rollout, in.Gate, err)
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// boundedName joins prefix and suffix with a dash; when the result is longer than a DNS label,
+// the prefix is cut and a hash of the whole name keeps it unique.
+func boundedName(prefix, suffix string) string {
+	name := prefix + "-" + suffix
+	if len(name) <= maxNameLength {
+		return name
+	}
+	h := hash(name)[:8]
+	keep := maxNameLength - len(h) - 1
+	name = strings.TrimRight(name[:keep], "-.")
+	return name + "-" + h
+}
+
+func hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+func isLowerHex(s string) bool {
+	for _, r := range s {
+		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,100 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestShortRevision(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"main@sha1:0123456789abcdef0123456789abcdef01234567", "0123456789ab"},
+		{"v1.2.0@sha256:fedcba9876543210fedcba9876543210", "fedcba987654"},
+		{"sha256:aaaaaaaaaaaabbbb", "aaaaaaaaaaaa"},
+	} {
+		if got := ShortRevision(tc.in); got != tc.want {
+			t.Errorf("ShortRevision(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	// Revisions without a hex digest are hashed: stable, 12 characters, a DNS label.
+	a, b := ShortRevision("main@UPPER:XYZ"), ShortRevision("main@UPPER:XYZ")
+	if a != b || len(a) != 12 || len(validation.IsDNS1123Label(a)) != 0 {
+		t.Errorf("ShortRevision of a non-hex revision = %q, %q: want one stable 12-char DNS label", a, b)
+	}
+}
+
+func TestGeneratedNamesAreBoundedDNSLabels(t *testing.T) {
+	long := strings.Repeat("very-long-rollout-name", 5)
+	names := []string{
+		KustomizationName("podinfo", "eu-1"),
+		KustomizationName(long, "cluster-7"),
+		KustomizationName(long, "cluster-8"),
+		PinnedSourceName(long, "main@sha1:0123456789abcdef"),
+		ReceiptName(long, GateNoDisruption, "sha256:0123456789abcdef0123"),
+	}
+	if names[0] != "podinfo-eu-1" {
+		t.Errorf("short names are kept as they are: got %q", names[0])
+	}
+	if names[1] == names[2] {
+		t.Errorf("cut names must stay unique: %q == %q", names[1], names[2])
+	}
+	for _, n := range names {
+		if errs := validation.IsDNS1123Label(n); len(errs) != 0 {
+			t.Errorf("%q is not a DNS label: %v", n, errs)
+		}
+	}
+}
+
+func TestReceiptContentDigestIgnoresEvaluationTime(t *testing.T) {
+	spec := GateReceiptSpec{
+		Gate: GateNoDisruption, Rollout: "podinfo", Wave: "canary",
+		Candidate: RevisionStatus{Revision: "main@sha1:abc", Digest: "sha256:1"},
+		Result:    ResultPass, EvidenceDigest: "sha256:2",
+		EvaluatedAt: metav1.NewTime(time.Unix(100, 0)),
+	}
+	later := spec.DeepCopy()
+	later.EvaluatedAt = metav1.NewTime(time.Unix(200, 0))
+	d1, err := spec.ContentDigest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, _ := later.ContentDigest()
+	if d1 != d2 {
+		t.Errorf("same decision at another time must have the same digest: %s != %s", d1, d2)
+	}
+	failed := spec.DeepCopy()
+	failed.Result = ResultFail
+	d3, _ := failed.ContentDigest()
+	if d3 == d1 {
+		t.Errorf("a different result must change the digest")
+	}
+	if !strings.HasPrefix(d1, "sha256:") || len(d1) != len("sha256:")+64 {
+		t.Errorf("digest %q is not sha256:<64 hex>", d1)
+	}
+}
+
+func TestRolloutDefaultsAndApprovals(t *testing.T) {
+	r := &FleetRollout{}
+	if r.OnFailure() != OnFailureHold || r.HistoryLimit() != DefaultHistoryLimit || r.GetRequeueAfter() != DefaultRolloutInterval {
+		t.Errorf("defaults: onFailure=%s historyLimit=%d interval=%s", r.OnFailure(), r.HistoryLimit(), r.GetRequeueAfter())
+	}
+	r.Spec.Approvals = []Approval{{Revision: "r2", Wave: "canary"}, {Revision: "r3"}, {Revision: "r4", Irreversible: true}}
+	for _, tc := range []struct {
+		rev, wave string
+		want      bool
+	}{{"r2", "canary", true}, {"r2", "ring-1", false}, {"r3", "anything", true}, {"r1", "canary", false}} {
+		if got := r.Approved(tc.rev, tc.wave); got != tc.want {
+			t.Errorf("Approved(%s, %s) = %v, want %v", tc.rev, tc.wave, got, tc.want)
+		}
+	}
+	if r.IrreversibleApproved("r3") || !r.IrreversibleApproved("r4") {
+		t.Errorf("irreversible approval must be explicit")
+	}
+	r.Status.Rejected = []RejectedRevision{{Revision: "bad"}}
+	if !r.IsRejected("bad") || r.IsRejected("good") {
+		t.Errorf("IsRejected wrong")
+	}
+}

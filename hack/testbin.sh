@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Builds, from the pinned Go modules in hack/versions.env, the binaries the tests run:
+# kube-apiserver and etcd (the envtest assets), Flux source-controller and kustomize-controller,
+# and controller-gen; and copies the Flux CRDs from the same module versions.
+#
+# Release downloads cannot be reached from here, so everything comes from the Go module proxy.
+# The result is cached outside the work tree, keyed by a hash of versions.env and this script,
+# and bin/testbin in the repo points at it. A second run with the same key does nothing.
+#
+# Usage: hack/testbin.sh [--print-dir]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck disable=SC1091
+source "$ROOT/hack/versions.env"
+
+KEY="$(cat "$ROOT/hack/versions.env" "$ROOT/hack/testbin.sh" | sha256sum | cut -c1-12)"
+CACHE="${TIDEGATE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/testbin}"
+DIR="$CACHE/$KEY"
+
+if [[ "${1:-}" == "--print-dir" ]]; then
+  echo "$DIR"
+  exit 0
+fi
+
+mkdir -p "$DIR/bin" "$DIR/crds" "$DIR/src"
+mkdir -p "$ROOT/bin"
+ln -sfn "$DIR" "$ROOT/bin/testbin"
+
+export GOFLAGS="-buildvcs=false"
+export CGO_ENABLED=0
+
+log() { printf '[testbin %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# step NAME: true when the step's stamp exists (already built).
+done_already() { [[ -f "$DIR/.done-$1" ]]; }
+mark_done() { touch "$DIR/.done-$1"; }
+
+build_etcd() {
+  done_already etcd && return 0
+  log "building etcd $ETCD_VERSION (about 1-2 minutes)"
+  local src="$DIR/src/etcd"
+  rm -rf "$src" && mkdir -p "$src"
+  cat >"$src/main.go" <<'GO'
+// Command etcd is etcd's server, built from its Go module for tests.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$src" && go mod init tidegate.dev/testbin/etcd >/dev/null 2>&1 &&
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null &&
+    go build -mod=mod -trimpath -o "$DIR/bin/etcd" .)
+  mark_done etcd
+}
+
+build_kube_apiserver() {
+  done_already kube-apiserver && return 0
+  log "building kube-apiserver $KUBERNETES_VERSION (about 11 minutes on 2 cores)"
+  local src="$DIR/src/kube-apiserver"
+  rm -rf "$src" && mkdir -p "$src"
+  # k8s.io/kubernetes replaces its staging modules with ./staging/src/...; a module that requires
+  # it must replace each of them with the published version instead.
+  local gomod
+  gomod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  {
+    echo "module tidegate.dev/testbin/kube-apiserver"
+    echo
+    echo "go 1.26"
+    echo
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo
+    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" |
+      awk -v v="$K8S_STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
+  } >"$src/go.mod"
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+  (cd "$src" && go build -mod=mod -trimpath -o "$DIR/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+  mark_done kube-apiserver
+}
+
+build_flux() {
+  done_already flux && return 0
+  log "building Flux source-controller $SOURCE_CONTROLLER_VERSION and kustomize-controller $KUSTOMIZE_CONTROLLER_VERSION (about 5 minutes)"
+  local src="$DIR/src/flux"
+  rm -rf "$src" && mkdir -p "$src"
+  cat >"$src/go.mod" <<GOMOD
+module tidegate.dev/testbin/flux
+
+go 1.26
+
+require (
+	github.com/fluxcd/kustomize-controller $KUSTOMIZE_CONTROLLER_VERSION
+	github.com/fluxcd/kustomize-controller/api $KUSTOMIZE_CONTROLLER_VERSION
+	github.com/fluxcd/source-controller $SOURCE_CONTROLLER_VERSION
+	github.com/fluxcd/source-controller/api $SOURCE_CONTROLLER_VERSION
+)
+
+// The replaces the controllers' own go.mod files carry.
+replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest $GO_DIGEST_REPLACE
+
+replace sigs.k8s.io/kustomize/api => sigs.k8s.io/kustomize/api $KUSTOMIZE_REPLACE_VERSION
+
+replace sigs.k8s.io/kustomize/kyaml => sigs.k8s.io/kustomize/kyaml $KUSTOMIZE_REPLACE_VERSION
+
+// The version source-controller asks for is not served by the module proxy here.
+replace github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact $FLUX_PKG_ARTIFACT_VERSION
+GOMOD
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "github.com/fluxcd/kustomize-controller"
+	_ "github.com/fluxcd/source-controller"
+)
+GO
+  # -mod=mod without `go mod tidy`: tidy would pull the controllers' test dependencies,
+  # some of which are not served.
+  (cd "$src" &&
+    go build -mod=mod -trimpath -o "$DIR/bin/source-controller" github.com/fluxcd/source-controller &&
+    go build -mod=mod -trimpath -o "$DIR/bin/kustomize-controller" github.com/fluxcd/kustomize-controller)
+  local modcache
+  modcache="$(go env GOMODCACHE)"
+  for c in "source-controller@$SOURCE_CONTROLLER_VERSION" "kustomize-controller@$KUSTOMIZE_CONTROLLER_VERSION"; do
+    (cd "$src" && go mod download "github.com/fluxcd/$c")
+    cp "$modcache/github.com/fluxcd/$c/config/crd/bases/"*.yaml "$DIR/crds/"
+  done
+  chmod u+w "$DIR/crds/"*.yaml
+  mark_done flux
+}
+
+build_controller_gen() {
+  done_already controller-gen && return 0
+  log "building controller-gen $CONTROLLER_TOOLS_VERSION"
+  GOBIN="$DIR/bin" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION"
+  mark_done controller-gen
+}
+
+start=$(date +%s)
+build_controller_gen
+build_etcd
+build_flux
+build_kube_apiserver
+log "test binaries ready in $DIR ($(( $(date +%s) - start ))s)"
