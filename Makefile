@@ -44,8 +44,8 @@ vet: ## Vet Go code and check formatting.
 
 .PHONY: test
 test: testbin vet ## Run every test: unit, envtest and end to end (builds the test binaries first when missing).
-	go test $(GO_TEST_FLAGS) -count=1 ./... 2>&1 | tee bin/test.log | hack/test-summary.sh
+	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m ./... 2>&1 | tee bin/test.json | go run ./hack/testsummary
 
 .PHONY: test-e2e
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
-	go test $(GO_TEST_FLAGS) -count=1 -run 'E2E' ./internal/e2e/... 2>&1 | tee bin/test-e2e.log | hack/test-summary.sh
+	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary

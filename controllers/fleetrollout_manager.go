@@ -1,0 +1,86 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/runtime/predicates"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// sourceIndexKey indexes FleetRollouts by "<kind>/<name>" of spec.sourceRef.
+const sourceIndexKey = ".spec.sourceRef"
+
+// FleetRolloutOptions tune the controller.
+type FleetRolloutOptions struct {
+	// MaxConcurrentReconciles is how many rollouts are reconciled at once. Defaults to 4.
+	MaxConcurrentReconciles int
+}
+
+// SetupWithManager registers the controller: FleetRollouts on spec change or reconcile request;
+// their Kustomizations and pinned sources on any change (health and artifacts arrive in status);
+// tracked sources on a new artifact; FleetClusters of the namespace on any change.
+func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRolloutOptions) error {
+	ctx := context.Background()
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.FleetRollout{}, sourceIndexKey, func(o client.Object) []string {
+		fr := o.(*v1alpha1.FleetRollout)
+		return []string{fr.Spec.SourceRef.Kind + "/" + fr.Spec.SourceRef.Name}
+	}); err != nil {
+		return fmt.Errorf("indexing fleetrollouts by source: %w", err)
+	}
+	if opts.MaxConcurrentReconciles == 0 {
+		opts.MaxConcurrentReconciles = 4
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.FleetRollout{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
+		Owns(&kustomizev1.Kustomization{}).
+		Watches(&sourcev1.GitRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.GitRepositoryKind))).
+		Watches(&sourcev1.OCIRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.OCIRepositoryKind))).
+		Watches(&v1alpha1.FleetCluster{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsInNamespace)).
+		WithOptions(controllerOptions(opts.MaxConcurrentReconciles)).
+		Complete(r)
+}
+
+// rolloutsForSource maps a source to the rollout that pinned it (its controller) and the rollouts that track it.
+func (r *FleetRolloutReconciler) rolloutsForSource(kind string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		if ref := metav1ControllerOf(o); ref != nil && ref.Kind == v1alpha1.FleetRolloutKind {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}})
+		}
+		var list v1alpha1.FleetRolloutList
+		if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{sourceIndexKey: kind + "/" + o.GetName()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "listing fleetrollouts of a source", "source", kind+"/"+o.GetName())
+			return reqs
+		}
+		for _, fr := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name}})
+		}
+		return reqs
+	}
+}
+
+// rolloutsInNamespace maps a FleetCluster to every rollout beside it: any of them may select it.
+func (r *FleetRolloutReconciler) rolloutsInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.FleetRolloutList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing fleetrollouts for a fleetcluster", "fleetcluster", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, fr := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name}})
+	}
+	return reqs
+}

@@ -1,0 +1,178 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	"github.com/fluxcd/pkg/runtime/patch"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/fleets"
+)
+
+type metav1Condition = metav1.Condition
+
+// maxSkippedInStatus bounds status.skipped; status.skippedCount has the total.
+const maxSkippedInStatus = 100
+
+// maxConditionMessage caps condition messages; receipts hold the whole story.
+const maxConditionMessage = 1024
+
+// ownedConditions are the conditions the FleetRollout controller sets; the patcher resolves
+// conflicts on them in its favour.
+var ownedConditions = []string{
+	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition, v1alpha1.HeldCondition,
+	v1alpha1.GateDeploySafe, v1alpha1.GateNoDisruption, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds,
+}
+
+// finalizeStatus is the one place status bookkeeping happens, as in Flux controllers:
+// lastHandledReconcileAt, observedGeneration when Ready or Stalled, Reconciling cleared when Ready;
+// then one patch of only what changed.
+func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *patch.SerialPatcher) error {
+	if v, ok := meta.ReconcileAnnotationValue(fr.GetAnnotations()); ok {
+		fr.Status.SetLastHandledReconcileRequest(v)
+	}
+	if conditions.IsReady(fr) || conditions.IsStalled(fr) || fr.Status.Phase == v1alpha1.PhaseHeld ||
+		fr.Status.Phase == v1alpha1.PhaseRolledBack {
+		fr.Status.ObservedGeneration = fr.Generation
+	}
+	if conditions.IsReady(fr) || conditions.IsStalled(fr) {
+		conditions.Delete(fr, meta.ReconcilingCondition)
+	}
+	if r.Metrics != nil {
+		r.Metrics.RecordReadiness(ctx, fr)
+		r.Metrics.RecordReconciling(ctx, fr)
+		r.Metrics.RecordStalled(ctx, fr)
+	}
+	return patcher.Patch(ctx, fr,
+		patch.WithOwnedConditions{Conditions: ownedConditions},
+		patch.WithForceOverwriteConditions{},
+		patch.WithFieldOwner(v1alpha1.FieldManager),
+	)
+}
+
+// setRolloutConditions derives Ready, Reconciling and Held from the phase and what the step waits for.
+func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting string) {
+	st := &fr.Status
+	if fr.Spec.Hold != nil {
+		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.HeldReason, "%s", capMessage("spec.hold: "+fr.Spec.Hold.Reason))
+	} else if st.Phase == v1alpha1.PhaseHeld {
+		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.GateFailedReason, "%s", capMessage(failedWaveMessage(st)))
+	} else {
+		conditions.Delete(fr, v1alpha1.HeldCondition)
+	}
+
+	switch st.Phase {
+	case v1alpha1.PhaseCompleted:
+		n := 0
+		for _, w := range st.Waves {
+			n += len(w.Clusters)
+		}
+		conditions.MarkTrue(fr, meta.ReadyCondition, v1alpha1.SucceededReason, "revision %s runs on %d clusters", st.LastKnownGood.Revision, n)
+		if waiting != "" {
+			// Completed, but something newer waits (a rejected revision, a source without artifact).
+			conditions.MarkTrue(fr, meta.ReadyCondition, v1alpha1.SucceededReason, "%s", capMessage(fmt.Sprintf(
+				"revision %s runs on %d clusters; %s", st.LastKnownGood.Revision, n, waiting)))
+		}
+		conditions.Delete(fr, meta.ReconcilingCondition)
+	case v1alpha1.PhaseRolledBack:
+		msg := fmt.Sprintf("revision %s was rolled back to %s", st.Candidate.Revision, st.LastKnownGood.Revision)
+		if reasons := failedWaveMessage(st); reasons != "" {
+			msg += ": " + reasons
+		}
+		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.RolledBackReason, "%s", capMessage(msg))
+		conditions.Delete(fr, meta.ReconcilingCondition)
+	case v1alpha1.PhaseRollingBack:
+		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.RollingBackReason, "%s", capMessage(waiting))
+		conditions.MarkReconciling(fr, v1alpha1.RollingBackReason, "%s", capMessage(waiting))
+	case v1alpha1.PhaseHeld:
+		msg := waiting
+		if fr.Spec.Hold != nil {
+			msg = "held: " + fr.Spec.Hold.Reason
+		} else if m := failedWaveMessage(st); m != "" {
+			msg = m
+			if fr.OnFailure() == v1alpha1.OnFailureRollback && st.LastKnownGood == nil {
+				msg += "; no known-good revision to roll back to"
+			}
+		}
+		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.HeldReason, "%s", capMessage(msg))
+		conditions.Delete(fr, meta.ReconcilingCondition)
+	default:
+		if waiting == "" {
+			waiting = "rolling out"
+			if st.Candidate != nil {
+				waiting = "rolling out " + st.Candidate.Revision
+			}
+		}
+		conditions.MarkUnknown(fr, meta.ReadyCondition, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
+		conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
+	}
+}
+
+// failedWaveMessage names the failed wave, its gate and receipt.
+func failedWaveMessage(st *v1alpha1.FleetRolloutStatus) string {
+	for _, w := range st.Waves {
+		for _, g := range w.Gates {
+			if g.Result == v1alpha1.ResultFail {
+				return fmt.Sprintf("gate %s failed for wave %s (receipt %s)", g.Gate, w.Name, g.Receipt)
+			}
+		}
+	}
+	return ""
+}
+
+// setSkipped records the clusters the plan skips, bounded.
+func setSkipped(fr *v1alpha1.FleetRollout, p fleets.WavePlan) {
+	fr.Status.SkippedCount = int32(len(p.Skipped))
+	fr.Status.Skipped = nil
+	for i, s := range p.Skipped {
+		if i == maxSkippedInStatus {
+			break
+		}
+		fr.Status.Skipped = append(fr.Status.Skipped, v1alpha1.SkippedCluster{Name: s.Cluster, Reason: s.Reason})
+	}
+}
+
+func metav1ConditionFor(result string) (metav1.ConditionStatus, string) {
+	if result == v1alpha1.ResultPass {
+		return metav1.ConditionTrue, v1alpha1.GatePassedReason
+	}
+	return metav1.ConditionFalse, v1alpha1.GateFailedReason
+}
+
+// summarize says a decision in one line: its first reasons, or that it passed.
+func summarize(d GateDecision) string {
+	if len(d.Reasons) == 0 {
+		return d.Result
+	}
+	reasons := sortedUnique(d.Reasons)
+	const shown = 3
+	if len(reasons) > shown {
+		return strings.Join(reasons[:shown], "; ") + fmt.Sprintf("; and %d more", len(reasons)-shown)
+	}
+	return strings.Join(reasons, "; ")
+}
+
+func capMessage(s string) string {
+	if len(s) <= maxConditionMessage {
+		return s
+	}
+	return s[:maxConditionMessage-3] + "..."
+}
+
+func metaNow(t time.Time) metav1.Time { return metav1.NewTime(t) }
+
+func metav1IsControlledBy(obj client.Object, owner client.Object) bool {
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller && ref.UID == owner.GetUID() {
+			return true
+		}
+	}
+	return false
+}

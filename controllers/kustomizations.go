@@ -1,0 +1,167 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// specHashAnnotation records a hash of what tidegate last wrote to a Kustomization, so a reconcile
+// that would write the same thing again makes no API call at all.
+const specHashAnnotation = "tidegate.dev/spec-hash"
+
+// Template defaults, as documented on KustomizationTemplate.
+const (
+	defaultKustomizationInterval = 10 * time.Minute
+	defaultKustomizationTimeout  = 5 * time.Minute
+)
+
+// desiredKustomization is the Kustomization that makes cluster run the revision pinned by source.
+func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, source, revision, wave string) *kustomizev1.Kustomization {
+	t := fr.Spec.Template
+	ks := &kustomizev1.Kustomization{
+		TypeMeta: metav1.TypeMeta{APIVersion: kustomizev1.GroupVersion.String(), Kind: kustomizev1.KustomizationKind},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      v1alpha1.KustomizationName(fr.Name, fc.Name),
+			Namespace: fr.Namespace,
+			Labels: map[string]string{
+				v1alpha1.RolloutLabel: fr.Name,
+				v1alpha1.ClusterLabel: fc.Name,
+				v1alpha1.WaveLabel:    wave,
+			},
+			Annotations: map[string]string{RevisionAnnotation: revision},
+		},
+		Spec: kustomizev1.KustomizationSpec{
+			Interval:        durationOr(t.Interval, defaultKustomizationInterval),
+			RetryInterval:   t.RetryInterval,
+			Timeout:         &metav1.Duration{Duration: durationOr(t.Timeout, defaultKustomizationTimeout).Duration},
+			Path:            fr.Spec.Path,
+			Prune:           boolOr(t.Prune, true),
+			Wait:            boolOr(t.Wait, true),
+			Force:           t.Force,
+			TargetNamespace: t.TargetNamespace,
+			HealthChecks:    t.HealthChecks,
+			Patches:         t.Patches,
+			PostBuild:       t.PostBuild,
+			SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
+			KubeConfig:      fc.Spec.KubeConfig,
+		},
+	}
+	if fc.Spec.KubeConfig != nil {
+		ks.Spec.KubeConfig = fc.Spec.KubeConfig.DeepCopy()
+	}
+	return ks
+}
+
+// applyKustomization writes ks with server-side apply under tidegate's field manager, unless the
+// existing object already carries the same content hash. It reports whether it wrote.
+func applyKustomization(ctx context.Context, c client.Client, scheme *runtime.Scheme, fr *v1alpha1.FleetRollout, ks *kustomizev1.Kustomization, existing *kustomizev1.Kustomization) (bool, error) {
+	hash, err := contentHash(ks.Labels, ks.Annotations, ks.Spec)
+	if err != nil {
+		return false, err
+	}
+	if existing != nil && existing.Annotations[specHashAnnotation] == hash {
+		return false, nil
+	}
+	ks.Annotations[specHashAnnotation] = hash
+	controller := true
+	ks.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.FleetRolloutKind,
+		Name: fr.Name, UID: fr.UID, Controller: &controller, BlockOwnerDeletion: &controller,
+	}}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ks)
+	if err != nil {
+		return false, err
+	}
+	delete(u, "status")
+	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
+	obj := &unstructured.Unstructured{Object: u}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(v1alpha1.FieldManager), client.ForceOwnership); err != nil {
+		return false, fmt.Errorf("applying kustomization %s/%s: %w", ks.Namespace, ks.Name, err)
+	}
+	return true, nil
+}
+
+// ksObservation is what one cluster's Kustomization says about the revision it runs.
+type ksObservation struct {
+	Exists        bool
+	Source        string // sourceRef.name
+	Current       bool   // status.observedGeneration == metadata.generation
+	Ready         metav1.ConditionStatus
+	Reason        string
+	Message       string
+	LastApplied   string
+	LastAttempted string
+}
+
+func observe(ks *kustomizev1.Kustomization) ksObservation {
+	if ks == nil {
+		return ksObservation{}
+	}
+	o := ksObservation{
+		Exists:        true,
+		Source:        ks.Spec.SourceRef.Name,
+		Current:       ks.Status.ObservedGeneration == ks.Generation,
+		Ready:         metav1.ConditionUnknown,
+		LastApplied:   ks.Status.LastAppliedRevision,
+		LastAttempted: ks.Status.LastAttemptedRevision,
+	}
+	if c := conditions.Get(ks, meta.ReadyCondition); c != nil {
+		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
+	}
+	return o
+}
+
+// readyAt tells whether the Kustomization has applied revision from source and is healthy.
+func (o ksObservation) readyAt(source, revision string) bool {
+	return o.Exists && o.Source == source && o.Current && o.Ready == metav1.ConditionTrue && o.LastApplied == revision
+}
+
+// failedAt tells whether the Kustomization tried revision from source and failed: the apply, the
+// build or the health check. Dependency and source waits are not failures of the revision.
+func (o ksObservation) failedAt(source, revision string) bool {
+	if !o.Exists || o.Source != source || !o.Current || o.Ready != metav1.ConditionFalse || o.LastAttempted != revision {
+		return false
+	}
+	switch o.Reason {
+	case meta.HealthCheckFailedReason, meta.ReconciliationFailedReason, meta.BuildFailedReason:
+		return true
+	}
+	return false
+}
+
+func contentHash(parts ...any) (string, error) {
+	b, err := json.Marshal(parts)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16], nil
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) metav1.Duration {
+	if d != nil && d.Duration > 0 {
+		return *d
+	}
+	return metav1.Duration{Duration: def}
+}
+
+func boolOr(b *bool, def bool) bool {
+	if b != nil {
+		return *b
+	}
+	return def
+}

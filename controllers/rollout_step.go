@@ -1,0 +1,375 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/fleets"
+)
+
+// defaultSoak is how long a wave stays healthy before the next one starts when neither the wave nor
+// a policy sets it.
+const defaultSoak = time.Minute
+
+// maxRejected bounds status.rejected.
+const maxRejected = 10
+
+// world is everything one reconcile observed, read before the step and never written by it.
+type world struct {
+	// Target is the revision to roll out: spec.revision, else the tracked source's artifact revision.
+	Target string
+	// TargetWhy says why Target is empty.
+	TargetWhy string
+	// Inventory is the FleetClusters of the rollout's namespace.
+	Inventory fleets.Inventory
+	// Plan is the wave plan over today's inventory.
+	Plan fleets.WavePlan
+	// Candidate and KnownGood are the states of the pinned sources named in status.
+	Candidate sourceState
+	KnownGood sourceState
+	// Kustomizations are the rollout's per-cluster Kustomizations, by cluster name.
+	Kustomizations map[string]ksObservation
+	Now            time.Time
+}
+
+// stepResult is what a step leaves for the reconciler to do or say.
+type stepResult struct {
+	// GateWave is the index of the wave whose gate must be decided now, or -1.
+	GateWave int
+	// Waiting says what the rollout waits for, for the Ready condition; empty when nothing.
+	Waiting string
+	// RequeueAfter asks to be called again then (a soak ending, a deadline); zero means the interval.
+	RequeueAfter time.Duration
+}
+
+// step moves the rollout's status one decision forward from what was recorded and what is observed.
+// It is pure: the reconciler writes what the new status asks for on its next pass, so every write
+// follows a recorded intent and a crash between the two repeats the write, never the decision.
+func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
+	st := &fr.Status
+	res := stepResult{GateWave: -1}
+	now := metav1.NewTime(w.Now)
+	if fr.Spec.Retry != st.LastHandledRetry {
+		st.LastHandledRetry = fr.Spec.Retry
+		if fr.Spec.Retry != "" {
+			retry(fr, w.Target, now)
+		}
+	}
+	if fr.Spec.Rollback.Request != st.LastHandledRollbackRequest {
+		st.LastHandledRollbackRequest = fr.Spec.Rollback.Request
+		if fr.Spec.Rollback.Request != "" && inFlight(st) {
+			beginRollback(fr)
+		}
+	}
+	if st.Phase == v1alpha1.PhaseRollingBack {
+		return stepRollback(fr, w, now)
+	}
+
+	if w.Target == "" {
+		res.Waiting = w.TargetWhy
+		return res
+	}
+	if st.Candidate == nil || st.Candidate.Revision != w.Target {
+		switch {
+		case st.Phase == v1alpha1.PhaseProgressing && st.Candidate != nil:
+			// A rollout in progress finishes (or fails) before a newer revision starts, so no cluster
+			// is left between two candidates; the newer one is picked up right after.
+			res.Waiting = fmt.Sprintf("revision %s waits for %s to finish", w.Target, st.Candidate.Revision)
+		case st.LastKnownGood != nil && st.LastKnownGood.Revision == w.Target && !anyStarted(st):
+			st.Phase = v1alpha1.PhaseCompleted
+			return res
+		case fr.IsRejected(w.Target):
+			res.Waiting = fmt.Sprintf("revision %s was rejected; change spec.retry to roll it out again", w.Target)
+			return res
+		default:
+			newCandidate(fr, w)
+			return res
+		}
+	}
+
+	if !w.Candidate.Exists || w.Candidate.Revision != st.Candidate.Revision {
+		res.Waiting = fmt.Sprintf("waiting for pinned source %s to fetch revision %s", st.Candidate.Source, st.Candidate.Revision)
+		if w.Candidate.Message != "" {
+			res.Waiting += ": " + w.Candidate.Message
+		}
+		return res
+	}
+	st.Candidate.Digest = w.Candidate.Digest
+
+	switch st.Phase {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack:
+		return res
+	}
+	return stepWaves(fr, w, now, res)
+}
+
+// stepWaves walks the candidate's waves in order and moves the first unfinished one.
+func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepResult) stepResult {
+	st := &fr.Status
+	for i := range st.Waves {
+		wv := &st.Waves[i]
+		spec := waveSpec(fr, wv.Name)
+		switch wv.Phase {
+		case v1alpha1.WaveSucceeded:
+			continue
+		case v1alpha1.WaveFailed:
+			onFailure(fr, wv)
+			res.Waiting = fmt.Sprintf("wave %s failed", wv.Name)
+			return res
+		case v1alpha1.WavePending, v1alpha1.WaveAwaiting:
+			if fr.Spec.Hold != nil {
+				st.Phase = v1alpha1.PhaseHeld
+				res.Waiting = "held: " + fr.Spec.Hold.Reason
+				return res
+			}
+			st.Phase = v1alpha1.PhaseProgressing
+			st.CurrentWave = wv.Name
+			if spec.RequireApproval && !fr.Approved(st.Candidate.Revision, wv.Name) {
+				wv.Phase = v1alpha1.WaveAwaiting
+				res.Waiting = fmt.Sprintf("wave %s needs an approval of revision %s (tidegate approve %s --revision %s --wave %s)",
+					wv.Name, st.Candidate.Revision, fr.Name, st.Candidate.Revision, wv.Name)
+				return res
+			}
+			members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
+			if err != nil {
+				res.Waiting = err.Error()
+				return res
+			}
+			wv.Clusters = members
+			wv.Phase = v1alpha1.WaveProgressing
+			wv.StartedAt = &now
+			return res
+		case v1alpha1.WaveProgressing, v1alpha1.WaveSoaking:
+			if fr.Spec.Hold != nil {
+				st.Phase = v1alpha1.PhaseHeld
+			} else {
+				st.Phase = v1alpha1.PhaseProgressing
+			}
+			st.CurrentWave = wv.Name
+			return stepActiveWave(fr, w, i, spec, now, res)
+		}
+	}
+	complete(fr)
+	return res
+}
+
+// stepActiveWave observes a switched wave: Ready at the candidate, then soaking, then the gate.
+func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wave, now metav1.Time, res stepResult) stepResult {
+	st := &fr.Status
+	wv := &st.Waves[i]
+	cand := st.Candidate
+	wv.Missing = fleets.Missing(wv.Clusters, w.Inventory)
+	var updated, healthy, failed int32
+	for _, c := range wv.Clusters {
+		o := w.Kustomizations[c]
+		if o.Exists && o.Source == cand.Source {
+			updated++
+		}
+		switch {
+		case o.readyAt(cand.Source, cand.Revision) && !contains(wv.Missing, c):
+			healthy++
+		case o.failedAt(cand.Source, cand.Revision) || contains(wv.Missing, c):
+			failed++
+		}
+	}
+	wv.Updated, wv.Healthy = updated, healthy
+	budget := int32(0)
+	if spec.MaxFailures != nil {
+		budget = *spec.MaxFailures
+	}
+	total := int32(len(wv.Clusters))
+	soak := defaultSoak
+	if spec.Soak != nil {
+		soak = spec.Soak.Duration
+	}
+
+	switch {
+	case failed > budget:
+		res.GateWave = i
+	case wv.Phase == v1alpha1.WaveProgressing && healthy+failed == total:
+		wv.Phase = v1alpha1.WaveSoaking
+		wv.ReadyAt = &now
+		res.RequeueAfter = soak
+	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed < total:
+		// A member lost readiness during the soak: decide now, the gate will say why.
+		res.GateWave = i
+	case wv.Phase == v1alpha1.WaveSoaking:
+		if left := soak - w.Now.Sub(wv.ReadyAt.Time); left > 0 {
+			res.RequeueAfter = left
+			res.Waiting = fmt.Sprintf("wave %s soaking, %s left", wv.Name, left.Round(time.Second))
+		} else {
+			res.GateWave = i
+		}
+	default:
+		deadline := waveDeadline(fr)
+		if w.Now.Sub(wv.StartedAt.Time) > deadline {
+			res.GateWave = i
+		} else {
+			res.Waiting = fmt.Sprintf("wave %s: %d/%d clusters Ready at %s", wv.Name, healthy, total, cand.Revision)
+		}
+	}
+	return res
+}
+
+// applyGate records a gate decision on wave i.
+func applyGate(fr *v1alpha1.FleetRollout, i int, gate string, d GateDecision, receipt string, now time.Time) {
+	wv := &fr.Status.Waves[i]
+	wv.Gates = append(wv.Gates, v1alpha1.GateOutcome{Gate: gate, Result: d.Result, Receipt: receipt})
+	t := metav1.NewTime(now)
+	wv.FinishedAt = &t
+	if d.Result == v1alpha1.ResultPass {
+		wv.Phase = v1alpha1.WaveSucceeded
+		return
+	}
+	wv.Phase = v1alpha1.WaveFailed
+	onFailure(fr, wv)
+}
+
+// onFailure holds or rolls back after a failed wave, as spec.rollback.onFailure says.
+func onFailure(fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus) {
+	if fr.Status.Phase == v1alpha1.PhaseRollingBack || fr.Status.Phase == v1alpha1.PhaseRolledBack {
+		return
+	}
+	if fr.OnFailure() == v1alpha1.OnFailureRollback && fr.Status.LastKnownGood != nil {
+		beginRollback(fr)
+		return
+	}
+	fr.Status.Phase = v1alpha1.PhaseHeld
+}
+
+// stepRollback waits for every cluster the rollout manages to be Ready at the known-good revision.
+func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResult {
+	st := &fr.Status
+	res := stepResult{GateWave: -1}
+	kg := st.LastKnownGood
+	back, total := 0, 0
+	for c, o := range w.Kustomizations {
+		if !o.Exists {
+			continue
+		}
+		total++
+		if o.readyAt(kg.Source, kg.Revision) {
+			back++
+		} else {
+			res.Waiting = fmt.Sprintf("rolling back: %d/%d clusters Ready at %s (waiting for %s)", back, total, kg.Revision, c)
+		}
+	}
+	if back < total {
+		res.Waiting = fmt.Sprintf("rolling back: %d/%d clusters Ready at known-good %s", back, total, kg.Revision)
+		return res
+	}
+	st.Phase = v1alpha1.PhaseRolledBack
+	st.CurrentWave = ""
+	for i := range st.Waves {
+		if st.Waves[i].StartedAt != nil && st.Waves[i].Phase != v1alpha1.WavePending {
+			st.Waves[i].Phase = v1alpha1.WaveRolledBack
+		}
+	}
+	reject(fr, st.Candidate.Revision, "rolled back to "+kg.Revision, now)
+	return res
+}
+
+// beginRollback sends the rollout back to its known-good revision; without one there is nothing to go
+// back to, and it holds.
+func beginRollback(fr *v1alpha1.FleetRollout) {
+	if fr.Status.LastKnownGood == nil {
+		fr.Status.Phase = v1alpha1.PhaseHeld
+		return
+	}
+	fr.Status.Phase = v1alpha1.PhaseRollingBack
+}
+
+func newCandidate(fr *v1alpha1.FleetRollout, w *world) {
+	st := &fr.Status
+	st.Candidate = &v1alpha1.RevisionStatus{Revision: w.Target, Source: v1alpha1.PinnedSourceName(fr.Name, w.Target)}
+	st.Phase = v1alpha1.PhaseProgressing
+	st.CurrentWave = ""
+	st.PlanHash = w.Plan.Hash
+	st.Waves = make([]v1alpha1.WaveStatus, 0, len(w.Plan.Waves))
+	for _, pw := range w.Plan.Waves {
+		st.Waves = append(st.Waves, v1alpha1.WaveStatus{Name: pw.Name, Phase: v1alpha1.WavePending})
+	}
+}
+
+func complete(fr *v1alpha1.FleetRollout) {
+	st := &fr.Status
+	st.Phase = v1alpha1.PhaseCompleted
+	st.CurrentWave = ""
+	kg := *st.Candidate
+	st.LastKnownGood = &kg
+}
+
+// retry lets a rejected or failed candidate go again: it leaves status.rejected, and failed waves are
+// observed afresh.
+func retry(fr *v1alpha1.FleetRollout, target string, now metav1.Time) {
+	st := &fr.Status
+	kept := st.Rejected[:0]
+	for _, r := range st.Rejected {
+		if r.Revision != target {
+			kept = append(kept, r)
+		}
+	}
+	st.Rejected = kept
+	if st.Phase != v1alpha1.PhaseHeld || st.Candidate == nil || st.Candidate.Revision != target {
+		return
+	}
+	for i := range st.Waves {
+		if st.Waves[i].Phase == v1alpha1.WaveFailed {
+			st.Waves[i].Phase = v1alpha1.WaveProgressing
+			st.Waves[i].ReadyAt, st.Waves[i].FinishedAt = nil, nil
+			st.Waves[i].StartedAt = &now
+		}
+	}
+	st.Phase = v1alpha1.PhaseProgressing
+}
+
+func reject(fr *v1alpha1.FleetRollout, revision, reason string, now metav1.Time) {
+	if fr.IsRejected(revision) {
+		return
+	}
+	fr.Status.Rejected = append(fr.Status.Rejected, v1alpha1.RejectedRevision{Revision: revision, Reason: reason, At: now})
+	if n := len(fr.Status.Rejected); n > maxRejected {
+		fr.Status.Rejected = fr.Status.Rejected[n-maxRejected:]
+	}
+}
+
+// inFlight tells whether a candidate is between its first switch and its end.
+func inFlight(st *v1alpha1.FleetRolloutStatus) bool {
+	return st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || st.Phase == v1alpha1.PhaseHeld)
+}
+
+func anyStarted(st *v1alpha1.FleetRolloutStatus) bool {
+	for _, wv := range st.Waves {
+		if wv.StartedAt != nil && st.Phase != v1alpha1.PhaseCompleted && st.Phase != v1alpha1.PhaseRolledBack {
+			return true
+		}
+	}
+	return false
+}
+
+// waveDeadline bounds how long a wave may take to become Ready before it fails: twice the
+// Kustomization timeout, plus a minute for source fetching and scheduling.
+func waveDeadline(fr *v1alpha1.FleetRollout) time.Duration {
+	return 2*durationOr(fr.Spec.Template.Timeout, defaultKustomizationTimeout).Duration + time.Minute
+}
+
+func waveSpec(fr *v1alpha1.FleetRollout, name string) v1alpha1.Wave {
+	for _, w := range fr.Spec.Waves {
+		if w.Name == name {
+			return w
+		}
+	}
+	return v1alpha1.Wave{Name: name}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

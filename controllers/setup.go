@@ -1,0 +1,46 @@
+package controllers
+
+import (
+	"fmt"
+
+	fluxevents "github.com/fluxcd/pkg/runtime/events"
+	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	"github.com/fluxcd/pkg/runtime/metrics"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Options configure the controllers Setup registers.
+type Options struct {
+	// MaxConcurrentReconciles of the FleetRollout controller.
+	MaxConcurrentReconciles int
+	// Gates decides the gates; nil means BuiltinGates.
+	Gates GateEvaluator
+	// TestHook is passed to the FleetRollout reconciler (crash-point tests).
+	TestHook func(point string) error
+}
+
+// Setup registers the FleetRollout and FleetCluster controllers with mgr, with Flux's event recorder
+// and metrics. The manager binary and the tests use this same wiring.
+func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
+	recorder, err := fluxevents.NewRecorder(ctrl.Log.WithName("events"), "", controllerName, fluxevents.WithManager(mgr))
+	if err != nil {
+		return fmt.Errorf("creating event recorder: %w", err)
+	}
+	m := runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder())
+	rollouts := &FleetRolloutReconciler{
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		EventRecorder: recorder,
+		Metrics:       &m,
+		Gates:         opts.Gates,
+		TestHook:      opts.TestHook,
+	}
+	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
+		return fmt.Errorf("setting up the fleetrollout controller: %w", err)
+	}
+	return nil
+}
+
+// controllerName reports events and owns writes.
+const controllerName = "tidegate-controller"

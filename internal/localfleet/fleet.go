@@ -1,0 +1,328 @@
+package localfleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluxcd/pkg/gittestserver"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tidegate/tidegate/internal/scheme"
+	"github.com/tidegate/tidegate/internal/testbin"
+)
+
+// Options says what fleet to start.
+type Options struct {
+	// Members is the number of member API servers, named member-1 … member-N.
+	Members int
+	// Namespace on the hub where member kubeconfig Secrets are written. Defaults to "fleet".
+	Namespace string
+	// NoFlux skips starting source-controller and kustomize-controller.
+	NoFlux bool
+	// SourceControllerArgs are extra flags for source-controller (e.g. artifact retention settings).
+	SourceControllerArgs []string
+}
+
+// Member is one member cluster.
+type Member struct {
+	Name string
+	// Config reaches the member API server as an admin.
+	Config *rest.Config
+	// Client is a controller-runtime client for the member.
+	Client client.Client
+	// KubeConfigSecret is the name of the Secret on the hub, key "value", holding the member's kubeconfig.
+	KubeConfigSecret string
+
+	env        *envtest.Environment
+	kubeConfig []byte
+}
+
+// Fleet is a running local fleet.
+type Fleet struct {
+	// Dir holds every file of the fleet (logs, storage, clones); removed by Stop.
+	Dir string
+	// HubConfig reaches the hub API server as an admin.
+	HubConfig *rest.Config
+	// Hub is a client for the hub with tidegate's and Flux's types in its scheme.
+	Hub client.Client
+	// HubKubeConfigPath is a kubeconfig file for the hub, for processes and people.
+	HubKubeConfigPath string
+	// Members are the member clusters in order.
+	Members []*Member
+	// Namespace holds the member kubeconfig Secrets.
+	Namespace string
+	// Scheme has the Kubernetes, Flux and tidegate types.
+	Scheme *runtime.Scheme
+
+	hub       *envtest.Environment
+	git       *gittestserver.GitServer
+	processes []*process
+	logFiles  []string
+	stopOnce  sync.Once
+}
+
+// NewScheme returns a scheme with the Kubernetes, Flux source and kustomize, and tidegate types.
+func NewScheme() *runtime.Scheme { return scheme.New() }
+
+// Start starts a fleet. On error everything already started is stopped.
+func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
+	bin, err := testbin.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	crds, err := testbin.FluxCRDDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "tidegate-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "fleet"
+	}
+	f = &Fleet{Dir: dir, Namespace: opts.Namespace, Scheme: NewScheme()}
+	defer func() {
+		if err != nil {
+			f.Stop()
+		}
+	}()
+	if err := os.MkdirAll(f.logDir(), 0o755); err != nil {
+		return nil, err
+	}
+
+	// The API servers and the Git server start in parallel: each API server takes a few seconds.
+	f.hub = f.newEnv(bin, "hub", []string{testbin.TidegateCRDDir(), crds})
+	for i := 1; i <= opts.Members; i++ {
+		name := fmt.Sprintf("member-%d", i)
+		f.Members = append(f.Members, &Member{Name: name, KubeConfigSecret: name + "-kubeconfig", env: f.newEnv(bin, name, nil)})
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, opts.Members+2)
+	start := func(i int, fn func() error) {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = fn() }()
+	}
+	start(0, func() error { return f.startHub() })
+	for i, m := range f.Members {
+		start(i+1, func() error { return f.startMember(m) })
+	}
+	start(opts.Members+1, func() (err error) { f.git, err = startGitServer(); return err })
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return f, err
+	}
+	if err := f.writeMemberSecrets(ctx, opts.Namespace); err != nil {
+		return f, err
+	}
+	if !opts.NoFlux {
+		if err := f.startFlux(ctx, bin, opts); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+func (f *Fleet) logDir() string { return filepath.Join(f.Dir, "logs") }
+
+func (f *Fleet) newEnv(bin, name string, crdDirs []string) *envtest.Environment {
+	apiLog := f.openLog(name + "-kube-apiserver.log")
+	etcdLog := f.openLog(name + "-etcd.log")
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: bin,
+		CRDDirectoryPaths:     crdDirs,
+		ErrorIfCRDPathMissing: true,
+		Scheme:                f.Scheme,
+	}
+	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute}
+	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, StartTimeout: 2 * time.Minute}
+	return env
+}
+
+func (f *Fleet) openLog(name string) io.Writer {
+	path := filepath.Join(f.logDir(), name)
+	file, err := os.Create(path)
+	if err != nil {
+		return io.Discard
+	}
+	f.logFiles = append(f.logFiles, path)
+	return file
+}
+
+func (f *Fleet) startHub() error {
+	if _, err := f.hub.Start(); err != nil {
+		return fmt.Errorf("starting hub API server: %w (logs in %s)", err, f.logDir())
+	}
+	user, err := f.hub.AddUser(envtest.User{Name: "fleet-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("adding hub admin user: %w", err)
+	}
+	f.HubConfig = user.Config()
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	f.HubKubeConfigPath = filepath.Join(f.Dir, "hub.kubeconfig")
+	if err := os.WriteFile(f.HubKubeConfigPath, kc, 0o600); err != nil {
+		return err
+	}
+	f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme})
+	return err
+}
+
+func (f *Fleet) startMember(m *Member) error {
+	if _, err := m.env.Start(); err != nil {
+		return fmt.Errorf("starting %s API server: %w (logs in %s)", m.Name, err, f.logDir())
+	}
+	user, err := m.env.AddUser(envtest.User{Name: "fleet-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("adding %s admin user: %w", m.Name, err)
+	}
+	m.Config = user.Config()
+	if m.kubeConfig, err = user.KubeConfig(); err != nil {
+		return err
+	}
+	m.Client, err = client.New(m.Config, client.Options{Scheme: f.Scheme})
+	return err
+}
+
+// WriteMemberSecrets writes every member's kubeconfig Secret into namespace ns on the hub, creating ns.
+func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string) error {
+	if err := f.EnsureNamespace(ctx, ns); err != nil {
+		return err
+	}
+	for _, m := range f.Members {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: m.KubeConfigSecret, Namespace: ns},
+			Data:       map[string][]byte{"value": m.kubeConfig},
+		}
+		if err := f.Hub.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("writing kubeconfig secret %s/%s: %w", ns, s.Name, err)
+		}
+	}
+	return nil
+}
+
+// WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the hub.
+func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error { return f.writeMemberSecrets(ctx, ns) }
+
+// EnsureNamespace creates namespace ns on the hub if it does not exist.
+func (f *Fleet) EnsureNamespace(ctx context.Context, ns string) error {
+	err := f.Hub.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s on the hub: %w", ns, err)
+	}
+	return nil
+}
+
+func (f *Fleet) startFlux(ctx context.Context, bin string, opts Options) error {
+	ports, err := freePorts(5)
+	if err != nil {
+		return err
+	}
+	storage := filepath.Join(f.Dir, "source-storage")
+	if err := os.MkdirAll(storage, 0o755); err != nil {
+		return err
+	}
+	env := []string{"KUBECONFIG=" + f.HubKubeConfigPath, "RUNTIME_NAMESPACE=flux-system"}
+	common := func(metrics, health int) []string {
+		return []string{
+			"--metrics-addr=" + addr(metrics), "--health-addr=" + addr(health),
+			"--enable-leader-election=false", "--log-level=debug", "--log-encoding=console", "--events-addr=",
+		}
+	}
+	srcArgs := append(common(ports[0], ports[1]),
+		"--storage-path="+storage, "--storage-addr="+addr(ports[2]), "--storage-adv-addr="+addr(ports[2]))
+	srcArgs = append(srcArgs, opts.SourceControllerArgs...)
+	ksArgs := append(common(ports[3], ports[4]), "--concurrent=10", "--requeue-dependency=2s")
+
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, p := range []struct {
+		name   string
+		args   []string
+		health int
+	}{
+		{"source-controller", srcArgs, ports[1]},
+		{"kustomize-controller", ksArgs, ports[4]},
+	} {
+		logPath := filepath.Join(f.logDir(), p.name+".log")
+		f.logFiles = append(f.logFiles, logPath)
+		proc, err := startProcess(p.name, logPath, env, filepath.Join(bin, p.name), p.args...)
+		if err != nil {
+			return err
+		}
+		f.processes = append(f.processes, proc)
+		if err := proc.waitHTTP200(ctx, "http://"+addr(p.health)+"/readyz"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops every process and API server and removes the fleet's directory. Safe to call twice.
+func (f *Fleet) Stop() {
+	f.stopOnce.Do(func() {
+		for i := len(f.processes) - 1; i >= 0; i-- {
+			f.processes[i].stop()
+		}
+		var wg sync.WaitGroup
+		stopEnv := func(e *envtest.Environment) {
+			if e == nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = e.Stop() }()
+		}
+		stopEnv(f.hub)
+		for _, m := range f.Members {
+			stopEnv(m.env)
+		}
+		wg.Wait()
+		if f.git != nil {
+			f.git.StopHTTP()
+			os.RemoveAll(f.git.Root())
+		}
+		if os.Getenv("TIDEGATE_KEEP_FLEET") == "" {
+			os.RemoveAll(f.Dir)
+		}
+	})
+}
+
+// DumpLogs writes the last lines of every log of the fleet (API servers, etcd, Flux controllers) to w.
+func (f *Fleet) DumpLogs(w io.Writer, lines int) {
+	for _, path := range f.logFiles {
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(all) > lines {
+			all = all[len(all)-lines:]
+		}
+		fmt.Fprintf(w, "===== %s (last %d lines) =====\n%s\n", filepath.Base(path), len(all), strings.Join(all, "\n"))
+	}
+}
+
+// Member returns the member named name, or nil.
+func (f *Fleet) Member(name string) *Member {
+	for _, m := range f.Members {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}

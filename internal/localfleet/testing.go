@@ -1,0 +1,29 @@
+package localfleet
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+)
+
+// StartForTest starts a fleet for t and stops it when t ends. When t failed, the last lines of every
+// API server, etcd and Flux controller log are printed first, so a failure shows what the fleet saw.
+func StartForTest(t testing.TB, opts Options) *Fleet {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f, err := Start(ctx, opts)
+	if f != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				f.DumpLogs(os.Stderr, 80)
+			}
+			f.Stop()
+		})
+	}
+	if err != nil {
+		t.Fatalf("starting local fleet: %v", err)
+	}
+	return f
+}

@@ -1,0 +1,53 @@
+// Package testbin finds the test binaries and CRDs that `make testbin` (hack/testbin.sh) builds and caches.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+)
+
+// Dir returns the testbin directory: $TIDEGATE_TESTBIN when set, else bin/testbin in the repository.
+// It fails, naming the fix, when the binaries have not been built.
+func Dir() (string, error) {
+	dir := os.Getenv("TIDEGATE_TESTBIN")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), "bin", "testbin")
+	}
+	for _, b := range []string{"kube-apiserver", "etcd", "source-controller", "kustomize-controller"} {
+		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
+			return "", fmt.Errorf("test binary %s is missing in %s: run `make testbin` first (about 20 minutes the first time): %w", b, dir, err)
+		}
+	}
+	return dir, nil
+}
+
+// BinDir returns the directory holding kube-apiserver, etcd and the Flux controllers.
+func BinDir() (string, error) {
+	dir, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "bin"), nil
+}
+
+// FluxCRDDir returns the directory holding the Flux source and kustomize CRDs.
+func FluxCRDDir() (string, error) {
+	dir, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "crds"), nil
+}
+
+// TidegateCRDDir returns config/crd/bases of this repository.
+func TidegateCRDDir() string {
+	return filepath.Join(RepoRoot(), "config", "crd", "bases")
+}
+
+// RepoRoot returns the root of the tidegate repository this package was built from.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
