@@ -1,0 +1,560 @@
+package v1alpha1_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// admissionCase is one object sent to the API server as a user would write it (YAML, hence
+// unstructured: fields can be left out or mistyped) and what the server must answer.
+type admissionCase struct {
+	name string
+	kind string
+	spec map[string]any
+	// wantErr is empty when the object must be accepted; otherwise the server must reject the object
+	// as Invalid with a message containing every one of these substrings.
+	wantErr []string
+}
+
+// obj is a JSON-like map; numbers are int64 as in unstructured objects.
+type obj = map[string]any
+
+// rolloutSpec is a minimal valid FleetRollout spec with the given fields set (a nil value removes one).
+func rolloutSpec(set obj) obj {
+	spec := obj{
+		"sourceRef": obj{"kind": "GitRepository", "name": "app"},
+		"path":      "./deploy",
+		"waves":     []any{wave("all", "selector", obj{})},
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(spec, k)
+		} else {
+			spec[k] = v
+		}
+	}
+	return spec
+}
+
+// wave is a wave named name with the given field/value pairs.
+func wave(name string, kv ...any) obj {
+	w := obj{"name": name}
+	for i := 0; i+1 < len(kv); i += 2 {
+		w[kv[i].(string)] = kv[i+1]
+	}
+	return w
+}
+
+func waves(ws ...obj) []any {
+	out := make([]any, len(ws))
+	for i, w := range ws {
+		out[i] = w
+	}
+	return out
+}
+
+// clusterSpec is a valid FleetCluster spec with the given fields set (a nil value removes one).
+func clusterSpec(set obj) obj {
+	spec := obj{
+		"kubeConfig": obj{"secretRef": obj{"name": "member-1-kubeconfig", "key": "value"}},
+		"maintenanceWindows": []any{
+			obj{"days": []any{"Sat", "Sun"}, "start": "02:00", "duration": "4h"},
+		},
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(spec, k)
+		} else {
+			spec[k] = v
+		}
+	}
+	return spec
+}
+
+// receiptSpec is a valid GateReceipt spec with the given fields set (a nil value removes one).
+func receiptSpec(set obj) obj {
+	spec := obj{
+		"gate":           "deploySafe",
+		"rollout":        "app",
+		"wave":           "canary",
+		"candidate":      obj{"revision": "main@sha1:0123456789abcdef0123456789abcdef01234567", "digest": "sha256:aa"},
+		"targets":        []any{"member-1"},
+		"evidence":       obj{"clusters": obj{"member-1": obj{"ready": true}}},
+		"evidenceDigest": "sha256:bb",
+		"result":         "Pass",
+		"evaluatedAt":    "2026-11-30T12:00:00Z",
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(spec, k)
+		} else {
+			spec[k] = v
+		}
+	}
+	return spec
+}
+
+func TestAdmission(t *testing.T) {
+	ctx, c, ns := setup(t)
+
+	const rollout, cluster, receipt = v1alpha1.FleetRolloutKind, v1alpha1.FleetClusterKind, v1alpha1.GateReceiptKind
+	cases := []admissionCase{
+		// FleetRollout waves.
+		{name: "minimal rollout", kind: rollout, spec: rolloutSpec(nil)},
+		{name: "no waves", kind: rollout, spec: rolloutSpec(obj{"waves": nil})},
+		{
+			name: "duplicate wave names", kind: rollout,
+			spec: rolloutSpec(obj{"waves": waves(
+				wave("canary", "count", int64(1)), wave("ring", "percent", int64(40)), wave("canary", "selector", obj{}))}),
+			wantErr: []string{"spec.waves", "wave names must be unique"},
+		},
+		{
+			name: "distinct wave names", kind: rollout,
+			spec: rolloutSpec(obj{"waves": waves(
+				wave("canary", "count", int64(1)), wave("ring", "percent", int64(40)), wave("all", "selector", obj{}))}),
+		},
+		{
+			name: "wave percent 0", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("ring", "percent", int64(0)))}),
+			wantErr: []string{"spec.waves[0].percent", "should be greater than or equal to 1"},
+		},
+		{
+			name: "wave percent 101", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("ring", "percent", int64(101)))}),
+			wantErr: []string{"spec.waves[0].percent", "should be less than or equal to 100"},
+		},
+		{name: "wave percent 1", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("ring", "percent", int64(1)))})},
+		{name: "wave percent 100", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("ring", "percent", int64(100)))})},
+		{
+			name: "wave count 0", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(0)))}),
+			wantErr: []string{"spec.waves[0].count", "should be greater than or equal to 1"},
+		},
+		{
+			name: "wave without selector, count or percent", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1)), wave("empty", "soak", "10m"))}),
+			wantErr: []string{"spec.waves[1]", "a wave must set selector, count or percent"},
+		},
+		{
+			name: "wave with count and percent", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("ring", "count", int64(2), "percent", int64(40)))}),
+			wantErr: []string{"spec.waves[0]", "a wave sets count or percent, not both"},
+		},
+		{
+			name: "wave with selector and count", kind: rollout,
+			spec: rolloutSpec(obj{"waves": waves(wave("canary",
+				"selector", obj{"matchLabels": obj{"tier": "canary"}}, "count", int64(1)))}),
+		},
+		{
+			name: "wave name not a DNS label", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("Canary_1", "count", int64(1)))}),
+			wantErr: []string{"spec.waves[0].name", "should match"},
+		},
+
+		// FleetRollout approvals.
+		{
+			name: "approval with empty revision", kind: rollout,
+			spec:    rolloutSpec(obj{"approvals": []any{obj{"revision": "", "wave": "all", "by": "ops"}}}),
+			wantErr: []string{"spec.approvals[0].revision", "should be at least 1 chars long"},
+		},
+		{
+			name: "approval without revision", kind: rollout,
+			spec:    rolloutSpec(obj{"approvals": []any{obj{"wave": "all", "by": "ops"}}}),
+			wantErr: []string{"spec.approvals[0].revision", "Required value"},
+		},
+		{
+			name: "approval with revision", kind: rollout,
+			spec: rolloutSpec(obj{"approvals": []any{obj{"revision": "main@sha1:0123456789abcdef", "wave": "all", "by": "ops"}}}),
+		},
+
+		// FleetRollout class and owner.
+		{
+			name: "unknown class", kind: rollout,
+			spec:    rolloutSpec(obj{"class": "Experimental"}),
+			wantErr: []string{"spec.class", `Unsupported value: "Experimental"`},
+		},
+		{
+			name: "SystemConfiguration without owner", kind: rollout,
+			spec:    rolloutSpec(obj{"class": "SystemConfiguration"}),
+			wantErr: []string{"a SystemConfiguration rollout must name its owner in spec.owner"},
+		},
+		{
+			name: "SystemConfiguration with empty owner", kind: rollout,
+			spec:    rolloutSpec(obj{"class": "SystemConfiguration", "owner": ""}),
+			wantErr: []string{"a SystemConfiguration rollout must name its owner in spec.owner"},
+		},
+		{name: "SystemConfiguration with owner", kind: rollout, spec: rolloutSpec(obj{"class": "SystemConfiguration", "owner": "platform"})},
+		{name: "SystemService without owner", kind: rollout, spec: rolloutSpec(obj{"class": "SystemService"})},
+
+		// FleetRollout hold, rollback and source.
+		{
+			name: "hold without reason", kind: rollout,
+			spec:    rolloutSpec(obj{"hold": obj{}}),
+			wantErr: []string{"spec.hold.reason", "Required value"},
+		},
+		{
+			name: "hold with empty reason", kind: rollout,
+			spec:    rolloutSpec(obj{"hold": obj{"reason": ""}}),
+			wantErr: []string{"spec.hold.reason", "should be at least 1 chars long"},
+		},
+		{name: "hold with reason", kind: rollout, spec: rolloutSpec(obj{"hold": obj{"reason": "incident INC-42"}})},
+		{
+			name: "unknown onFailure", kind: rollout,
+			spec:    rolloutSpec(obj{"rollback": obj{"onFailure": "Ignore"}}),
+			wantErr: []string{"spec.rollback.onFailure", `Unsupported value: "Ignore"`},
+		},
+		{name: "onFailure Rollback", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"onFailure": "Rollback"}})},
+		{name: "onFailure Hold", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"onFailure": "Hold"}})},
+		{
+			name: "sourceRef kind Bucket", kind: rollout,
+			spec:    rolloutSpec(obj{"sourceRef": obj{"kind": "Bucket", "name": "app"}}),
+			wantErr: []string{"spec.sourceRef.kind", `Unsupported value: "Bucket"`},
+		},
+		{
+			name: "sourceRef without name", kind: rollout,
+			spec:    rolloutSpec(obj{"sourceRef": obj{"kind": "GitRepository"}}),
+			wantErr: []string{"spec.sourceRef.name", "Required value"},
+		},
+		{
+			name: "no sourceRef", kind: rollout,
+			spec:    rolloutSpec(obj{"sourceRef": nil}),
+			wantErr: []string{"spec.sourceRef", "Required value"},
+		},
+		{name: "sourceRef OCIRepository", kind: rollout, spec: rolloutSpec(obj{"sourceRef": obj{"kind": "OCIRepository", "name": "app"}})},
+		{
+			name: "policy sourceRef kind Bucket", kind: rollout,
+			spec:    rolloutSpec(obj{"policy": obj{"sourceRef": obj{"kind": "Bucket", "name": "policies"}}}),
+			wantErr: []string{"spec.policy.sourceRef.kind", `Unsupported value: "Bucket"`},
+		},
+
+		// FleetCluster.
+		{name: "cluster with kubeConfig and maintenance window", kind: cluster, spec: clusterSpec(nil)},
+		{name: "hub cluster", kind: cluster, spec: obj{}},
+		{
+			name: "maintenance window start 24:00", kind: cluster,
+			spec: clusterSpec(obj{"maintenanceWindows": []any{
+				obj{"start": "24:00", "duration": "1h"}}}),
+			wantErr: []string{"spec.maintenanceWindows[0].start", "should match"},
+		},
+		{
+			name: "maintenance window on an unknown day", kind: cluster,
+			spec: clusterSpec(obj{"maintenanceWindows": []any{
+				obj{"days": []any{"Funday"}, "start": "02:00", "duration": "1h"}}}),
+			wantErr: []string{"spec.maintenanceWindows[0].days[0]", `Unsupported value: "Funday"`},
+		},
+		{
+			name: "maintenance window without duration", kind: cluster,
+			spec: clusterSpec(obj{"maintenanceWindows": []any{
+				obj{"start": "02:00"}}}),
+			wantErr: []string{"spec.maintenanceWindows[0].duration", "Required value"},
+		},
+		{
+			name: "kubeConfig without a reference", kind: cluster,
+			spec:    clusterSpec(obj{"kubeConfig": obj{}}),
+			wantErr: []string{"spec.kubeConfig", "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified"},
+		},
+
+		// GateReceipt creation (its immutability is TestGateReceiptIsImmutable).
+		{name: "receipt", kind: receipt, spec: receiptSpec(nil)},
+		{
+			name: "receipt of an unknown gate", kind: receipt,
+			spec:    receiptSpec(obj{"gate": "looksFine"}),
+			wantErr: []string{"spec.gate", `Unsupported value: "looksFine"`},
+		},
+		{
+			name: "receipt with an unknown result", kind: receipt,
+			spec:    receiptSpec(obj{"result": "Maybe"}),
+			wantErr: []string{"spec.result", `Unsupported value: "Maybe"`},
+		},
+		{
+			name: "receipt without rollout", kind: receipt,
+			spec:    receiptSpec(obj{"rollout": nil}),
+			wantErr: []string{"spec.rollout", "Required value"},
+		},
+	}
+
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: obj{
+				"apiVersion": v1alpha1.GroupVersion.String(),
+				"kind":       tc.kind,
+				"metadata":   obj{"name": fmt.Sprintf("case-%02d", i), "namespace": ns},
+				"spec":       tc.spec,
+			}}
+			err := c.Create(ctx, u)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("a valid %s was rejected: %v", tc.kind, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("an invalid %s was accepted; want an error containing %q", tc.kind, tc.wantErr)
+			}
+			t.Logf("rejected: %v", err)
+			if !apierrors.IsInvalid(err) {
+				t.Errorf("want an Invalid (422) error, got %T: %v", err, err)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err.Error(), want)
+				}
+			}
+		})
+	}
+}
+
+func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
+	ctx, c, ns := setup(t)
+
+	t.Run("FleetRollout", func(t *testing.T) {
+		fro := &v1alpha1.FleetRollout{
+			ObjectMeta: metav1.ObjectMeta{Name: "podinfo", Namespace: ns},
+			Spec: v1alpha1.FleetRolloutSpec{
+				SourceRef: v1alpha1.SourceReference{Kind: "GitRepository", Name: "podinfo"},
+				Path:      "./kustomize",
+				Template: v1alpha1.KustomizationTemplate{
+					TargetNamespace: "podinfo",
+					Timeout:         &metav1.Duration{Duration: 3 * time.Minute},
+				},
+				ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
+				Waves: []v1alpha1.Wave{
+					{Name: "canary", Count: ptr[int32](1), Soak: &metav1.Duration{Duration: 10 * time.Minute}, RequireApproval: true},
+					{Name: "ring", Percent: ptr[int32](40), MaxFailures: ptr[int32](1)},
+					{Name: "all", Selector: &metav1.LabelSelector{}},
+				},
+				Owner:       "team-podinfo",
+				Cadence:     "weekly",
+				BlastRadius: "tenant",
+				Approvals:   []v1alpha1.Approval{{Revision: "main@sha1:0123456789abcdef", Wave: "canary", By: "alice"}},
+			},
+		}
+		if err := c.Create(ctx, fro); err != nil {
+			t.Fatalf("creating a valid FleetRollout: %v", err)
+		}
+		got := &v1alpha1.FleetRollout{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(fro), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Class != v1alpha1.ClassUserWorkload {
+			t.Errorf("spec.class defaulted to %q, want %q", got.Spec.Class, v1alpha1.ClassUserWorkload)
+		}
+		if got.Spec.Rollback.OnFailure != v1alpha1.OnFailureHold {
+			t.Errorf("spec.rollback.onFailure defaulted to %q, want %q", got.Spec.Rollback.OnFailure, v1alpha1.OnFailureHold)
+		}
+		if len(got.Spec.Waves) != 3 {
+			t.Fatalf("got %d waves, want 3", len(got.Spec.Waves))
+		}
+		if s := got.Spec.Waves[2].Selector; s == nil || len(s.MatchLabels) != 0 || len(s.MatchExpressions) != 0 {
+			t.Errorf("wave all: selector {} (every remaining cluster) came back as %#v", s)
+		}
+		want := fro.Spec.DeepCopy()
+		want.Class = v1alpha1.ClassUserWorkload
+		want.Rollback.OnFailure = v1alpha1.OnFailureHold
+		if !apiequality.Semantic.DeepEqual(*want, got.Spec) {
+			t.Errorf("spec did not round-trip:\nsent %+v\ngot  %+v", *want, got.Spec)
+		}
+	})
+
+	// Written as YAML would be: no class and no rollback at all.
+	t.Run("FleetRollout without class and rollback", func(t *testing.T) {
+		u := &unstructured.Unstructured{Object: obj{
+			"apiVersion": v1alpha1.GroupVersion.String(),
+			"kind":       v1alpha1.FleetRolloutKind,
+			"metadata":   obj{"name": "from-yaml", "namespace": ns},
+			"spec":       rolloutSpec(nil),
+		}}
+		if err := c.Create(ctx, u); err != nil {
+			t.Fatalf("creating a minimal FleetRollout: %v", err)
+		}
+		got := &v1alpha1.FleetRollout{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Class != v1alpha1.ClassUserWorkload {
+			t.Errorf("spec.class defaulted to %q, want %q", got.Spec.Class, v1alpha1.ClassUserWorkload)
+		}
+		if got.Spec.Rollback.OnFailure != v1alpha1.OnFailureHold {
+			t.Errorf("spec.rollback.onFailure defaulted to %q, want %q", got.Spec.Rollback.OnFailure, v1alpha1.OnFailureHold)
+		}
+	})
+
+	t.Run("FleetCluster", func(t *testing.T) {
+		fc := &v1alpha1.FleetCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "member-1", Namespace: ns, Labels: map[string]string{"env": "prod", "tier": "canary"}},
+			Spec: v1alpha1.FleetClusterSpec{
+				KubeConfig: &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: "member-1-kubeconfig", Key: "value"}},
+				OptIns:     []string{"node-config", "platform/*"},
+				MaintenanceWindows: []v1alpha1.MaintenanceWindow{
+					{Days: []string{"Sat", "Sun"}, Start: "02:00", Duration: metav1.Duration{Duration: 4 * time.Hour}},
+					{Start: "23:30", Duration: metav1.Duration{Duration: 30 * time.Minute}},
+				},
+				Interval: &metav1.Duration{Duration: 30 * time.Second},
+			},
+		}
+		if err := c.Create(ctx, fc); err != nil {
+			t.Fatalf("creating a valid FleetCluster: %v", err)
+		}
+		got := &v1alpha1.FleetCluster{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(fc), got); err != nil {
+			t.Fatal(err)
+		}
+		if !apiequality.Semantic.DeepEqual(fc.Spec, got.Spec) {
+			t.Errorf("spec did not round-trip:\nsent %+v\ngot  %+v", fc.Spec, got.Spec)
+		}
+	})
+
+	t.Run("GateReceipt", func(t *testing.T) {
+		gr := validReceipt(ns, "deploysafe-canary-0123456789ab")
+		if err := c.Create(ctx, gr); err != nil {
+			t.Fatalf("creating a valid GateReceipt: %v", err)
+		}
+		got := &v1alpha1.GateReceipt{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(gr), got); err != nil {
+			t.Fatal(err)
+		}
+		var sent, kept any
+		if err := json.Unmarshal(gr.Spec.Evidence.Raw, &sent); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Evidence == nil {
+			t.Fatal("spec.evidence was dropped")
+		}
+		if err := json.Unmarshal(got.Spec.Evidence.Raw, &kept); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(sent, kept) {
+			t.Errorf("evidence was pruned or changed:\nsent %s\nkept %s", gr.Spec.Evidence.Raw, got.Spec.Evidence.Raw)
+		}
+		got.Spec.Evidence, gr.Spec.Evidence = nil, nil
+		if !apiequality.Semantic.DeepEqual(gr.Spec, got.Spec) {
+			t.Errorf("spec did not round-trip:\nsent %+v\ngot  %+v", gr.Spec, got.Spec)
+		}
+	})
+}
+
+func TestGateReceiptIsImmutable(t *testing.T) {
+	ctx, c, ns := setup(t)
+
+	gr := validReceipt(ns, "deploysafe-canary-0123456789ab")
+	if err := c.Create(ctx, gr); err != nil {
+		t.Fatalf("creating a valid GateReceipt: %v", err)
+	}
+	created := gr.Spec.DeepCopy()
+
+	cases := []struct {
+		name    string
+		change  func(*v1alpha1.GateReceipt)
+		allowed bool
+	}{
+		{name: "result", change: func(r *v1alpha1.GateReceipt) { r.Spec.Result = v1alpha1.ResultFail }},
+		{name: "evidence", change: func(r *v1alpha1.GateReceipt) {
+			r.Spec.Evidence = &apiextensionsv1.JSON{Raw: []byte(`{"clusters":{"member-1":{"ready":false}}}`)}
+		}},
+		{name: "evidence removed", change: func(r *v1alpha1.GateReceipt) { r.Spec.Evidence = nil }},
+		{name: "reasons", change: func(r *v1alpha1.GateReceipt) { r.Spec.Reasons = append(r.Spec.Reasons, "overridden by hand") }},
+		{name: "targets", change: func(r *v1alpha1.GateReceipt) { r.Spec.Targets = []string{"member-1"} }},
+		{name: "knownGood removed", change: func(r *v1alpha1.GateReceipt) { r.Spec.KnownGood = nil }},
+		{name: "candidate digest", change: func(r *v1alpha1.GateReceipt) { r.Spec.Candidate.Digest = "sha256:cc" }},
+		{name: "evaluatedAt", change: func(r *v1alpha1.GateReceipt) {
+			r.Spec.EvaluatedAt = metav1.NewTime(r.Spec.EvaluatedAt.Add(time.Hour))
+		}},
+		{name: "labels", allowed: true, change: func(r *v1alpha1.GateReceipt) {
+			r.Labels = map[string]string{v1alpha1.RolloutLabel: "podinfo", "audit": "reviewed"}
+		}},
+		{name: "annotations", allowed: true, change: func(r *v1alpha1.GateReceipt) {
+			r.Annotations = map[string]string{"tidegate.dev/note": "seen by ops"}
+		}},
+		{name: "nothing", allowed: true, change: func(*v1alpha1.GateReceipt) {}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &v1alpha1.GateReceipt{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(gr), r); err != nil {
+				t.Fatal(err)
+			}
+			tc.change(r)
+			err := c.Update(ctx, r)
+			if tc.allowed {
+				if err != nil {
+					t.Fatalf("changing the receipt's %s was rejected: %v", tc.name, err)
+				}
+			} else {
+				if err == nil {
+					t.Fatalf("changing the receipt's %s was accepted", tc.name)
+				}
+				if !apierrors.IsInvalid(err) {
+					t.Errorf("want an Invalid (422) error, got %T: %v", err, err)
+				}
+				if want := "a GateReceipt is immutable"; !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err.Error(), want)
+				}
+			}
+			after := &v1alpha1.GateReceipt{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(gr), after); err != nil {
+				t.Fatal(err)
+			}
+			if !apiequality.Semantic.DeepEqual(*created, after.Spec) {
+				t.Errorf("the stored spec changed:\ncreated %+v\nnow     %+v", *created, after.Spec)
+			}
+		})
+	}
+
+	t.Run("merge patch of the spec", func(t *testing.T) {
+		r := &v1alpha1.GateReceipt{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(gr), r); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Patch(ctx, r, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"result":"Fail"}}`)))
+		if err == nil || !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "a GateReceipt is immutable") {
+			t.Fatalf("patching spec.result: want an Invalid error saying the receipt is immutable, got %v", err)
+		}
+	})
+}
+
+func validReceipt(ns, name string) *v1alpha1.GateReceipt {
+	return &v1alpha1.GateReceipt{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.GateReceiptSpec{
+			Gate:    v1alpha1.GateDeploySafe,
+			Rollout: "podinfo",
+			Wave:    "canary",
+			Candidate: v1alpha1.RevisionStatus{
+				Revision: "main@sha1:0123456789abcdef0123456789abcdef01234567",
+				Digest:   "sha256:aa",
+				Source:   "podinfo-0123456789ab",
+			},
+			KnownGood: &v1alpha1.RevisionStatus{
+				Revision: "main@sha1:fedcba9876543210fedcba9876543210fedcba98",
+				Digest:   "sha256:dd",
+			},
+			Targets:      []string{"member-1", "member-2"},
+			Class:        v1alpha1.ClassUserWorkload,
+			Owner:        "team-podinfo",
+			PolicyDigest: "builtin:sha256:ee",
+			Evidence: &apiextensionsv1.JSON{Raw: []byte(`{"clusters":{"member-1":{"ready":true,"revision":"main@sha1:0123"},` +
+				`"member-2":{"ready":true,"restarts":[0,1],"nothing":null}},"window":"10m","score":0.97}`)},
+			EvidenceDigest: "sha256:bb",
+			Result:         v1alpha1.ResultPass,
+			Reasons:        []string{"all targets ready"},
+			Limits:         []string{"does not establish behaviour under load"},
+			EvaluatedAt:    metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)),
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
