@@ -152,6 +152,9 @@ func (f *Fleet) newEnv(bin, name string, crdDirs []string) *envtest.Environment 
 	return env
 }
 
+// OpenLog creates a log file in the fleet's log directory that DumpLogs prints with the others.
+func (f *Fleet) OpenLog(name string) io.Writer { return f.openLog(name) }
+
 func (f *Fleet) openLog(name string) io.Writer {
 	path := filepath.Join(f.logDir(), name)
 	file, err := os.Create(path)

@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/internal/simulator"
+)
+
+// controllerHandle is a running tidegate manager that a test can stop and replace, as a crash and a
+// restart of the controller would.
+type controllerHandle struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (h *controllerHandle) Stop(t *testing.T) {
+	t.Helper()
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("tidegate manager stopped with error: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("tidegate manager did not stop within 30s")
+	}
+}
+
+var setLoggerOnce sync.Once
+
+// startTidegate runs tidegate's controllers in-process against the fleet's hub, wired as the manager binary wires them.
+func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) *controllerHandle {
+	t.Helper()
+	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
+	setLoggerOnce.Do(func() { ctrl.SetLogger(logger) })
+	mgr, err := ctrl.NewManager(f.HubConfig, ctrl.Options{
+		Logger:  logger,
+		Scheme:  f.Scheme,
+		Cache:   controllers.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controllers.Setup(mgr, f.HubConfig, opts); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &controllerHandle{cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-h.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	return h
+}
+
+// fleetSetup is a fleet with FleetClusters for every member and a tracked GitRepository.
+type fleetSetup struct {
+	f    *localfleet.Fleet
+	repo *localfleet.GitRepo
+	sim  *simulator.Simulator
+	ns   string
+}
+
+func newFleetSetup(t *testing.T, members int, files map[string]string) (*fleetSetup, string) {
+	t.Helper()
+	f := localfleet.StartForTest(t, localfleet.Options{Members: members})
+	ctx := context.Background()
+	repo, sha, err := f.NewRepo("fleet", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &fleetSetup{f: f, repo: repo, ns: f.Namespace}
+	memberClients := map[string]client.Client{}
+	for _, m := range f.Members {
+		memberClients[m.Name] = m.Client
+	}
+	s.sim = simulator.New(memberClients, simulator.Options{})
+	simCtx, stopSim := context.WithCancel(context.Background())
+	s.sim.Start(simCtx)
+	t.Cleanup(func() { stopSim(); s.sim.Stop() })
+	for i, m := range f.Members {
+		fc := &v1alpha1.FleetCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: s.ns, Labels: map[string]string{"index": fmt.Sprint(i + 1)}},
+			Spec: v1alpha1.FleetClusterSpec{
+				KubeConfig: &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: m.KubeConfigSecret}},
+			},
+		}
+		if err := f.Hub.Create(ctx, fc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := &sourcev1.GitRepository{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: s.ns},
+		Spec: sourcev1.GitRepositorySpec{
+			URL:       repo.URL,
+			Reference: &sourcev1.GitRepositoryRef{Branch: repo.Branch},
+			Interval:  metav1.Duration{Duration: 2 * time.Second},
+		},
+	}
+	if err := f.Hub.Create(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	return s, sha
+}
+
+func (s *fleetSetup) rollout(t *testing.T, name string) *v1alpha1.FleetRollout {
+	t.Helper()
+	var fr v1alpha1.FleetRollout
+	if err := s.f.Hub.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: name}, &fr); err != nil {
+		t.Fatal(err)
+	}
+	return &fr
+}
+
+// kustomization returns the rollout's Kustomization for a cluster, or nil.
+func (s *fleetSetup) kustomization(t *testing.T, rollout, cluster string) *kustomizev1.Kustomization {
+	t.Helper()
+	var ks kustomizev1.Kustomization
+	err := s.f.Hub.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: v1alpha1.KustomizationName(rollout, cluster)}, &ks)
+	if err != nil {
+		return nil
+	}
+	return &ks
+}
+
+// waitPhase waits for the rollout's phase, and for its candidate to be rev when rev is not empty.
+func (s *fleetSetup) waitPhase(ctx context.Context, t *testing.T, name, phase, rev string) *v1alpha1.FleetRollout {
+	t.Helper()
+	var fr *v1alpha1.FleetRollout
+	eventually(ctx, t, fmt.Sprintf("rollout %s phase %s at %s", name, phase, rev), func() (bool, string) {
+		fr = s.rollout(t, name)
+		cand := ""
+		if fr.Status.Candidate != nil {
+			cand = fr.Status.Candidate.Revision
+		}
+		return fr.Status.Phase == phase && (rev == "" || cand == rev), describe(fr)
+	})
+	return fr
+}
+
+func describe(fr *v1alpha1.FleetRollout) string {
+	s := fmt.Sprintf("phase=%s wave=%s", fr.Status.Phase, fr.Status.CurrentWave)
+	if fr.Status.Candidate != nil {
+		s += " candidate=" + fr.Status.Candidate.Revision
+	}
+	for _, w := range fr.Status.Waves {
+		s += fmt.Sprintf(" [%s %s %d/%d/%d]", w.Name, w.Phase, len(w.Clusters), w.Updated, w.Healthy)
+	}
+	for _, c := range fr.Status.Conditions {
+		s += fmt.Sprintf(" {%s=%s %s: %s}", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return s
+}
+
+var _ client.Object = &v1alpha1.FleetRollout{}
