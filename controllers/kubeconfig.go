@@ -1,0 +1,144 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	fluxclient "github.com/fluxcd/pkg/runtime/client"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// Keys tried, in order, when a kubeConfig.secretRef names no key: the same defaults as Flux's Kustomization.
+var defaultKubeConfigKeys = []string{"value", "value.yaml"}
+
+// kubeConfigError is a FleetCluster whose kubeconfig cannot be used as it is: the Secret or its key is
+// missing, or its content is not a kubeconfig tidegate accepts. Only a change by the user fixes it.
+// Its message never holds any of the Secret's content.
+type kubeConfigError struct {
+	msg string
+}
+
+func (e *kubeConfigError) Error() string { return e.msg }
+
+// IsKubeConfigError tells whether err (or an error it wraps) comes from a FleetCluster's kubeconfig
+// Secret being missing or unusable, as opposed to a transient failure to read it.
+func IsKubeConfigError(err error) bool {
+	var kce *kubeConfigError
+	return errors.As(err, &kce)
+}
+
+// RESTConfigForCluster returns a rest.Config for a FleetCluster: from spec.kubeConfig.secretRef (keys: the
+// ref's key, else "value", else "value.yaml", as Flux does) in the FleetCluster's namespace, or hubConfig
+// when spec.kubeConfig is nil.
+//
+// A missing Secret or key and an unusable kubeconfig give an error for which IsKubeConfigError is true;
+// other errors (reading the Secret failed) are transient. Errors name the Secret and never quote its content.
+// Kubeconfigs that reference local files or run exec or auth-provider plugins are refused: the
+// kubeconfig comes from a Secret that any fleet author may write, and must not make the controller read
+// its own files or run programs.
+func RESTConfigForCluster(ctx context.Context, c client.Reader, hubConfig *rest.Config, fc *v1alpha1.FleetCluster) (*rest.Config, error) {
+	if fc.Spec.KubeConfig == nil {
+		if hubConfig == nil {
+			return nil, fmt.Errorf("fleetcluster %s/%s: no kubeConfig and no hub config to fall back to", fc.Namespace, fc.Name)
+		}
+		return rest.CopyConfig(hubConfig), nil
+	}
+	ref := fc.Spec.KubeConfig.SecretRef
+	if ref == nil || ref.Name == "" {
+		return nil, &kubeConfigError{msg: fmt.Sprintf(
+			"fleetcluster %s/%s: spec.kubeConfig has no secretRef: set spec.kubeConfig.secretRef.name to a Secret holding the member's kubeconfig (configMapRef is not supported)",
+			fc.Namespace, fc.Name)}
+	}
+	key := types.NamespacedName{Namespace: fc.Namespace, Name: ref.Name}
+	var secret corev1.Secret
+	if err := c.Get(ctx, key, &secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &kubeConfigError{msg: fmt.Sprintf(
+				"fleetcluster %s/%s: kubeconfig Secret %s not found: create it with the member's kubeconfig under key %q, or fix spec.kubeConfig.secretRef.name",
+				fc.Namespace, fc.Name, key, keyHint(ref.Key))}
+		}
+		return nil, fmt.Errorf("fleetcluster %s/%s: reading kubeconfig Secret %s: %w", fc.Namespace, fc.Name, key, err)
+	}
+	data, dataKey, err := kubeConfigData(&secret, ref.Key)
+	if err != nil {
+		return nil, &kubeConfigError{msg: fmt.Sprintf("fleetcluster %s/%s: %s", fc.Namespace, fc.Name, err)}
+	}
+	cfg, err := restConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, &kubeConfigError{msg: fmt.Sprintf(
+			"fleetcluster %s/%s: invalid kubeconfig in Secret %s key %q: %s: put a self-contained kubeconfig (inline certificate and key data or token) in that key",
+			fc.Namespace, fc.Name, key, dataKey, err)}
+	}
+	return cfg, nil
+}
+
+// kubeConfigData picks the kubeconfig out of secret: the named key, else the first default key present.
+func kubeConfigData(secret *corev1.Secret, key string) ([]byte, string, error) {
+	name := secret.Namespace + "/" + secret.Name
+	if key != "" {
+		if v := secret.Data[key]; len(v) > 0 {
+			return v, key, nil
+		}
+		return nil, key, fmt.Errorf("kubeconfig Secret %s has no key %q: add the kubeconfig under that key, or fix spec.kubeConfig.secretRef.key", name, key)
+	}
+	for _, k := range defaultKubeConfigKeys {
+		if v := secret.Data[k]; len(v) > 0 {
+			return v, k, nil
+		}
+	}
+	return nil, "", fmt.Errorf("kubeconfig Secret %s has neither key %q nor %q: add the kubeconfig under %q, or name its key in spec.kubeConfig.secretRef.key",
+		name, defaultKubeConfigKeys[0], defaultKubeConfigKeys[1], defaultKubeConfigKeys[0])
+}
+
+func keyHint(key string) string {
+	if key != "" {
+		return key
+	}
+	return defaultKubeConfigKeys[0]
+}
+
+// yamlErrorLine finds the position in a YAML parser error, the one part of it that is safe to repeat.
+var yamlErrorLine = regexp.MustCompile(`line [0-9]+`)
+
+// restConfigFromKubeConfig parses and vets a kubeconfig. Its errors describe what is wrong without
+// quoting the input: parser errors can echo the offending value, which may be a key or a token.
+func restConfigFromKubeConfig(data []byte) (*rest.Config, error) {
+	raw, err := clientcmd.Load(data)
+	if err != nil {
+		if line := yamlErrorLine.FindString(err.Error()); line != "" {
+			return nil, fmt.Errorf("it does not parse as a kubeconfig (error at %s)", line)
+		}
+		return nil, errors.New("it does not parse as a kubeconfig")
+	}
+	// Flux's check: certificate, key and token files on the controller's disk are refused.
+	if err := fluxclient.ValidateKubeConfig(raw); err != nil {
+		return nil, err
+	}
+	for name, user := range raw.AuthInfos {
+		switch {
+		case user.Exec != nil:
+			return nil, fmt.Errorf("user '%s' uses an exec credential plugin, which tidegate does not run", name)
+		case user.AuthProvider != nil:
+			return nil, fmt.Errorf("user '%s' uses an auth-provider plugin, which tidegate does not run", name)
+		}
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, errors.New("it names no cluster, user and current-context")
+	}
+	if err != nil {
+		// These are validation errors that name contexts, clusters and users, never credentials.
+		return nil, fmt.Errorf("it is incomplete: %s", strings.TrimSpace(err.Error()))
+	}
+	return cfg, nil
+}
