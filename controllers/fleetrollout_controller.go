@@ -42,7 +42,7 @@ type FleetRolloutReconciler struct {
 	// Now returns the time; nil means time.Now.
 	Now func() time.Time
 	// TestHook, when set, is called before each write with its name ("pin:<revision>",
-	// "switch:<cluster>"); an error aborts the reconcile there, as a crash would.
+	// "switch:<cluster>", "rollback:<cluster>"); an error aborts the reconcile there, as a crash would.
 	TestHook func(point string) error
 }
 
@@ -226,7 +226,11 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, fr *v1alpha1.FleetRoll
 				continue
 			}
 		}
-		if err := r.hook("switch:" + c); err != nil {
+		point := "switch:"
+		if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
+			point = "rollback:"
+		}
+		if err := r.hook(point + c); err != nil {
 			return err
 		}
 		wrote, err := applyKustomization(ctx, r.Client, r.Scheme(), fr, desired, existing[c])

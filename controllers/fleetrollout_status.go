@@ -63,7 +63,7 @@ func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting string) {
 	if fr.Spec.Hold != nil {
 		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.HeldReason, "%s", capMessage("spec.hold: "+fr.Spec.Hold.Reason))
 	} else if st.Phase == v1alpha1.PhaseHeld {
-		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.GateFailedReason, "%s", capMessage(failedWaveMessage(st)))
+		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.GateFailedReason, "%s", capMessage(failedWaveMessage(fr)))
 	} else {
 		conditions.Delete(fr, v1alpha1.HeldCondition)
 	}
@@ -83,7 +83,7 @@ func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting string) {
 		conditions.Delete(fr, meta.ReconcilingCondition)
 	case v1alpha1.PhaseRolledBack:
 		msg := fmt.Sprintf("revision %s was rolled back to %s", st.Candidate.Revision, st.LastKnownGood.Revision)
-		if reasons := failedWaveMessage(st); reasons != "" {
+		if reasons := failedWaveMessage(fr); reasons != "" {
 			msg += ": " + reasons
 		}
 		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.RolledBackReason, "%s", capMessage(msg))
@@ -95,7 +95,7 @@ func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting string) {
 		msg := waiting
 		if fr.Spec.Hold != nil {
 			msg = "held: " + fr.Spec.Hold.Reason
-		} else if m := failedWaveMessage(st); m != "" {
+		} else if m := failedWaveMessage(fr); m != "" {
 			msg = m
 			if fr.OnFailure() == v1alpha1.OnFailureRollback && st.LastKnownGood == nil {
 				msg += "; no known-good revision to roll back to"
@@ -115,13 +115,17 @@ func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting string) {
 	}
 }
 
-// failedWaveMessage names the failed wave, its gate and receipt.
-func failedWaveMessage(st *v1alpha1.FleetRolloutStatus) string {
-	for _, w := range st.Waves {
+// failedWaveMessage names the failed wave, its gate and receipt, with the gate's reasons.
+func failedWaveMessage(fr *v1alpha1.FleetRollout) string {
+	for _, w := range fr.Status.Waves {
 		for _, g := range w.Gates {
-			if g.Result == v1alpha1.ResultFail {
-				return fmt.Sprintf("gate %s failed for wave %s (receipt %s)", g.Gate, w.Name, g.Receipt)
+			if g.Result != v1alpha1.ResultFail {
+				continue
 			}
+			if c := conditions.Get(fr, g.Gate); c != nil && c.Status == metav1.ConditionFalse {
+				return fmt.Sprintf("gate %s failed: %s", g.Gate, c.Message)
+			}
+			return fmt.Sprintf("gate %s failed for wave %s (receipt %s)", g.Gate, w.Name, g.Receipt)
 		}
 	}
 	return ""

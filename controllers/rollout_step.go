@@ -313,7 +313,15 @@ func retry(fr *v1alpha1.FleetRollout, target string, now metav1.Time) {
 		}
 	}
 	st.Rejected = kept
-	if st.Phase != v1alpha1.PhaseHeld || st.Candidate == nil || st.Candidate.Revision != target {
+	if st.Candidate == nil || st.Candidate.Revision != target {
+		return
+	}
+	if st.Phase == v1alpha1.PhaseRolledBack {
+		// Start the candidate afresh, from its first wave.
+		st.Candidate, st.Waves, st.Phase = nil, nil, v1alpha1.PhaseIdle
+		return
+	}
+	if st.Phase != v1alpha1.PhaseHeld {
 		return
 	}
 	for i := range st.Waves {

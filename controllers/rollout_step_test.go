@@ -1,0 +1,235 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/fleets"
+)
+
+// sim plays the engine and Flux taking turns over a pure world: the engine steps, then every cluster's
+// Kustomization does what desiredTargets asks and reports Ready (or failed, for broken clusters).
+type sim struct {
+	t       *testing.T
+	fr      *v1alpha1.FleetRollout
+	inv     fleets.Inventory
+	ks      map[string]ksObservation
+	broken  map[string]bool // cluster → the candidate fails there
+	now     time.Time
+	log     []string
+	lastLog string
+}
+
+func newSim(t *testing.T, clusters ...string) *sim {
+	one := int32(1)
+	soak := &metav1.Duration{Duration: 10 * time.Second}
+	s := &sim{t: t, ks: map[string]ksObservation{}, broken: map[string]bool{}, now: time.Unix(1_000_000, 0)}
+	s.fr = &v1alpha1.FleetRollout{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
+		Spec: v1alpha1.FleetRolloutSpec{
+			SourceRef: v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"},
+			Waves: []v1alpha1.Wave{
+				{Name: "canary", Count: &one, Soak: soak},
+				{Name: "rest", Selector: &metav1.LabelSelector{}, Soak: soak},
+			},
+		},
+	}
+	for _, c := range clusters {
+		s.inv = append(s.inv, fleets.Cluster{Name: c})
+	}
+	return s
+}
+
+// run steps until the phase is want (or 200 turns), deciding gates with the built-in evaluator.
+func (s *sim) run(target, want string) {
+	s.t.Helper()
+	for turn := 0; turn < 200; turn++ {
+		plan, err := fleets.Plan(fleets.Input{Rollout: s.fr, Inventory: s.inv})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		w := &world{Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now}
+		if c := s.fr.Status.Candidate; c != nil {
+			w.Candidate = sourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
+		}
+		res := step(s.fr, w)
+		if res.GateWave >= 0 {
+			wv := &s.fr.Status.Waves[res.GateWave]
+			req := GateRequest{Gate: v1alpha1.GateNoDisruption, Wave: wv, Clusters: map[string]ClusterObservation{}, Now: s.now, Soak: 10 * time.Second}
+			for _, c := range wv.Clusters {
+				o := s.ks[c]
+				req.Clusters[c] = ClusterObservation{Exists: o.Exists, AtCandidate: o.readyAt(s.fr.Status.Candidate.Source, s.fr.Status.Candidate.Revision)}
+			}
+			d, err := BuiltinGates{}.Evaluate(context.Background(), req)
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			applyGate(s.fr, res.GateWave, req.Gate, d, "receipt", s.now)
+		}
+		s.note()
+		if s.fr.Status.Phase == want {
+			return
+		}
+		s.flux(plan)
+		s.now = s.now.Add(2 * time.Second)
+	}
+	s.t.Fatalf("never reached %s:\n%s", want, strings.Join(s.log, "\n"))
+}
+
+// flux applies what the recorded status asks for and reports health.
+func (s *sim) flux(plan fleets.WavePlan) {
+	existing := map[string]*kustomizev1.Kustomization{}
+	for c, o := range s.ks {
+		if o.Exists {
+			existing[c] = &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
+		}
+	}
+	for c, tg := range desiredTargets(s.fr, plan, existing) {
+		o := ksObservation{Exists: true, Source: tg.Source, Current: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue, LastApplied: tg.Revision}
+		if s.broken[c] && s.fr.Status.Candidate != nil && tg.Revision == s.fr.Status.Candidate.Revision {
+			o.Ready, o.Reason, o.LastApplied = metav1.ConditionFalse, "HealthCheckFailed", s.ks[c].LastApplied
+		}
+		s.ks[c] = o
+	}
+}
+
+func (s *sim) note() {
+	st := s.fr.Status
+	line := st.Phase
+	for _, w := range st.Waves {
+		line += fmt.Sprintf(" %s=%s%v", w.Name, w.Phase, w.Clusters)
+	}
+	if st.LastKnownGood != nil {
+		line += " knownGood=" + st.LastKnownGood.Revision
+	}
+	if line != s.lastLog {
+		s.log = append(s.log, line)
+		s.lastLog = line
+	}
+}
+
+func (s *sim) expect(want ...string) {
+	s.t.Helper()
+	if got := strings.Join(s.log, "\n"); got != strings.Join(want, "\n") {
+		s.t.Errorf("narrative:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	s.log = nil
+}
+
+func TestStepNarratives(t *testing.T) {
+	t.Run("first rollout then an update, wave by wave", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.expect(
+			"Progressing canary=Pending[] rest=Pending[]",
+			"Progressing canary=Progressing[a] rest=Pending[]",
+			"Progressing canary=Soaking[a] rest=Pending[]",
+			"Progressing canary=Succeeded[a] rest=Pending[]",
+			"Progressing canary=Succeeded[a] rest=Progressing[b c]",
+			"Progressing canary=Succeeded[a] rest=Soaking[b c]",
+			"Progressing canary=Succeeded[a] rest=Succeeded[b c]",
+			"Completed canary=Succeeded[a] rest=Succeeded[b c] knownGood=r1",
+		)
+		s.run("r2", v1alpha1.PhaseCompleted)
+		if s.fr.Status.LastKnownGood.Revision != "r2" || s.ks["c"].LastApplied != "r2" {
+			t.Errorf("after r2: %+v %+v", s.fr.Status.LastKnownGood, s.ks["c"])
+		}
+	})
+	t.Run("broken canary holds; the rest never switch", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.log = nil
+		s.broken["a"] = true
+		s.run("r2", v1alpha1.PhaseHeld)
+		s.expect(
+			"Progressing canary=Pending[] rest=Pending[] knownGood=r1",
+			"Progressing canary=Progressing[a] rest=Pending[] knownGood=r1",
+			"Held canary=Failed[a] rest=Pending[] knownGood=r1",
+		)
+		if s.ks["b"].LastApplied != "r1" || s.ks["c"].LastApplied != "r1" {
+			t.Errorf("clusters outside the canary switched: %+v", s.ks)
+		}
+	})
+	t.Run("broken canary rolls back and the candidate is rejected", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.log = nil
+		s.broken["a"] = true
+		s.run("r2", v1alpha1.PhaseRolledBack)
+		s.expect(
+			"Progressing canary=Pending[] rest=Pending[] knownGood=r1",
+			"Progressing canary=Progressing[a] rest=Pending[] knownGood=r1",
+			"RollingBack canary=Failed[a] rest=Pending[] knownGood=r1",
+			"RolledBack canary=RolledBack[a] rest=Pending[] knownGood=r1",
+		)
+		if s.ks["a"].LastApplied != "r1" || !s.fr.IsRejected("r2") {
+			t.Errorf("canary at %q, rejected %+v", s.ks["a"].LastApplied, s.fr.Status.Rejected)
+		}
+		// The rejected revision is not retried until spec.retry changes.
+		s.run("r2", v1alpha1.PhaseRolledBack)
+		s.broken["a"] = false
+		s.fr.Spec.Retry = "1"
+		s.run("r2", v1alpha1.PhaseCompleted)
+		if s.fr.Status.LastKnownGood.Revision != "r2" {
+			t.Errorf("retry did not roll r2 out: %+v", s.fr.Status)
+		}
+	})
+	t.Run("a first rollout that fails has nothing to roll back to and holds", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+		s.broken["a"] = true
+		s.run("r1", v1alpha1.PhaseHeld)
+		if s.fr.Status.LastKnownGood != nil || s.ks["b"].Exists {
+			t.Errorf("a failed first rollout must not touch other clusters: %+v", s.ks)
+		}
+	})
+	t.Run("hold stops before the next wave; clearing it resumes", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.fr.Spec.Hold = &v1alpha1.Hold{Reason: "freeze"}
+		s.log = nil
+		s.run("r2", v1alpha1.PhaseHeld)
+		for i := 0; i < 5; i++ {
+			s.run("r2", v1alpha1.PhaseHeld)
+		}
+		if s.fr.Status.Waves[0].Phase != v1alpha1.WavePending {
+			t.Errorf("a wave started while held: %+v", s.fr.Status.Waves)
+		}
+		s.fr.Spec.Hold = nil
+		s.run("r2", v1alpha1.PhaseCompleted)
+	})
+	t.Run("a newer revision waits for the one in progress", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.run("r2", v1alpha1.PhaseProgressing)
+		for i := 0; i < 3; i++ {
+			s.run("r2", v1alpha1.PhaseProgressing)
+			s.flux(mustPlan(t, s))
+		}
+		s.run("r3", v1alpha1.PhaseCompleted)
+		if s.fr.Status.Candidate.Revision != "r2" {
+			t.Fatalf("r3 superseded r2 mid-rollout: %+v", s.fr.Status.Candidate)
+		}
+		s.run("r3", v1alpha1.PhaseProgressing)
+		s.run("r3", v1alpha1.PhaseCompleted)
+		if s.fr.Status.LastKnownGood.Revision != "r3" {
+			t.Errorf("r3 never rolled out after r2: %+v", s.fr.Status)
+		}
+	})
+}
+
+func mustPlan(t *testing.T, s *sim) fleets.WavePlan {
+	p, err := fleets.Plan(fleets.Input{Rollout: s.fr, Inventory: s.inv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
