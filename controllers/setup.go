@@ -3,8 +3,8 @@ package controllers
 import (
 	"fmt"
 
-	fluxevents "github.com/fluxcd/pkg/runtime/events"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	fluxevents "github.com/fluxcd/pkg/runtime/events"
 	"github.com/fluxcd/pkg/runtime/metrics"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
