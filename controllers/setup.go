@@ -39,6 +39,14 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)
 	}
+	clusters := &FleetClusterReconciler{
+		Client:        mgr.GetClient(),
+		EventRecorder: mgr.GetEventRecorderFor(controllerName),
+		HubConfig:     hubConfig,
+	}
+	if err := clusters.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the fleetcluster controller: %w", err)
+	}
 	return nil
 }
 
