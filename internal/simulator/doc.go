@@ -1,0 +1,3 @@
+// Package simulator plays kubelet and kube-controller-manager for node-less member clusters, moving
+// Deployment, StatefulSet and DaemonSet status the way a healthy (or a deliberately broken) cluster would.
+package simulator

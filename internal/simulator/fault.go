@@ -1,0 +1,160 @@
+package simulator
+
+import (
+	"fmt"
+	"time"
+)
+
+// Mode is how a faulty workload misbehaves.
+type Mode string
+
+const (
+	// NeverAvailable: pods never become ready (a crash loop). A rollout of a new generation never completes
+	// and a Deployment's progress deadline eventually expires; a generation that had already rolled out
+	// loses its availability at once, as a crash-looping workload does.
+	NeverAvailable Mode = "NeverAvailable"
+	// LoseAvailability: the workload rolls out and is healthy, then After later its pods stop being ready.
+	LoseAvailability Mode = "LoseAvailability"
+	// Slow: a new generation becomes healthy only Delay after it was first seen.
+	Slow Mode = "Slow"
+)
+
+// ParseMode returns the Mode named s, for callers that take a mode from a person (a CLI flag).
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case NeverAvailable, LoseAvailability, Slow:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown fault mode %q: use %s, %s or %s", s, NeverAvailable, LoseAvailability, Slow)
+}
+
+// Fault is a misbehaviour injected into the workloads of one member cluster.
+type Fault struct {
+	// Workload is the name ("web") or namespace/name ("demo/web") of the Deployment, StatefulSet or DaemonSet
+	// it applies to; "" applies it to every workload of the cluster. A named fault wins over the "" one.
+	Workload string
+	// Mode says how the workload misbehaves.
+	Mode Mode
+	// After is how long a LoseAvailability workload stays healthy, counted from when its current generation
+	// became healthy or from SetFault, whichever is later (so a fault set on a long-healthy workload does not
+	// fire at once).
+	After time.Duration
+	// Delay is how long a Slow workload's new generation takes to become healthy, counted from when the
+	// generation was first seen or from SetFault, whichever is later.
+	Delay time.Duration
+}
+
+// activeFault is a Fault with the time it was set, which the After and Delay clocks never start before.
+type activeFault struct {
+	Fault
+	since time.Time
+}
+
+// tracked is what the simulator remembers about one workload: only what its status cannot carry, all of it
+// keyed by generation so that a new revision starts over (a slow cluster is slow again for it).
+type tracked struct {
+	uid        string
+	generation int64
+	// firstSeen is when this generation was first seen; Slow delays and progress deadlines count from it.
+	firstSeen time.Time
+	// rolledOutAt is when this generation first had all its pods ready; zero until then. A rolled-out
+	// generation keeps Progressing=NewReplicaSetAvailable even when its pods later fail, as in a real cluster.
+	rolledOutAt time.Time
+}
+
+// verdict is what the pods of a workload's current generation are doing, the only input the status
+// functions need besides the object.
+type verdict struct {
+	// ready: every pod of the current generation is ready and available.
+	ready bool
+	// rolledOut: the current generation finished rolling out at some point (now or before).
+	rolledOut bool
+	// deadlineExceeded: the generation has not rolled out within the Deployment's progress deadline.
+	deadlineExceeded bool
+}
+
+// assess decides what the pods of t's generation are doing at now under fault f (nil: none), recording
+// the moment the generation first rolls out. pods is how many pods the workload wants: faults are about
+// pods, so a workload scaled to zero rolls out at once whatever the fault. deadline is the Deployment's
+// progress deadline, 0 for none.
+func (t *tracked) assess(f *activeFault, pods int32, deadline time.Duration, now time.Time) verdict {
+	rolledOut := !t.rolledOutAt.IsZero()
+	ready := true
+	if f != nil && pods > 0 {
+		switch f.Mode {
+		case NeverAvailable:
+			ready = false
+		case Slow:
+			if !rolledOut {
+				ready = !now.Before(later(t.firstSeen, f.since).Add(f.Delay))
+			}
+		case LoseAvailability:
+			if rolledOut {
+				ready = now.Before(later(t.rolledOutAt, f.since).Add(f.After))
+			}
+		}
+	}
+	if ready && !rolledOut {
+		t.rolledOutAt = now
+		rolledOut = true
+	}
+	return verdict{
+		ready:            ready,
+		rolledOut:        rolledOut,
+		deadlineExceeded: !rolledOut && deadline > 0 && now.Sub(t.firstSeen) > deadline,
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// SetFault injects f into cluster, replacing any fault set before for the same f.Workload; it takes effect
+// on the next pass. It panics on an unknown cluster or mode: both are mistakes in the calling test that
+// would otherwise pass silently with a healthy workload (ParseMode checks a mode taken from a person).
+func (s *Simulator) SetFault(cluster string, f Fault) {
+	if _, ok := s.members[cluster]; !ok {
+		panic(fmt.Sprintf("simulator: SetFault on unknown cluster %q (known: %v)", cluster, s.Clusters()))
+	}
+	if _, err := ParseMode(string(f.Mode)); err != nil {
+		panic(fmt.Sprintf("simulator: SetFault on cluster %q: %v", cluster, err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.faults[cluster] == nil {
+		s.faults[cluster] = map[string]activeFault{}
+	}
+	s.faults[cluster][f.Workload] = activeFault{Fault: f, since: time.Now()}
+}
+
+// ClearFault removes the fault set on cluster for workload (exactly as it was given in Fault.Workload;
+// "" removes the cluster-wide fault, not the named ones). The workload recovers on the next pass.
+func (s *Simulator) ClearFault(cluster, workload string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.faults[cluster], workload)
+}
+
+// ClearFaults removes every fault set on cluster.
+func (s *Simulator) ClearFaults(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.faults, cluster)
+}
+
+// faultFor returns the fault that applies to workload namespace/name on cluster, or nil. It returns a copy
+// so that the caller can use it without the lock while a test changes faults.
+func (s *Simulator) faultFor(cluster, namespace, name string) *activeFault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := s.faults[cluster]
+	for _, key := range []string{namespace + "/" + name, name, ""} {
+		if f, ok := fs[key]; ok {
+			return &f
+		}
+	}
+	return nil
+}

@@ -1,0 +1,248 @@
+package simulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Options tunes a Simulator.
+type Options struct {
+	// Interval between two passes over a member cluster. Defaults to 300ms: quick enough that a healthy
+	// workload looks promptly healthy to a kustomize-controller health check, cheap for a few clusters.
+	Interval time.Duration
+	// Nodes is how many nodes each member cluster pretends to have: the number of pods a DaemonSet runs.
+	// Defaults to 1.
+	Nodes int
+}
+
+// Simulator moves the status of Deployments, StatefulSets and DaemonSets in a set of member clusters
+// the way kube-controller-manager and kubelets would, with faults injected per cluster. It is safe for
+// concurrent use: tests change faults while it runs.
+type Simulator struct {
+	opts    Options
+	members map[string]*member
+
+	mu     sync.Mutex
+	faults map[string]map[string]activeFault // cluster → Fault.Workload → fault
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// member is one cluster's worker state. Its lock makes a pass exclusive, so Sync from a test and the
+// background loop never interleave their bookkeeping.
+type member struct {
+	name   string
+	client client.Client
+
+	mu      sync.Mutex
+	tracked map[string]*tracked // kind/namespace/name → what its status cannot carry
+	lastErr string
+}
+
+// New returns a Simulator for members (cluster name → admin client of its API server). It does nothing
+// until Start or Sync.
+func New(members map[string]client.Client, opts Options) *Simulator {
+	if opts.Interval <= 0 {
+		opts.Interval = 300 * time.Millisecond
+	}
+	if opts.Nodes <= 0 {
+		opts.Nodes = 1
+	}
+	s := &Simulator{opts: opts, members: map[string]*member{}, faults: map[string]map[string]activeFault{}}
+	for name, c := range members {
+		s.members[name] = &member{name: name, client: c, tracked: map[string]*tracked{}}
+	}
+	return s
+}
+
+// Clusters returns the names of the member clusters, sorted.
+func (s *Simulator) Clusters() []string {
+	names := make([]string, 0, len(s.members))
+	for n := range s.members {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Start runs one goroutine per member cluster, each making a pass every Interval until ctx ends or Stop
+// is called. The logger is taken from ctx. Calling Start again, while running or after Stop, does nothing:
+// a Simulator runs once.
+func (s *Simulator) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	for _, m := range s.members {
+		s.done.Add(1)
+		go func() {
+			defer s.done.Done()
+			s.run(ctx, m)
+		}()
+	}
+}
+
+// Stop stops the goroutines started by Start and waits for them. Safe to call twice or without Start.
+func (s *Simulator) Stop() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.done.Wait()
+}
+
+func (s *Simulator) run(ctx context.Context, m *member) {
+	logger := log.FromContext(ctx).WithValues("cluster", m.name)
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		_, err := s.pass(ctx, m)
+		// A cluster that stays broken (an unreachable member, a stopped API server) would otherwise log the
+		// same error every Interval; log only when the error changes.
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != m.lastErr && ctx.Err() == nil {
+			if err != nil {
+				logger.Error(err, "simulating workload status")
+			} else {
+				logger.Info("simulating workload status again")
+			}
+			m.lastErr = msg
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sync makes one pass over cluster now and returns how many statuses it wrote. Tests use it to reach a
+// state without waiting for the loop, and to show that a pass over unchanged objects writes nothing.
+func (s *Simulator) Sync(ctx context.Context, cluster string) (int, error) {
+	m, ok := s.members[cluster]
+	if !ok {
+		return 0, fmt.Errorf("simulator has no member cluster %q (known: %v)", cluster, s.Clusters())
+	}
+	return s.pass(ctx, m)
+}
+
+// pass lists the three kinds in every namespace of m and writes each status that differs from the one a
+// cluster would show now. Conflicts and deleted objects are left to the next pass, which reads them anew.
+func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	nodes := int32(s.opts.Nodes)
+	seen := map[string]bool{}
+	written := 0
+	var errs []error
+	write := func(kind string, obj client.Object, changed bool) {
+		if !changed {
+			return
+		}
+		err := m.client.Status().Update(ctx, obj)
+		switch {
+		case err == nil:
+			written++
+			log.FromContext(ctx).V(1).Info("wrote workload status", "cluster", m.name, "kind", kind,
+				"namespace", obj.GetNamespace(), "name", obj.GetName(), "generation", obj.GetGeneration())
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		default:
+			errs = append(errs, fmt.Errorf("writing status of %s %s/%s on cluster %s: %w",
+				kind, obj.GetNamespace(), obj.GetName(), m.name, err))
+		}
+	}
+
+	var deps appsv1.DeploymentList
+	if err := m.client.List(ctx, &deps); err != nil {
+		errs = append(errs, fmt.Errorf("listing Deployments on cluster %s: %w", m.name, err))
+	}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		if d.DeletionTimestamp != nil {
+			continue
+		}
+		t := m.track("Deployment", d, seen, now, deploymentRolledOut(d))
+		v := t.assess(s.faultFor(m.name, d.Namespace, d.Name), replicas(d.Spec.Replicas), progressDeadline(d), now)
+		st := deploymentStatus(d, v, now)
+		changed := !equality.Semantic.DeepEqual(d.Status, st)
+		d.Status = st
+		write("Deployment", d, changed)
+	}
+
+	var sts appsv1.StatefulSetList
+	if err := m.client.List(ctx, &sts); err != nil {
+		errs = append(errs, fmt.Errorf("listing StatefulSets on cluster %s: %w", m.name, err))
+	}
+	for i := range sts.Items {
+		o := &sts.Items[i]
+		if o.DeletionTimestamp != nil {
+			continue
+		}
+		t := m.track("StatefulSet", o, seen, now, statefulSetRolledOut(o))
+		st := statefulSetStatus(o, t.assess(s.faultFor(m.name, o.Namespace, o.Name), replicas(o.Spec.Replicas), 0, now))
+		changed := !equality.Semantic.DeepEqual(o.Status, st)
+		o.Status = st
+		write("StatefulSet", o, changed)
+	}
+
+	var dss appsv1.DaemonSetList
+	if err := m.client.List(ctx, &dss); err != nil {
+		errs = append(errs, fmt.Errorf("listing DaemonSets on cluster %s: %w", m.name, err))
+	}
+	for i := range dss.Items {
+		o := &dss.Items[i]
+		if o.DeletionTimestamp != nil {
+			continue
+		}
+		t := m.track("DaemonSet", o, seen, now, daemonSetRolledOut(o, nodes))
+		st := daemonSetStatus(o, nodes, t.assess(s.faultFor(m.name, o.Namespace, o.Name), nodes, 0, now))
+		changed := !equality.Semantic.DeepEqual(o.Status, st)
+		o.Status = st
+		write("DaemonSet", o, changed)
+	}
+
+	// Forget what was deleted, unless a list failed: then absence says nothing.
+	if len(errs) == 0 {
+		for k := range m.tracked {
+			if !seen[k] {
+				delete(m.tracked, k)
+			}
+		}
+	}
+	return written, errors.Join(errs...)
+}
+
+// track returns the record of obj, starting a new one when obj is new, was recreated (new UID) or has a
+// new generation. A new record of a generation whose status already shows it rolled out (a simulator
+// started next to a healthy cluster) counts as rolled out now, so Slow does not replay an old rollout.
+func (m *member) track(kind string, obj client.Object, seen map[string]bool, now time.Time, rolledOut bool) *tracked {
+	key := kind + "/" + obj.GetNamespace() + "/" + obj.GetName()
+	seen[key] = true
+	t := m.tracked[key]
+	if t == nil || t.uid != string(obj.GetUID()) || t.generation != obj.GetGeneration() {
+		t = &tracked{uid: string(obj.GetUID()), generation: obj.GetGeneration(), firstSeen: now}
+		if rolledOut {
+			t.rolledOutAt = now
+		}
+		m.tracked[key] = t
+	}
+	return t
+}

@@ -1,0 +1,277 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tidegate/tidegate/internal/testbin"
+)
+
+// One member API server (envtest: kube-apiserver and etcd, no nodes, no controllers — a member cluster as
+// the sandbox has them), started in TestMain. envErr says why it is not there; every test that needs it
+// fails with that error, it never skips.
+var (
+	memberClient client.Client
+	envErr       error
+)
+
+const (
+	cluster  = "member-1"
+	interval = 100 * time.Millisecond
+	waitFor  = 30 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	env, err := startMember()
+	if err != nil {
+		envErr = err
+		fmt.Fprintf(os.Stderr, "envtest not started, the simulator's API server tests will fail: %v\n", err)
+	}
+	code := m.Run()
+	if env != nil {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+func startMember() (*envtest.Environment, error) {
+	bin, err := testbin.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: bin}
+	cfg, err := env.Start()
+	if err != nil {
+		// Start may have left etcd or kube-apiserver running; stop what it started.
+		_ = env.Stop()
+		return nil, fmt.Errorf("starting the member API server: %w", err)
+	}
+	memberClient, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return env, nil
+}
+
+// start returns a running simulator of the member and a fresh namespace for the test's workloads. Tests
+// run one after another, each with its own simulator, so that one test's faults never reach another's
+// workloads through a second simulator; faults name their workload as namespace/name for the same reason.
+func start(t *testing.T) (*Simulator, string) {
+	t.Helper()
+	if envErr != nil {
+		t.Fatalf("no member API server: %v", envErr)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sim-"}}
+	if err := memberClient.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	s := New(map[string]client.Client{cluster: memberClient}, Options{Interval: interval})
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Start(ctx)
+	t.Cleanup(func() { s.Stop(); cancel() })
+	return s, ns.Name
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := memberClient.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %s: %v", obj.GetName(), err)
+	}
+}
+
+// observe reads obj anew and returns its kstatus.
+func observe(t *testing.T, obj client.Object) status.Status {
+	t.Helper()
+	if err := memberClient.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatalf("reading %s: %v", obj.GetName(), err)
+	}
+	return kstatusOf(t, obj)
+}
+
+// waitUntil polls obj until its kstatus satisfies ok and returns the statuses seen on the way, in order.
+func waitUntil(t *testing.T, obj client.Object, what string, ok func(status.Status) bool) []status.Status {
+	t.Helper()
+	var seen []status.Status
+	deadline := time.Now().Add(waitFor)
+	for {
+		st := observe(t, obj)
+		if len(seen) == 0 || seen[len(seen)-1] != st {
+			seen = append(seen, st)
+		}
+		if ok(st) {
+			return seen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%T %s never became %s; kstatus seen: %v; object: %+v", obj, obj.GetName(), what, seen, obj)
+		}
+		time.Sleep(interval / 2)
+	}
+}
+
+func is(want status.Status) func(status.Status) bool {
+	return func(s status.Status) bool { return s == want }
+}
+func isNot(want status.Status) func(status.Status) bool {
+	return func(s status.Status) bool { return s != want }
+}
+
+// inNamespace puts the test fixtures of status_test.go into ns, without the fields only the API server sets.
+func inNamespace[T client.Object](obj T, ns string) T {
+	obj.SetNamespace(ns)
+	obj.SetUID("")
+	obj.SetGeneration(0)
+	return obj
+}
+
+func TestOnAPIServerHealthyWorkloadsBecomeCurrentAndAreNotRewritten(t *testing.T) {
+	s, ns := start(t)
+	objs := []client.Object{
+		inNamespace(deployment(3), ns), inNamespace(statefulSet(2), ns), inNamespace(daemonSet(), ns),
+	}
+	for _, o := range objs {
+		create(t, o)
+	}
+	for _, o := range objs {
+		waitUntil(t, o, "Current", is(status.CurrentStatus))
+	}
+
+	// No churn: neither the background passes nor one more pass write over unchanged objects. The wait
+	// is longer than a second because the API stores times to the second: a condition time recomputed on
+	// every pass would show only once the clock crosses into the next second.
+	rvs := map[string]string{}
+	for _, o := range objs {
+		rvs[o.GetName()] = o.GetResourceVersion()
+	}
+	time.Sleep(time.Second + 5*interval)
+	if n, err := s.Sync(context.Background(), cluster); err != nil || n != 0 {
+		t.Fatalf("Sync over unchanged objects wrote %d statuses (err %v), want 0", n, err)
+	}
+	for _, o := range objs {
+		if observe(t, o); o.GetResourceVersion() != rvs[o.GetName()] {
+			t.Errorf("%s was rewritten with nothing changed: resourceVersion %s → %s", o.GetName(), rvs[o.GetName()], o.GetResourceVersion())
+		}
+	}
+
+	// A new revision gets its status as promptly as the first.
+	d := objs[0].(*appsv1.Deployment)
+	d.Spec.Template = template("web:2")
+	if err := memberClient.Update(context.Background(), d); err != nil {
+		t.Fatalf("updating the Deployment: %v", err)
+	}
+	waitUntil(t, d, "Current at generation 2", func(st status.Status) bool {
+		return st == status.CurrentStatus && d.Status.ObservedGeneration == 2
+	})
+}
+
+func TestOnAPIServerNeverAvailableDeploymentFailsThenClearFaultRestoresIt(t *testing.T) {
+	s, ns := start(t)
+	d := inNamespace(deployment(2), ns)
+	d.Spec.ProgressDeadlineSeconds = ptr(int32(2))
+	s.SetFault(cluster, Fault{Workload: ns + "/web", Mode: NeverAvailable})
+	create(t, d)
+
+	seen := waitUntil(t, d, "Failed (progress deadline exceeded)", is(status.FailedStatus))
+	for _, st := range seen {
+		if st == status.CurrentStatus {
+			t.Fatalf("a never-available Deployment was Current on the way: %v", seen)
+		}
+	}
+	if d.Status.AvailableReplicas != 0 || d.Status.ReadyReplicas != 0 {
+		t.Errorf("never-available Deployment has %d ready, %d available, want 0", d.Status.ReadyReplicas, d.Status.AvailableReplicas)
+	}
+
+	s.ClearFault(cluster, ns+"/web")
+	waitUntil(t, d, "Current after ClearFault", is(status.CurrentStatus))
+}
+
+func TestOnAPIServerLoseAvailabilityGoesCurrentThenNot(t *testing.T) {
+	s, ns := start(t)
+	d := inNamespace(deployment(2), ns)
+	sts := inNamespace(statefulSet(1), ns)
+	s.SetFault(cluster, Fault{Mode: LoseAvailability, After: 2 * time.Second})
+	create(t, d)
+	create(t, sts)
+
+	for _, o := range []client.Object{d, sts} {
+		waitUntil(t, o, "Current at first", is(status.CurrentStatus))
+	}
+	for _, o := range []client.Object{d, sts} {
+		waitUntil(t, o, "not Current once availability is lost", isNot(status.CurrentStatus))
+	}
+	if d.Status.AvailableReplicas != 0 || cond(d, appsv1.DeploymentAvailable).Status != corev1.ConditionFalse {
+		t.Errorf("lost Deployment: %d available, Available=%s; want 0 and False",
+			d.Status.AvailableReplicas, cond(d, appsv1.DeploymentAvailable).Status)
+	}
+
+	s.ClearFault(cluster, "")
+	for _, o := range []client.Object{d, sts} {
+		waitUntil(t, o, "Current after ClearFault", is(status.CurrentStatus))
+	}
+}
+
+func TestOnAPIServerSlowRevisionsBecomeCurrentOnlyAfterTheDelay(t *testing.T) {
+	s, ns := start(t)
+	const delay = 2 * time.Second
+	ds := inNamespace(daemonSet(), ns)
+	s.SetFault(cluster, Fault{Workload: "agent", Mode: Slow, Delay: delay})
+
+	for rev, change := range []func(){
+		func() { create(t, ds) },
+		func() {
+			ds.Spec.Template = template("agent:2")
+			if err := memberClient.Update(context.Background(), ds); err != nil {
+				t.Fatalf("updating the DaemonSet: %v", err)
+			}
+		},
+	} {
+		began := time.Now()
+		change()
+		// The simulator observes the generation promptly (status says so) but does not call it ready.
+		waitUntil(t, ds, "observed", func(status.Status) bool { return ds.Status.ObservedGeneration == ds.Generation })
+		if st := kstatusOf(t, ds); st == status.CurrentStatus {
+			t.Fatalf("revision %d: Current as soon as observed, want only after %s", rev+1, delay)
+		}
+		waitUntil(t, ds, "Current after the delay", is(status.CurrentStatus))
+		// A lower bound only: the delay counts from when the simulator first saw the generation, after began.
+		if took := time.Since(began); took < delay {
+			t.Fatalf("revision %d: Current after %s, before the %s delay", rev+1, took, delay)
+		}
+	}
+}
+
+func TestOnAPIServerFaultsChangeSafelyWhileRunning(t *testing.T) {
+	s, ns := start(t)
+	d := inNamespace(deployment(1), ns)
+	create(t, d)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			if i%2 == 0 {
+				s.SetFault(cluster, Fault{Workload: ns + "/web", Mode: NeverAvailable})
+			} else {
+				s.ClearFault(cluster, ns+"/web")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	<-done
+	waitUntil(t, d, "Current once the last fault is cleared", is(status.CurrentStatus))
+}
