@@ -85,7 +85,12 @@ package tools
 
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
-  (cd "$src" && go build -mod=mod -trimpath -o "$DIR/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+  # Stamp the version as a release build would, so /version reports it (FleetCluster status and
+  # preflight checks read it); without this it reports v0.0.0-master.
+  local pkg=k8s.io/component-base/version
+  local ldflags="-X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${KUBERNETES_VERSION#v1.}"
+  ldflags="${ldflags%.*} -X $pkg.gitTreeState=clean"
+  (cd "$src" && go build -mod=mod -trimpath -ldflags "$ldflags" -o "$DIR/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
   mark_done kube-apiserver
 }
 

@@ -2,8 +2,14 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
 // eventually polls cond until it is true or ctx ends; on timeout the test fails with what and the last observation.
@@ -23,3 +29,18 @@ func eventually(ctx context.Context, t *testing.T, what string, cond func() (boo
 		}
 	}
 }
+
+func findCondition(fr *v1alpha1.FleetRollout, typ string) *metav1.Condition {
+	for i := range fr.Status.Conditions {
+		if fr.Status.Conditions[i].Type == typ {
+			return &fr.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func keyOf(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
+
+func containsStr(s, sub string) bool { return strings.Contains(s, sub) }

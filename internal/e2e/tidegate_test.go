@@ -86,7 +86,13 @@ type fleetSetup struct {
 
 func newFleetSetup(t *testing.T, members int, files map[string]string) (*fleetSetup, string) {
 	t.Helper()
-	f := localfleet.StartForTest(t, localfleet.Options{Members: members})
+	return newFleetSetupWith(t, members, files, localfleet.Options{})
+}
+
+func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts localfleet.Options) (*fleetSetup, string) {
+	t.Helper()
+	opts.Members = members
+	f := localfleet.StartForTest(t, opts)
 	ctx := context.Background()
 	repo, sha, err := f.NewRepo("fleet", files)
 	if err != nil {

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -42,6 +43,9 @@ type Fault struct {
 	// Delay is how long a Slow workload's new generation takes to become healthy, counted from when the
 	// generation was first seen or from SetFault, whichever is later.
 	Delay time.Duration
+	// Image, when set, limits the fault to workloads whose pod template has a container image
+	// containing it (e.g. ":v2"): a bad release crash-loops, the previous one keeps working.
+	Image string
 }
 
 // activeFault is a Fault with the time it was set, which the After and Delay clocks never start before.
@@ -147,14 +151,26 @@ func (s *Simulator) ClearFaults(cluster string) {
 
 // faultFor returns the fault that applies to workload namespace/name on cluster, or nil. It returns a copy
 // so that the caller can use it without the lock while a test changes faults.
-func (s *Simulator) faultFor(cluster, namespace, name string) *activeFault {
+func (s *Simulator) faultFor(cluster, namespace, name string, images ...string) *activeFault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fs := s.faults[cluster]
 	for _, key := range []string{namespace + "/" + name, name, ""} {
-		if f, ok := fs[key]; ok {
+		if f, ok := fs[key]; ok && imageMatches(f.Image, images) {
 			return &f
 		}
 	}
 	return nil
+}
+
+func imageMatches(want string, images []string) bool {
+	if want == "" {
+		return true
+	}
+	for _, img := range images {
+		if strings.Contains(img, want) {
+			return true
+		}
+	}
+	return false
 }

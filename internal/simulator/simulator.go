@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -180,7 +181,7 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 			continue
 		}
 		t := m.track("Deployment", d, seen, now, deploymentRolledOut(d))
-		v := t.assess(s.faultFor(m.name, d.Namespace, d.Name), replicas(d.Spec.Replicas), progressDeadline(d), now)
+		v := t.assess(s.faultFor(m.name, d.Namespace, d.Name, images(d.Spec.Template.Spec)...), replicas(d.Spec.Replicas), progressDeadline(d), now)
 		st := deploymentStatus(d, v, now)
 		changed := !equality.Semantic.DeepEqual(d.Status, st)
 		d.Status = st
@@ -197,7 +198,7 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 			continue
 		}
 		t := m.track("StatefulSet", o, seen, now, statefulSetRolledOut(o))
-		st := statefulSetStatus(o, t.assess(s.faultFor(m.name, o.Namespace, o.Name), replicas(o.Spec.Replicas), 0, now))
+		st := statefulSetStatus(o, t.assess(s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...), replicas(o.Spec.Replicas), 0, now))
 		changed := !equality.Semantic.DeepEqual(o.Status, st)
 		o.Status = st
 		write("StatefulSet", o, changed)
@@ -213,7 +214,7 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 			continue
 		}
 		t := m.track("DaemonSet", o, seen, now, daemonSetRolledOut(o, nodes))
-		st := daemonSetStatus(o, nodes, t.assess(s.faultFor(m.name, o.Namespace, o.Name), nodes, 0, now))
+		st := daemonSetStatus(o, nodes, t.assess(s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...), nodes, 0, now))
 		changed := !equality.Semantic.DeepEqual(o.Status, st)
 		o.Status = st
 		write("DaemonSet", o, changed)
@@ -245,4 +246,13 @@ func (m *member) track(kind string, obj client.Object, seen map[string]bool, now
 		m.tracked[key] = t
 	}
 	return t
+}
+
+// images lists the container images of a pod template, for faults limited to one image.
+func images(spec corev1.PodSpec) []string {
+	out := make([]string, 0, len(spec.Containers))
+	for _, c := range spec.Containers {
+		out = append(out, c.Image)
+	}
+	return out
 }

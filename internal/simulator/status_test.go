@@ -433,3 +433,14 @@ func TestSetFaultPanicsOnMistakes(t *testing.T) {
 		})
 	}
 }
+
+func TestFaultLimitedToAnImage(t *testing.T) {
+	s := New(map[string]client.Client{"member-1": nil}, Options{})
+	s.SetFault("member-1", Fault{Workload: "web", Mode: NeverAvailable, Image: ":v2"})
+	if f := s.faultFor("member-1", "demo", "web", "ghcr.io/example/web:v1"); f != nil {
+		t.Errorf("the v1 image must stay healthy, got fault %+v", f)
+	}
+	if f := s.faultFor("member-1", "demo", "web", "sidecar:v1", "ghcr.io/example/web:v2"); f == nil || f.Mode != NeverAvailable {
+		t.Errorf("a template with the v2 image must get the fault, got %+v", f)
+	}
+}

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/simulator"
+)
+
+// crashAt makes the engine fail at one write point, once, and reports when it did: the test then
+// stops that manager, as if the process had died there, and starts a fresh one.
+type crashAt struct {
+	point   string
+	mu      sync.Mutex
+	crashed bool
+	hit     chan struct{}
+}
+
+func newCrashAt(point string) *crashAt { return &crashAt{point: point, hit: make(chan struct{})} }
+
+func (c *crashAt) hook(point string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.crashed {
+		// The process is "dead": it writes nothing more until the test replaces it.
+		return errors.New("crashed")
+	}
+	if point == c.point {
+		c.crashed = true
+		close(c.hit)
+		return errors.New("crash at " + point)
+	}
+	return nil
+}
+
+func (c *crashAt) wait(ctx context.Context, t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.hit:
+	case <-ctx.Done():
+		t.Fatalf("the engine never reached %s", c.point)
+	}
+}
+
+func (s *fleetSetup) generations(t *testing.T, rollout string) map[string]int64 {
+	out := map[string]int64{}
+	for _, m := range s.f.Members {
+		if ks := s.kustomization(t, rollout, m.Name); ks != nil {
+			out[m.Name] = ks.Generation
+		}
+	}
+	return out
+}
+
+// The controller is stopped at points of a wave — after the wave's start is recorded but before its
+// first switch, and halfway through a wave's switches — and a fresh one is started each time; a hold
+// set while it is down is honoured. The rollout converges to the same outcome: every cluster switched
+// exactly once (one generation per Kustomization), wave snapshots and start times unchanged.
+func TestE2ECrashPointsDuringWaves(t *testing.T) {
+	s, first := newFleetSetup(t, 5, demoPackage("v1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	h := startTidegate(t, s.f, controllers.Options{})
+	if err := s.f.Hub.Create(ctx, threeWaveRollout(s.ns, "web")); err != nil {
+		t.Fatal(err)
+	}
+	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, s.repo.Revision(first))
+	h.Stop(t)
+	gen1 := s.generations(t, "web")
+
+	// Crash 1: the ring wave is recorded as started, its first switch never happens.
+	crash := newCrashAt("switch:member-2")
+	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
+	second, err := s.repo.Commit("v2", demoPackage("v2"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2 := s.repo.Revision(second)
+	crash.wait(ctx, t)
+	h.Stop(t)
+	atCrash := s.rollout(t, "web")
+	ring := atCrash.Status.Waves[1]
+	if ring.Phase != v1alpha1.WaveProgressing || ring.StartedAt == nil || len(ring.Clusters) != 2 {
+		t.Fatalf("at the crash the ring's start should be recorded: %s", describe(atCrash))
+	}
+	if ks := s.kustomization(t, "web", "member-2"); ks.Generation != gen1["member-2"] {
+		t.Fatalf("member-2 was switched before the crash point")
+	}
+	// While the controller is down, someone holds the rollout.
+	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Hold = &v1alpha1.Hold{Reason: "investigating"} })
+
+	// Crash 2 is armed for the last wave, halfway through its switches.
+	crash = newCrashAt("switch:member-5")
+	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
+	// The recorded ring wave finishes; the hold keeps the last wave from starting.
+	eventually(ctx, t, "ring succeeded and rest held", func() (bool, string) {
+		fr := s.rollout(t, "web")
+		return fr.Status.Waves[1].Phase == v1alpha1.WaveSucceeded && fr.Status.Phase == v1alpha1.PhaseHeld, describe(fr)
+	})
+	time.Sleep(testSoak + 3*time.Second)
+	if fr := s.rollout(t, "web"); fr.Status.Waves[2].Phase != v1alpha1.WavePending {
+		t.Fatalf("the hold set while the controller was down was lost: %s", describe(fr))
+	}
+	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Hold = nil })
+	crash.wait(ctx, t)
+	h.Stop(t)
+	if ks := s.kustomization(t, "web", "member-4"); ks.Generation != gen1["member-4"]+1 {
+		t.Fatalf("member-4 should have been switched before the crash at member-5 (generation %d, was %d)", ks.Generation, gen1["member-4"])
+	}
+	if ks := s.kustomization(t, "web", "member-5"); ks.Generation != gen1["member-5"] {
+		t.Fatalf("member-5 was switched before the crash point")
+	}
+
+	startTidegate(t, s.f, controllers.Options{})
+	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
+	checkWaveOrder(t, done)
+	if !done.Status.Waves[1].StartedAt.Equal(ring.StartedAt) || !equalStrings(done.Status.Waves[1].Clusters, ring.Clusters) {
+		t.Errorf("the ring wave was started twice: at the crash %+v, at the end %+v", ring, done.Status.Waves[1])
+	}
+	gen2 := s.generations(t, "web")
+	for c, g := range gen1 {
+		if gen2[c] != g+1 {
+			t.Errorf("%s's Kustomization went from generation %d to %d: want exactly one switch", c, g, gen2[c])
+		}
+		if v := s.memberVersion(ctx, c); v != "v2" {
+			t.Errorf("%s runs %q, want v2", c, v)
+		}
+	}
+}
+
+// The controller is stopped halfway through a rollback and a fresh one finishes it: every cluster
+// ends at the known-good revision, switched back once.
+func TestE2ECrashPointDuringRollback(t *testing.T) {
+	s, first := newFleetSetup(t, 5, demoPackage("v1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	h := startTidegate(t, s.f, controllers.Options{})
+	fr := threeWaveRollout(s.ns, "web")
+	fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+	one := int32(1)
+	fr.Spec.Waves[1].MaxFailures = &one
+	if err := s.f.Hub.Create(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	rev1 := s.repo.Revision(first)
+	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
+	h.Stop(t)
+	gen1 := s.generations(t, "web")
+
+	// v2 is broken on both ring members (member-2, member-3): the canary passes, the ring fails beyond
+	// its budget of one failure, and the rollback is cut after member-1 went back.
+	s.sim.SetFault("member-2", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+	s.sim.SetFault("member-3", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+	crash := newCrashAt("rollback:member-2")
+	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
+	second, err := s.repo.Commit("v2 (broken on the ring)", demoPackage("v2"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash.wait(ctx, t)
+	h.Stop(t)
+	if got := s.rollout(t, "web"); got.Status.Phase != v1alpha1.PhaseRollingBack {
+		t.Fatalf("at the crash the rollback should be recorded: %s", describe(got))
+	}
+
+	startTidegate(t, s.f, controllers.Options{})
+	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, s.repo.Revision(second))
+	gen2 := s.generations(t, "web")
+	for c, g := range gen1 {
+		want := g
+		if c == "member-1" || c == "member-2" || c == "member-3" {
+			want = g + 2 // to v2, then back to v1
+		}
+		if gen2[c] != want {
+			t.Errorf("%s's Kustomization generation %d → %d, want %d", c, g, gen2[c], want)
+		}
+		if v := s.memberVersion(ctx, c); v != "v1" {
+			t.Errorf("%s runs %q after the rollback, want v1", c, v)
+		}
+	}
+	if !got.IsRejected(s.repo.Revision(second)) {
+		t.Errorf("the rolled back revision should be rejected: %+v", got.Status.Rejected)
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/simulator"
+)
+
+// versionWatch samples every member's running version in the background and records every version each
+// cluster was ever seen running, so a test can assert a bad revision never reached a cluster.
+type versionWatch struct {
+	mu   sync.Mutex
+	seen map[string]map[string]bool
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+func (s *fleetSetup) watchVersions(t *testing.T) *versionWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &versionWatch{seen: map[string]map[string]bool{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			for _, m := range s.f.Members {
+				v := s.memberVersion(ctx, m.Name)
+				w.mu.Lock()
+				if w.seen[m.Name] == nil {
+					w.seen[m.Name] = map[string]bool{}
+				}
+				w.seen[m.Name][v] = true
+				w.mu.Unlock()
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-w.done })
+	return w
+}
+
+func (w *versionWatch) everRan(cluster, version string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen[cluster][version]
+}
+
+// The simulator breaks the workload on the canary for v2: the wave does not advance, and with
+// rollback Hold the rollout holds with a reason naming the gate, the wave and the receipt; the other
+// clusters never see v2.
+func TestE2EBrokenCanaryHolds(t *testing.T) {
+	s, first := newFleetSetup(t, 5, demoPackage("v1"))
+	startTidegate(t, s.f, controllers.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	fr := threeWaveRollout(s.ns, "web")
+	fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureHold
+	if err := s.f.Hub.Create(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, s.repo.Revision(first))
+
+	// v2 crash-loops wherever it runs.
+	for _, m := range s.f.Members {
+		s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+	}
+	watch := s.watchVersions(t)
+	second, err := s.repo.Commit("v2 (broken)", demoPackage("v2"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2 := s.repo.Revision(second)
+	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
+
+	canary := got.Status.Waves[0]
+	if canary.Phase != v1alpha1.WaveFailed || len(canary.Gates) != 1 || canary.Gates[0].Result != v1alpha1.ResultFail {
+		t.Fatalf("canary wave = %+v, want Failed with one failed gate", canary)
+	}
+	for _, w := range got.Status.Waves[1:] {
+		if w.Phase != v1alpha1.WavePending || len(w.Clusters) != 0 {
+			t.Errorf("wave %s should not have started: %+v", w.Name, w)
+		}
+	}
+	ready := findCondition(got, "Ready")
+	if ready == nil || ready.Status != "False" || ready.Reason != v1alpha1.HeldReason ||
+		!strings.Contains(ready.Message, "noDisruption") || !strings.Contains(ready.Message, canary.Gates[0].Receipt) {
+		t.Errorf("Ready should be False/Held naming the gate and receipt: %+v", ready)
+	}
+	if held := findCondition(got, v1alpha1.HeldCondition); held == nil || held.Status != "True" {
+		t.Errorf("Held condition should be True: %+v", held)
+	}
+	// The hold lasts: nothing moves for a while.
+	time.Sleep(5 * time.Second)
+	got = s.rollout(t, "web")
+	if got.Status.Phase != v1alpha1.PhaseHeld || got.Status.Waves[1].Phase != v1alpha1.WavePending {
+		t.Errorf("rollout moved while held: %s", describe(got))
+	}
+	for _, m := range s.f.Members {
+		if m.Name != canary.Clusters[0] && watch.everRan(m.Name, "v2") {
+			t.Errorf("%s ran v2, but only the canary %s should ever have", m.Name, canary.Clusters[0])
+		}
+	}
+	var rc v1alpha1.GateReceipt
+	if err := s.f.Hub.Get(ctx, keyOf(s.ns, canary.Gates[0].Receipt), &rc); err != nil {
+		t.Fatalf("receipt %s: %v", canary.Gates[0].Receipt, err)
+	}
+	if rc.Spec.Result != v1alpha1.ResultFail || len(rc.Spec.Reasons) == 0 || rc.Spec.Candidate.Revision != rev2 ||
+		rc.Spec.KnownGood == nil || rc.Spec.KnownGood.Revision != s.repo.Revision(first) {
+		t.Errorf("receipt = %+v, want a failure about %s with known-good %s and reasons", rc.Spec, rev2, s.repo.Revision(first))
+	}
+}
+
+// With rollback: Rollback, the broken canary goes back to the known-good revision, the rollout reports
+// RolledBack, the candidate is rejected, and the other clusters never see the bad revision.
+func TestE2EBrokenCanaryRollsBack(t *testing.T) {
+	s, first := newFleetSetup(t, 5, demoPackage("v1"))
+	startTidegate(t, s.f, controllers.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	fr := threeWaveRollout(s.ns, "web")
+	fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+	if err := s.f.Hub.Create(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	rev1 := s.repo.Revision(first)
+	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
+
+	for _, m := range s.f.Members {
+		s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+	}
+	watch := s.watchVersions(t)
+	second, err := s.repo.Commit("v2 (broken)", demoPackage("v2"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2 := s.repo.Revision(second)
+	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev2)
+	canary := got.Status.Waves[0].Clusters[0]
+	if !watch.everRan(canary, "v2") {
+		t.Errorf("the canary %s never ran v2: the failure was not observed from the workload", canary)
+	}
+	for _, m := range s.f.Members {
+		if v := s.memberVersion(ctx, m.Name); v != "v1" {
+			t.Errorf("%s runs %q after the rollback, want v1", m.Name, v)
+		}
+		if m.Name != canary && watch.everRan(m.Name, "v2") {
+			t.Errorf("%s ran v2, but only the canary should ever have", m.Name)
+		}
+		if ks := s.kustomization(t, "web", m.Name); ks == nil || ks.Status.LastAppliedRevision != rev1 {
+			t.Errorf("kustomization of %s should be back at %s", m.Name, rev1)
+		}
+	}
+	if !got.IsRejected(rev2) {
+		t.Errorf("%s should be recorded as rejected: %+v", rev2, got.Status.Rejected)
+	}
+	if got.Status.LastKnownGood.Revision != rev1 {
+		t.Errorf("lastKnownGood = %s, want %s", got.Status.LastKnownGood.Revision, rev1)
+	}
+	if ready := findCondition(got, "Ready"); ready == nil || ready.Reason != v1alpha1.RolledBackReason {
+		t.Errorf("Ready should say RolledBack: %+v", ready)
+	}
+	// The rejected revision is not retried by accident: a later reconcile leaves it rejected.
+	time.Sleep(5 * time.Second)
+	if again := s.rollout(t, "web"); again.Status.Phase != v1alpha1.PhaseRolledBack {
+		t.Errorf("rollout left RolledBack on its own: %s", describe(again))
+	}
+}
