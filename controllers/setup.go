@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"sync"
 
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
@@ -27,7 +28,7 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("creating event recorder: %w", err)
 	}
-	m := runtimectrl.NewMetrics(mgr, metrics.MustMakeRecorder())
+	m := runtimectrl.NewMetrics(mgr, metricsRecorder())
 	rollouts := &FleetRolloutReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
@@ -49,6 +50,10 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 	}
 	return nil
 }
+
+// metricsRecorder registers Flux's reconcile metrics once per process: the registry is global, and a
+// second registration (a second manager in one process, as tests run) would panic.
+var metricsRecorder = sync.OnceValue(metrics.MustMakeRecorder)
 
 // controllerName reports events and owns writes.
 const controllerName = "tidegate-controller"
