@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -70,6 +73,7 @@ type Fleet struct {
 	hub       *envtest.Environment
 	git       *gittestserver.GitServer
 	processes []*process
+	reaper    *exec.Cmd
 	logFiles  []string
 	stopOnce  sync.Once
 }
@@ -101,6 +105,9 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		}
 	}()
 	if err := os.MkdirAll(f.logDir(), 0o755); err != nil {
+		return nil, err
+	}
+	if err := f.startReaper(); err != nil {
 		return nil, err
 	}
 
@@ -147,8 +154,13 @@ func (f *Fleet) newEnv(bin, name string, crdDirs []string) *envtest.Environment 
 		ErrorIfCRDPathMissing: true,
 		Scheme:                f.Scheme,
 	}
-	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute}
-	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, StartTimeout: 2 * time.Minute}
+	// Data and certificate directories live under the fleet's directory, so the reaper can find every
+	// process of this fleet by its command line.
+	dataDir, certDir := filepath.Join(f.Dir, name, "etcd"), filepath.Join(f.Dir, name, "certs")
+	_ = os.MkdirAll(dataDir, 0o700)
+	_ = os.MkdirAll(certDir, 0o700)
+	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute, CertDir: certDir}
+	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, StartTimeout: 2 * time.Minute, DataDir: dataDir}
 	return env
 }
 
@@ -279,6 +291,10 @@ func (f *Fleet) startFlux(ctx context.Context, bin string, opts Options) error {
 // Stop stops every process and API server and removes the fleet's directory. Safe to call twice.
 func (f *Fleet) Stop() {
 	f.stopOnce.Do(func() {
+		if f.reaper != nil {
+			_ = f.reaper.Process.Kill()
+			_, _ = f.reaper.Process.Wait()
+		}
 		for i := len(f.processes) - 1; i >= 0; i-- {
 			f.processes[i].stop()
 		}
@@ -318,6 +334,23 @@ func (f *Fleet) DumpLogs(w io.Writer, lines int) {
 		}
 		fmt.Fprintf(w, "===== %s (last %d lines) =====\n%s\n", filepath.Base(path), len(all), strings.Join(all, "\n"))
 	}
+}
+
+// startReaper starts a watchdog, outside this process's group, that kills every process of the fleet
+// and removes its directory once this process is gone. Stop ends it first; it matters only when the
+// test binary dies without cleaning up (a `go test -timeout` panic, a kill): envtest's API servers and
+// etcd would otherwise outlive it.
+func (f *Fleet) startReaper() error {
+	const script = `while kill -0 "$0" 2>/dev/null; do sleep 1; done
+for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; grep -qsaF -- "$1" "$p/cmdline" && kill -9 "${p#/proc/}" 2>/dev/null; done
+rm -rf -- "$1"`
+	cmd := exec.Command("/bin/sh", "-c", script, strconv.Itoa(os.Getpid()), f.Dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the fleet reaper: %w", err)
+	}
+	f.reaper = cmd
+	return nil
 }
 
 // Member returns the member named name, or nil.

@@ -1,0 +1,87 @@
+package localfleet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fleetProcesses lists the processes whose command line names dir.
+func fleetProcesses(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), dir) && !strings.Contains(string(b), "/bin/sh") {
+			out = append(out, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// A fleet stops cleanly: Stop leaves no process and no directory behind.
+func TestStartAndStopLeaveNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f, err := Start(ctx, Options{Members: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := f.Dir
+	if n := len(fleetProcesses(t, dir)); n < 5 {
+		t.Fatalf("want hub and member API servers, etcds and source-controller running under %s, found %d", dir, n)
+	}
+	f.Stop()
+	if left := fleetProcesses(t, dir); len(left) > 0 {
+		t.Errorf("processes left after Stop: %v", left)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("fleet directory %s left after Stop", dir)
+	}
+}
+
+// A test binary that dies without cleaning up (a -timeout panic, a kill) leaves nothing behind either:
+// the reaper kills the fleet's processes and removes its directory.
+func TestFleetIsReapedWhenTheTestProcessDies(t *testing.T) {
+	if os.Getenv("LOCALFLEET_DIE") != "" {
+		f, err := Start(context.Background(), Options{Members: 1, NoFlux: true})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(2)
+		}
+		fmt.Println("dir", f.Dir)
+		os.Exit(1) // no Stop, no cleanup
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFleetIsReapedWhenTheTestProcessDies$")
+	cmd.Env = append(os.Environ(), "LOCALFLEET_DIE=1")
+	out, _ := cmd.Output()
+	dir := ""
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "dir "); ok {
+			dir = d
+		}
+	}
+	if dir == "" {
+		t.Fatalf("the child did not start a fleet: %s", out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := fleetProcesses(t, dir)
+		_, statErr := os.Stat(dir)
+		if len(left) == 0 && os.IsNotExist(statErr) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20s after the test process died: processes %v, directory removed: %v", left, os.IsNotExist(statErr))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
