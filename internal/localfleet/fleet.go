@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fluxcd/pkg/gittestserver"
@@ -232,7 +232,9 @@ func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string) error {
 }
 
 // WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the hub.
-func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error { return f.writeMemberSecrets(ctx, ns) }
+func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error {
+	return f.writeMemberSecrets(ctx, ns)
+}
 
 // EnsureNamespace creates namespace ns on the hub if it does not exist.
 func (f *Fleet) EnsureNamespace(ctx context.Context, ns string) error {
