@@ -206,6 +206,29 @@ func TestStepNarratives(t *testing.T) {
 		s.fr.Spec.Hold = nil
 		s.run("r2", v1alpha1.PhaseCompleted)
 	})
+	t.Run("a wave that requires an approval waits for one naming the revision", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.fr.Spec.Waves[1].RequireApproval = true
+		s.fr.Spec.Approvals = []v1alpha1.Approval{{Revision: "r1"}}
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.log = nil
+		s.run("r2", v1alpha1.PhaseProgressing)
+		for i := 0; i < 20; i++ {
+			s.run("r2", v1alpha1.PhaseProgressing)
+			s.flux(mustPlan(t, s))
+			s.now = s.now.Add(2 * time.Second)
+		}
+		if w := s.fr.Status.Waves[1]; w.Phase != v1alpha1.WaveAwaiting || len(w.Clusters) != 0 {
+			t.Fatalf("the rest wave should await an approval of r2 (an approval of r1 does not count): %+v", w)
+		}
+		s.fr.Spec.Approvals = append(s.fr.Spec.Approvals, v1alpha1.Approval{Revision: "r2", Wave: "canary"})
+		s.run("r2", v1alpha1.PhaseProgressing)
+		if w := s.fr.Status.Waves[1]; w.Phase != v1alpha1.WaveAwaiting {
+			t.Fatalf("an approval for another wave does not count: %+v", w)
+		}
+		s.fr.Spec.Approvals = append(s.fr.Spec.Approvals, v1alpha1.Approval{Revision: "r2", Wave: "rest"})
+		s.run("r2", v1alpha1.PhaseCompleted)
+	})
 	t.Run("a newer revision waits for the one in progress", func(t *testing.T) {
 		s := newSim(t, "a", "b", "c")
 		s.run("r1", v1alpha1.PhaseCompleted)

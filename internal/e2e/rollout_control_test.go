@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -38,7 +37,7 @@ func (s *fleetSetup) resourceVersions(ctx context.Context, t *testing.T, name st
 		t.Fatal(err)
 	}
 	for _, ks := range list.Items {
-		out[ks.Name] = fmt.Sprintf("generation %d", ks.Generation)
+		out[ks.Name] = ks.ResourceVersion
 	}
 	return out
 }

@@ -138,6 +138,25 @@ func TestE2ERolloutWaves(t *testing.T) {
 	if ready := conditionStatus(fr, "Ready"); ready != metav1.ConditionTrue {
 		t.Errorf("Ready = %s, want True: %s", ready, describe(fr))
 	}
+
+	// A completed rollout is quiet: reconciles (every 10s here, and on every FleetCluster probe) write nothing.
+	before := s.resourceVersions(ctx, t, "web")
+	time.Sleep(25 * time.Second)
+	if after := s.resourceVersions(ctx, t, "web"); !equalMaps(before, after) {
+		t.Errorf("no-op reconciles wrote: %v → %v", before, after)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // checkWaveOrder checks that every wave started only after the previous one finished, and finished
