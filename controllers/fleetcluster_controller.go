@@ -50,6 +50,8 @@ type FleetClusterReconciler struct {
 	HubConfig *rest.Config
 	// ProbeTimeout bounds one reachability check; defaults to 10s.
 	ProbeTimeout time.Duration
+	// SkipNameValidation lets several managers in one process (tests) register this controller.
+	SkipNameValidation bool
 
 	// secrets reads kubeconfig Secrets straight from the API server: caching them would make the
 	// manager list and watch every Secret of the hub. Set by SetupWithManager; Client when nil.
@@ -87,6 +89,7 @@ func (r *FleetClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.EnqueueRequestsFromMapFunc(fleetClusterForKustomization),
 			builder.WithPredicates(clusterRolloutViewChanged{}),
 		).
+		WithOptions(controllerOptions(1, r.SkipNameValidation)).
 		Complete(r)
 }
 

@@ -25,6 +25,8 @@ const sourceIndexKey = ".spec.sourceRef"
 type FleetRolloutOptions struct {
 	// MaxConcurrentReconciles is how many rollouts are reconciled at once. Defaults to 4.
 	MaxConcurrentReconciles int
+	// SkipNameValidation lets several managers in one process (tests) register this controller.
+	SkipNameValidation bool
 }
 
 // SetupWithManager registers the controller: FleetRollouts on spec change or reconcile request;
@@ -48,7 +50,7 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 		Watches(&sourcev1.GitRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.GitRepositoryKind))).
 		Watches(&sourcev1.OCIRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.OCIRepositoryKind))).
 		Watches(&v1alpha1.FleetCluster{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsInNamespace)).
-		WithOptions(controllerOptions(opts.MaxConcurrentReconciles)).
+		WithOptions(controllerOptions(opts.MaxConcurrentReconciles, opts.SkipNameValidation)).
 		Complete(r)
 }
 

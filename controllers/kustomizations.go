@@ -100,6 +100,7 @@ type ksObservation struct {
 	Exists        bool
 	Source        string // sourceRef.name
 	Current       bool   // status.observedGeneration == metadata.generation
+	ReadyCurrent  bool   // the Ready condition was written for the current generation
 	Ready         metav1.ConditionStatus
 	Reason        string
 	Message       string
@@ -121,6 +122,7 @@ func observe(ks *kustomizev1.Kustomization) ksObservation {
 	}
 	if c := conditions.Get(ks, meta.ReadyCondition); c != nil {
 		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
+		o.ReadyCurrent = c.ObservedGeneration == ks.Generation
 	}
 	return o
 }
@@ -130,10 +132,13 @@ func (o ksObservation) readyAt(source, revision string) bool {
 	return o.Exists && o.Source == source && o.Current && o.Ready == metav1.ConditionTrue && o.LastApplied == revision
 }
 
-// failedAt tells whether the Kustomization tried revision from source and failed: the apply, the
+// failedAt tells whether the Kustomization failed with the spec that points at source: the apply, the
 // build or the health check. Dependency and source waits are not failures of the revision.
-func (o ksObservation) failedAt(source, revision string) bool {
-	if !o.Exists || o.Source != source || !o.Current || o.Ready != metav1.ConditionFalse || o.LastAttempted != revision {
+// kustomize-controller moves status.observedGeneration only on success, so a failure of the current
+// spec is recognised by the Ready condition's own observedGeneration; the pinned source's name is
+// unique to the revision, so the spec points at nothing else.
+func (o ksObservation) failedAt(source string) bool {
+	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse {
 		return false
 	}
 	switch o.Reason {

@@ -31,8 +31,12 @@ func CacheOptions() cache.Options {
 	}
 }
 
-func controllerOptions(maxConcurrent int) controller.Options {
-	return controller.Options{MaxConcurrentReconciles: maxConcurrent}
+func controllerOptions(maxConcurrent int, skipNameValidation bool) controller.Options {
+	o := controller.Options{MaxConcurrentReconciles: maxConcurrent}
+	if skipNameValidation {
+		o.SkipNameValidation = &skipNameValidation
+	}
+	return o
 }
 
 func metav1ControllerOf(o client.Object) *metav1.OwnerReference {

@@ -171,7 +171,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		switch {
 		case o.readyAt(cand.Source, cand.Revision) && !contains(wv.Missing, c):
 			healthy++
-		case o.failedAt(cand.Source, cand.Revision) || contains(wv.Missing, c):
+		case o.failedAt(cand.Source) || contains(wv.Missing, c):
 			failed++
 		}
 	}

@@ -92,7 +92,7 @@ func (s *sim) flux(plan fleets.WavePlan) {
 		}
 	}
 	for c, tg := range desiredTargets(s.fr, plan, existing) {
-		o := ksObservation{Exists: true, Source: tg.Source, Current: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue, LastApplied: tg.Revision}
+		o := ksObservation{Exists: true, Source: tg.Source, Current: true, ReadyCurrent: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue, LastApplied: tg.Revision}
 		if s.broken[c] && s.fr.Status.Candidate != nil && tg.Revision == s.fr.Status.Candidate.Revision {
 			o.Ready, o.Reason, o.LastApplied = metav1.ConditionFalse, "HealthCheckFailed", s.ks[c].LastApplied
 		}

@@ -19,6 +19,8 @@ type Options struct {
 	Gates GateEvaluator
 	// TestHook is passed to the FleetRollout reconciler (crash-point tests).
 	TestHook func(point string) error
+	// SkipNameValidation lets tests start several managers in one process.
+	SkipNameValidation bool
 }
 
 // Setup registers the FleetRollout and FleetCluster controllers with mgr, with Flux's event recorder
@@ -37,13 +39,15 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		Gates:         opts.Gates,
 		TestHook:      opts.TestHook,
 	}
-	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
+	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)
 	}
 	clusters := &FleetClusterReconciler{
 		Client:        mgr.GetClient(),
 		EventRecorder: mgr.GetEventRecorderFor(controllerName),
 		HubConfig:     hubConfig,
+
+		SkipNameValidation: opts.SkipNameValidation,
 	}
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the fleetcluster controller: %w", err)

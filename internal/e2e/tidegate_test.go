@@ -60,6 +60,7 @@ func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.SkipNameValidation = true // every test starts its own manager in this one process
 	if err := controllers.Setup(mgr, f.HubConfig, opts); err != nil {
 		t.Fatal(err)
 	}
