@@ -86,6 +86,8 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.FleetRollout) (reconcile.Result, error) {
 	now := r.now()
 	conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "reconciliation in progress")
+	// Stalled is re-derived on every pass: a fixed spec un-stalls the rollout.
+	conditions.Delete(fr, meta.StalledCondition)
 
 	// The tracked source says which revision is wanted.
 	trackedKind, trackedName := fr.Spec.SourceRef.Kind, fr.Spec.SourceRef.Name
@@ -99,6 +101,14 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		return reconcile.Result{}, fmt.Errorf("reading source of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
 	}
 	w := &world{Now: now, Kustomizations: map[string]ksObservation{}}
+	if fr.Spec.Revision != "" {
+		if _, _, err := splitRevision(fr.Spec.Revision); err != nil {
+			err = fmt.Errorf("spec.revision of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
+			conditions.MarkStalled(fr, v1alpha1.InvalidSpecReason, "%s", err)
+			conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.InvalidSpecReason, "%s", err)
+			return reconcile.Result{}, reconcile.TerminalError(err)
+		}
+	}
 	switch {
 	case fr.Spec.Revision != "":
 		w.Target = fr.Spec.Revision
@@ -128,7 +138,6 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		}
 		return reconcile.Result{}, err
 	}
-	conditions.Delete(fr, meta.StalledCondition)
 	setSkipped(fr, w.Plan)
 	if len(w.Plan.Eligible) == 0 && fr.Status.Candidate == nil {
 		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.NoClustersSelectedReason,
@@ -161,6 +170,9 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		}
 	}
 	res := step(fr, w)
+	if res.Refused != "" {
+		r.event(fr, corev1.EventTypeWarning, "RequestRefused", "%s", res.Refused)
+	}
 	if res.GateWave >= 0 {
 		if err := r.decideGate(ctx, fr, w, res.GateWave); err != nil {
 			return reconcile.Result{}, err
@@ -239,8 +251,9 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, fr *v1alpha1.FleetRoll
 		}
 		if wrote {
 			r.event(fr, corev1.EventTypeNormal, "Switched", "cluster %s switched to %s (wave %s)", c, t.Revision, t.Wave)
-			// The cached copy is now older than the write; observing it would report the old source.
-			delete(existing, c)
+			// The cached copy is older than the write: observe what was written, with no status yet,
+			// so this pass counts the cluster as switched and not yet healthy.
+			existing[c] = desired
 		}
 	}
 	return nil
@@ -264,7 +277,8 @@ func (r *FleetRolloutReconciler) decideGate(ctx context.Context, fr *v1alpha1.Fl
 			obs.Ready = o.Ready == "True"
 			obs.Revision = o.LastApplied
 			obs.Reason, obs.Message = o.Reason, o.Message
-			obs.AtCandidate = o.readyAt(fr.Status.Candidate.Source, fr.Status.Candidate.Revision)
+			obs.AtCandidate = o.readyAt(fr.Status.Candidate.Source, fr.Status.Candidate.Revision) ||
+				(wv.Phase == v1alpha1.WaveSoaking && o.stillAt(fr.Status.Candidate.Source, fr.Status.Candidate.Revision))
 		}
 		req.Clusters[c] = obs
 	}

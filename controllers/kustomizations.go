@@ -129,7 +129,25 @@ func observe(ks *kustomizev1.Kustomization) ksObservation {
 
 // readyAt tells whether the Kustomization has applied revision from source and is healthy.
 func (o ksObservation) readyAt(source, revision string) bool {
-	return o.Exists && o.Source == source && o.Current && o.Ready == metav1.ConditionTrue && o.LastApplied == revision
+	return o.Exists && o.Source == source && o.Current && o.Ready == metav1.ConditionTrue && sameRevision(o.LastApplied, revision)
+}
+
+// stillAt tells whether a Kustomization that was ready at revision still is: kustomize-controller
+// marks Ready Unknown at the start of every reconcile of the same revision, which is not a loss of
+// health; only a failure is.
+func (o ksObservation) stillAt(source, revision string) bool {
+	return o.Exists && o.Source == source && o.Ready != metav1.ConditionFalse && sameRevision(o.LastApplied, revision)
+}
+
+// sameRevision compares two Flux revisions by the commit or digest they name: a source pinned by
+// commit or digest alone reports "sha1:<commit>" where the tracked source said "main@sha1:<commit>".
+func sameRevision(a, b string) bool {
+	if a == b {
+		return true
+	}
+	_, da, errA := splitRevision(a)
+	_, db, errB := splitRevision(b)
+	return errA == nil && errB == nil && da == db
 }
 
 // failedAt tells whether the Kustomization failed with the spec that points at source: the apply, the
@@ -142,7 +160,10 @@ func (o ksObservation) failedAt(source string) bool {
 		return false
 	}
 	switch o.Reason {
-	case meta.HealthCheckFailedReason, meta.ReconciliationFailedReason, meta.BuildFailedReason:
+	case meta.HealthCheckFailedReason, meta.ReconciliationFailedReason, meta.BuildFailedReason,
+		// Waves start only once the pinned source serves the revision, so an artifact failure here is
+		// the revision's own (kustomize-controller reports a path missing from it this way).
+		meta.ArtifactFailedReason:
 		return true
 	}
 	return false

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,8 @@ type stepResult struct {
 	Waiting string
 	// RequeueAfter asks to be called again then (a soak ending, a deadline); zero means the interval.
 	RequeueAfter time.Duration
+	// Refused says why a request in the spec could not be carried out; the reconciler reports it as an event.
+	Refused string
 }
 
 // step moves the rollout's status one decision forward from what was recorded and what is observed.
@@ -61,7 +64,11 @@ func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
 	if fr.Spec.Rollback.Request != st.LastHandledRollbackRequest {
 		st.LastHandledRollbackRequest = fr.Spec.Rollback.Request
 		if fr.Spec.Rollback.Request != "" && inFlight(st) {
-			beginRollback(fr)
+			if st.LastKnownGood == nil {
+				res.Refused = "rollback requested, but there is no known-good revision to go back to: set spec.hold to stop, or spec.revision to pin another revision"
+			} else {
+				beginRollback(fr)
+			}
 		}
 	}
 	if st.Phase == v1alpha1.PhaseRollingBack {
@@ -74,9 +81,10 @@ func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
 	}
 	if st.Candidate == nil || st.Candidate.Revision != w.Target {
 		switch {
-		case st.Phase == v1alpha1.PhaseProgressing && st.Candidate != nil:
+		case st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || (st.Phase == v1alpha1.PhaseHeld && fr.Spec.Hold != nil)):
 			// A rollout in progress finishes (or fails) before a newer revision starts, so no cluster
-			// is left between two candidates; the newer one is picked up right after.
+			// is left between two candidates; the newer one is picked up right after. A hold keeps
+			// the candidate too: nothing new starts while held.
 			res.Waiting = fmt.Sprintf("revision %s waits for %s to finish", w.Target, st.Candidate.Revision)
 		case st.LastKnownGood != nil && st.LastKnownGood.Revision == w.Target && !anyStarted(st):
 			st.Phase = v1alpha1.PhaseCompleted
@@ -90,7 +98,7 @@ func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
 		}
 	}
 
-	if !w.Candidate.Exists || w.Candidate.Revision != st.Candidate.Revision {
+	if !w.Candidate.Exists || !sameRevision(w.Candidate.Revision, st.Candidate.Revision) {
 		res.Waiting = fmt.Sprintf("waiting for pinned source %s to fetch revision %s", st.Candidate.Source, st.Candidate.Revision)
 		if w.Candidate.Message != "" {
 			res.Waiting += ": " + w.Candidate.Message
@@ -129,8 +137,8 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			st.CurrentWave = wv.Name
 			if spec.RequireApproval && !fr.Approved(st.Candidate.Revision, wv.Name) {
 				wv.Phase = v1alpha1.WaveAwaiting
-				res.Waiting = fmt.Sprintf("wave %s needs an approval of revision %s (tidegate approve %s --revision %s --wave %s)",
-					wv.Name, st.Candidate.Revision, fr.Name, st.Candidate.Revision, wv.Name)
+				res.Waiting = fmt.Sprintf("wave %s needs an approval: add {revision: %q, wave: %q} to spec.approvals",
+					wv.Name, st.Candidate.Revision, wv.Name)
 				return res
 			}
 			members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
@@ -163,16 +171,17 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	cand := st.Candidate
 	wv.Missing = fleets.Missing(wv.Clusters, w.Inventory)
 	var updated, healthy, failed int32
+	soaking := wv.Phase == v1alpha1.WaveSoaking
 	for _, c := range wv.Clusters {
 		o := w.Kustomizations[c]
 		if o.Exists && o.Source == cand.Source {
 			updated++
 		}
 		switch {
-		case o.readyAt(cand.Source, cand.Revision) && !contains(wv.Missing, c):
-			healthy++
-		case o.failedAt(cand.Source) || contains(wv.Missing, c):
+		case contains(wv.Missing, c) || o.failedAt(cand.Source):
 			failed++
+		case o.readyAt(cand.Source, cand.Revision), soaking && o.stillAt(cand.Source, cand.Revision):
+			healthy++
 		}
 	}
 	wv.Updated, wv.Healthy = updated, healthy
@@ -245,21 +254,33 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 	st := &fr.Status
 	res := stepResult{GateWave: -1}
 	kg := st.LastKnownGood
+	present := map[string]bool{}
+	for _, c := range w.Inventory {
+		present[c.Name] = true
+	}
 	back, total := 0, 0
+	var gone []string
 	for c, o := range w.Kustomizations {
 		if !o.Exists {
+			continue
+		}
+		if !present[c] {
+			// Its FleetCluster is gone, so its kubeconfig is unknown: it cannot be switched back.
+			gone = append(gone, c)
 			continue
 		}
 		total++
 		if o.readyAt(kg.Source, kg.Revision) {
 			back++
-		} else {
-			res.Waiting = fmt.Sprintf("rolling back: %d/%d clusters Ready at %s (waiting for %s)", back, total, kg.Revision, c)
 		}
 	}
 	if back < total {
 		res.Waiting = fmt.Sprintf("rolling back: %d/%d clusters Ready at known-good %s", back, total, kg.Revision)
 		return res
+	}
+	if len(gone) > 0 {
+		sort.Strings(gone)
+		res.Refused = fmt.Sprintf("rolled back every cluster but %v, whose FleetCluster is gone", gone)
 	}
 	st.Phase = v1alpha1.PhaseRolledBack
 	st.CurrentWave = ""
