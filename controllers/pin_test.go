@@ -1,13 +1,21 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/scheme"
 )
 
 func TestSplitRevision(t *testing.T) {
@@ -71,5 +79,43 @@ func TestPinnedSourceKeepsURLAuthAndVerifyAndPinsTheRevision(t *testing.T) {
 	}
 	if _, err := pinnedSource(fr, git, "not-a-revision"); err == nil {
 		t.Errorf("a malformed revision must be refused")
+	}
+}
+
+func TestPrunePinnedSourcesKeepsWhatIsNeeded(t *testing.T) {
+	sch := scheme.New()
+	limit := int32(1)
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	fr.Spec.HistoryLimit = &limit
+	fr.Status.Candidate = &v1alpha1.RevisionStatus{Source: "web-6"}
+	fr.Status.LastKnownGood = &v1alpha1.RevisionStatus{Source: "web-5"}
+	var objs []client.Object
+	for i := 1; i <= 6; i++ {
+		objs = append(objs, &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("web-%d", i), Namespace: "fleet",
+			Labels:            map[string]string{v1alpha1.RolloutLabel: "web"},
+			CreationTimestamp: metav1.NewTime(time.Unix(int64(i)*100, 0)),
+		}})
+	}
+	// Another rollout's pin is never touched.
+	objs = append(objs, &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Name: "api-1", Namespace: "fleet",
+		Labels: map[string]string{v1alpha1.RolloutLabel: "api"}}})
+	c := fake.NewClientBuilder().WithScheme(sch).WithObjects(objs...).Build()
+	// web-2 is still used by a Kustomization (a cluster not yet reached by a wave).
+	if err := prunePinnedSources(context.Background(), c, fr, sourcev1.GitRepositoryKind, map[string]bool{"web-2": true}); err != nil {
+		t.Fatal(err)
+	}
+	var list sourcev1.GitRepositoryList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, o := range list.Items {
+		left = append(left, o.Name)
+	}
+	sort.Strings(left)
+	// Kept: the candidate (6), the known-good (5), the one in use (2), and the newest other one (4).
+	if want := []string{"api-1", "web-2", "web-4", "web-5", "web-6"}; !reflect.DeepEqual(left, want) {
+		t.Errorf("after pruning: %v, want %v", left, want)
 	}
 }
