@@ -66,21 +66,14 @@ func TestE2ECrashPointsDuringWaves(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	h := startTidegate(t, s.f, controllers.Options{})
-	if err := s.f.Hub.Create(ctx, threeWaveRollout(s.ns, "web")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, s.repo.Revision(first))
+	s.rollOutFirst(ctx, t, first, nil)
 	h.Stop(t)
 	gen1 := s.generations(t, "web")
 
 	// Crash 1: the ring wave is recorded as started, its first switch never happens.
 	crash := newCrashAt("switch:member-2")
 	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
-	second, err := s.repo.Commit("v2", demoPackage("v2"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev2 := s.repo.Revision(second)
+	rev2 := s.commitVersion(t, "v2")
 	crash.wait(ctx, t)
 	h.Stop(t)
 	atCrash := s.rollout(t, "web")
@@ -140,15 +133,11 @@ func TestE2ECrashPointDuringRollback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	h := startTidegate(t, s.f, controllers.Options{})
-	fr := threeWaveRollout(s.ns, "web")
-	fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
 	one := int32(1)
-	fr.Spec.Waves[1].MaxFailures = &one
-	if err := s.f.Hub.Create(ctx, fr); err != nil {
-		t.Fatal(err)
-	}
-	rev1 := s.repo.Revision(first)
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
+	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {
+		fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+		fr.Spec.Waves[1].MaxFailures = &one
+	})
 	h.Stop(t)
 	gen1 := s.generations(t, "web")
 
@@ -158,10 +147,7 @@ func TestE2ECrashPointDuringRollback(t *testing.T) {
 	s.sim.SetFault("member-3", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
 	crash := newCrashAt("rollback:member-2")
 	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
-	second, err := s.repo.Commit("v2 (broken on the ring)", demoPackage("v2"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev2 := s.commitVersion(t, "v2")
 	crash.wait(ctx, t)
 	h.Stop(t)
 	if got := s.rollout(t, "web"); got.Status.Phase != v1alpha1.PhaseRollingBack {
@@ -169,7 +155,7 @@ func TestE2ECrashPointDuringRollback(t *testing.T) {
 	}
 
 	startTidegate(t, s.f, controllers.Options{})
-	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, s.repo.Revision(second))
+	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev2)
 	gen2 := s.generations(t, "web")
 	for c, g := range gen1 {
 		want := g
@@ -183,7 +169,7 @@ func TestE2ECrashPointDuringRollback(t *testing.T) {
 			t.Errorf("%s runs %q after the rollback, want v1", c, v)
 		}
 	}
-	if !got.IsRejected(s.repo.Revision(second)) {
+	if !got.IsRejected(rev2) {
 		t.Errorf("the rolled back revision should be rejected: %+v", got.Status.Rejected)
 	}
 }

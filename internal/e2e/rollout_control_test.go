@@ -52,18 +52,11 @@ func TestE2EHoldAndSuspend(t *testing.T) {
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	if err := s.f.Hub.Create(ctx, threeWaveRollout(s.ns, "web")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, s.repo.Revision(first))
+	s.rollOutFirst(ctx, t, first, nil)
 
 	// Hold as soon as the canary starts: the canary finishes, the ring never starts.
 	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Hold = &v1alpha1.Hold{Reason: "change freeze"} })
-	second, err := s.repo.Commit("v2", demoPackage("v2"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev2 := s.repo.Revision(second)
+	rev2 := s.commitVersion(t, "v2")
 	held := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
 	if c := findCondition(held, "Ready"); c == nil || c.Status != "False" || c.Message != "held: change freeze" {
 		t.Errorf("Ready while held = %+v, want False with the hold's reason", c)
@@ -120,26 +113,15 @@ func TestE2ENewRevisionDuringWave(t *testing.T) {
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	if err := s.f.Hub.Create(ctx, threeWaveRollout(s.ns, "web")); err != nil {
-		t.Fatal(err)
-	}
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, s.repo.Revision(first))
+	s.rollOutFirst(ctx, t, first, nil)
 	watch := s.watchVersions(t)
 
-	second, err := s.repo.Commit("v2", demoPackage("v2"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev2 := s.repo.Revision(second)
+	rev2 := s.commitVersion(t, "v2")
 	eventually(ctx, t, "ring wave of v2 in progress", func() (bool, string) {
 		fr := s.rollout(t, "web")
 		return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev2 && fr.Status.CurrentWave == "ring", describe(fr)
 	})
-	third, err := s.repo.Commit("v3", demoPackage("v3"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev3 := s.repo.Revision(third)
+	rev3 := s.commitVersion(t, "v3")
 
 	// v2 completes everywhere before v3 touches any cluster.
 	eventually(ctx, t, "v2 completed", func() (bool, string) {

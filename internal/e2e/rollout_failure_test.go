@@ -9,7 +9,6 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/simulator"
 )
 
 // versionWatch samples every member's running version in the background and records every version each
@@ -57,23 +56,12 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	fr := threeWaveRollout(s.ns, "web")
-	fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureHold
-	if err := s.f.Hub.Create(ctx, fr); err != nil {
-		t.Fatal(err)
-	}
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, s.repo.Revision(first))
+	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureHold })
 
 	// v2 crash-loops wherever it runs.
-	for _, m := range s.f.Members {
-		s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
-	}
+	s.breakVersion("v2")
 	watch := s.watchVersions(t)
-	second, err := s.repo.Commit("v2 (broken)", demoPackage("v2"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev2 := s.repo.Revision(second)
+	rev2 := s.commitVersion(t, "v2")
 	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
 
 	canary := got.Status.Waves[0]
@@ -109,8 +97,8 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 		t.Fatalf("receipt %s: %v", canary.Gates[0].Receipt, err)
 	}
 	if rc.Spec.Result != v1alpha1.ResultFail || len(rc.Spec.Reasons) == 0 || rc.Spec.Candidate.Revision != rev2 ||
-		rc.Spec.KnownGood == nil || rc.Spec.KnownGood.Revision != s.repo.Revision(first) {
-		t.Errorf("receipt = %+v, want a failure about %s with known-good %s and reasons", rc.Spec, rev2, s.repo.Revision(first))
+		rc.Spec.KnownGood == nil || rc.Spec.KnownGood.Revision != rev1 {
+		t.Errorf("receipt = %+v, want a failure about %s with known-good %s and reasons", rc.Spec, rev2, rev1)
 	}
 }
 
@@ -121,23 +109,10 @@ func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	fr := threeWaveRollout(s.ns, "web")
-	fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
-	if err := s.f.Hub.Create(ctx, fr); err != nil {
-		t.Fatal(err)
-	}
-	rev1 := s.repo.Revision(first)
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
-
-	for _, m := range s.f.Members {
-		s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
-	}
+	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
+	s.breakVersion("v2")
 	watch := s.watchVersions(t)
-	second, err := s.repo.Commit("v2 (broken)", demoPackage("v2"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev2 := s.repo.Revision(second)
+	rev2 := s.commitVersion(t, "v2")
 	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev2)
 	canary := got.Status.Waves[0].Clusters[0]
 	if !watch.everRan(canary, "v2") {

@@ -12,7 +12,6 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/internal/localfleet"
-	"github.com/tidegate/tidegate/internal/simulator"
 )
 
 // Rollback still works after the tracked branch moved on and source-controller garbage-collected the
@@ -26,13 +25,7 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	fr := threeWaveRollout(s.ns, "web")
-	fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
-	if err := s.f.Hub.Create(ctx, fr); err != nil {
-		t.Fatal(err)
-	}
-	rev1 := s.repo.Revision(first)
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
+	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
 	var tracked sourcev1.GitRepository
 	if err := s.f.Hub.Get(ctx, keyOf(s.ns, "fleet"), &tracked); err != nil {
 		t.Fatal(err)
@@ -40,19 +33,14 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 	v1Artifact := filepath.Join(s.f.Dir, "source-storage", tracked.Status.Artifact.Path)
 
 	// The branch moves on to a broken revision; the tracked source keeps only its newest artifact.
-	for _, m := range s.f.Members {
-		s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
-	}
-	bad, err := s.repo.Commit("v2 (broken)", demoPackage("v2"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.breakVersion("v2")
+	bad := s.commitVersion(t, "v2")
 	eventually(ctx, t, "tracked source's v1 artifact garbage-collected", func() (bool, string) {
 		_, err := os.Stat(v1Artifact)
 		return os.IsNotExist(err), "still at " + v1Artifact
 	})
 
-	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, s.repo.Revision(bad))
+	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, bad)
 	var pin sourcev1.GitRepository
 	if err := s.f.Hub.Get(ctx, keyOf(s.ns, got.Status.LastKnownGood.Source), &pin); err != nil {
 		t.Fatalf("known-good pinned source: %v", err)

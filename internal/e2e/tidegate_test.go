@@ -183,3 +183,36 @@ func describe(fr *v1alpha1.FleetRollout) string {
 }
 
 var _ client.Object = &v1alpha1.FleetRollout{}
+
+// rollOutFirst creates the three-wave rollout "web" (changed by mutate) and waits until the first
+// commit runs everywhere; it returns that commit's revision.
+func (s *fleetSetup) rollOutFirst(ctx context.Context, t *testing.T, first string, mutate func(*v1alpha1.FleetRollout)) string {
+	t.Helper()
+	fr := threeWaveRollout(s.ns, "web")
+	if mutate != nil {
+		mutate(fr)
+	}
+	if err := s.f.Hub.Create(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	rev := s.repo.Revision(first)
+	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev)
+	return rev
+}
+
+// commitVersion commits the demo package at version and returns the commit's revision.
+func (s *fleetSetup) commitVersion(t *testing.T, version string) string {
+	t.Helper()
+	sha, err := s.repo.Commit(version, demoPackage(version), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.repo.Revision(sha)
+}
+
+// breakVersion makes the demo workload crash-loop wherever it runs the image of version.
+func (s *fleetSetup) breakVersion(version string) {
+	for _, m := range s.f.Members {
+		s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":" + version})
+	}
+}
