@@ -2,7 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/internal/testbin"
@@ -27,53 +25,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	env, err := startEnv()
-	if err != nil {
-		envErr = err
-		fmt.Fprintf(os.Stderr, "envtest not started, the admission tests will fail: %v\n", err)
-	}
-	code := m.Run()
-	if env != nil {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
-}
-
-func startEnv() (*envtest.Environment, error) {
-	binDir, err := testbin.BinDir()
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: binDir,
-		CRDDirectoryPaths:     []string{testbin.TidegateCRDDir()},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		// Start may have left etcd or kube-apiserver running; stop what it started.
-		_ = env.Stop()
-		return nil, fmt.Errorf("starting envtest with the CRDs of %s: %w", testbin.TidegateCRDDir(), err)
-	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
-			_ = env.Stop()
-			return nil, err
+			panic(err)
 		}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		_ = env.Stop()
-		return nil, err
-	}
-	k8sClient = c
-	return env, nil
+	os.Exit(testbin.RunWithAPIServer(m, scheme, []string{testbin.TidegateCRDDir()}, func(c client.Client, err error) {
+		k8sClient, envErr = c, err
+	}))
 }
 
 // setup returns a client of the package's API server, a context bound to the test and a fresh

@@ -2,7 +2,6 @@ package simulator
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tidegate/tidegate/internal/testbin"
 )
@@ -33,41 +31,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	env, err := startMember()
-	if err != nil {
-		envErr = err
-		fmt.Fprintf(os.Stderr, "envtest not started, the simulator's API server tests will fail: %v\n", err)
-	}
-	code := m.Run()
-	if env != nil {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
-}
-
-func startMember() (*envtest.Environment, error) {
-	bin, err := testbin.BinDir()
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: bin}
-	cfg, err := env.Start()
-	if err != nil {
-		// Start may have left etcd or kube-apiserver running; stop what it started.
-		_ = env.Stop()
-		return nil, fmt.Errorf("starting the member API server: %w", err)
-	}
-	memberClient, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		_ = env.Stop()
-		return nil, err
-	}
-	return env, nil
+	os.Exit(testbin.RunWithAPIServer(m, clientgoscheme.Scheme, nil, func(c client.Client, err error) {
+		memberClient, envErr = c, err
+	}))
 }
 
 // start returns a running simulator of the member and a fresh namespace for the test's workloads. Tests

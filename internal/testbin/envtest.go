@@ -1,0 +1,53 @@
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// RunWithAPIServer runs a package's tests against one real kube-apiserver and etcd (envtest) with the
+// CRDs of crdDirs installed. ready receives a client of that API server, or the error that kept it
+// from starting: tests that need it must then fail with that error, never skip. It returns the exit
+// code for os.Exit, 1 when stopping the API server failed.
+func RunWithAPIServer(m *testing.M, scheme *runtime.Scheme, crdDirs []string, ready func(client.Client, error)) int {
+	env, c, err := startAPIServer(scheme, crdDirs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "envtest not started, the tests that need it will fail: %v\n", err)
+	}
+	ready(c, err)
+	code := m.Run()
+	if env != nil {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+func startAPIServer(scheme *runtime.Scheme, crdDirs []string) (*envtest.Environment, client.Client, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: bin, CRDDirectoryPaths: crdDirs, ErrorIfCRDPathMissing: len(crdDirs) > 0}
+	cfg, err := env.Start()
+	if err != nil {
+		// Start may have left etcd or kube-apiserver running; stop what it started.
+		_ = env.Stop()
+		return nil, nil, fmt.Errorf("starting envtest (CRDs from %v): %w", crdDirs, err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, nil, err
+	}
+	return env, c, nil
+}
