@@ -331,7 +331,7 @@ func viewOf(obj client.Object) clusterRolloutView {
 	v := clusterRolloutView{
 		cluster: obj.GetLabels()[v1alpha1.ClusterLabel],
 		rollout: obj.GetLabels()[v1alpha1.RolloutLabel],
-		desired: obj.GetAnnotations()[v1alpha1.RevisionLabel],
+		desired: obj.GetAnnotations()[v1alpha1.RevisionAnnotation],
 	}
 	if ks, ok := obj.(*kustomizev1.Kustomization); ok {
 		v.live = ks.Status.LastAppliedRevision

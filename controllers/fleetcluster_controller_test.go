@@ -236,7 +236,7 @@ func TestFleetClusterRolloutsFromKustomizations(t *testing.T) {
 			k.Labels[v1alpha1.RolloutLabel] = rollout
 		}
 		if desired != "" {
-			k.Annotations[v1alpha1.RevisionLabel] = desired
+			k.Annotations[v1alpha1.RevisionAnnotation] = desired
 		}
 		k.Status.LastAppliedRevision = live
 		return k
@@ -269,7 +269,7 @@ func TestFleetClusterKustomizationPredicate(t *testing.T) {
 	base := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{
 		Name: "web-c1", Namespace: "fleet",
 		Labels:      map[string]string{v1alpha1.ClusterLabel: "c1", v1alpha1.RolloutLabel: "web"},
-		Annotations: map[string]string{v1alpha1.RevisionLabel: "r1"},
+		Annotations: map[string]string{v1alpha1.RevisionAnnotation: "r1"},
 	}}
 	changed := func(edit func(k *kustomizev1.Kustomization)) bool {
 		k := base.DeepCopy()
@@ -281,7 +281,7 @@ func TestFleetClusterKustomizationPredicate(t *testing.T) {
 		want bool
 	}{
 		"applied revision":       {func(k *kustomizev1.Kustomization) { k.Status.LastAppliedRevision = "r1" }, true},
-		"desired revision":       {func(k *kustomizev1.Kustomization) { k.Annotations[v1alpha1.RevisionLabel] = "r2" }, true},
+		"desired revision":       {func(k *kustomizev1.Kustomization) { k.Annotations[v1alpha1.RevisionAnnotation] = "r2" }, true},
 		"cluster label":          {func(k *kustomizev1.Kustomization) { k.Labels[v1alpha1.ClusterLabel] = "c2" }, true},
 		"rollout label":          {func(k *kustomizev1.Kustomization) { delete(k.Labels, v1alpha1.RolloutLabel) }, true},
 		"other status":           {func(k *kustomizev1.Kustomization) { k.Status.LastAttemptedRevision = "r9" }, false},
@@ -538,7 +538,7 @@ func fcKustomization(t *testing.T, f *localfleet.Fleet, ns, name, cluster, rollo
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: ns,
 			Labels:      map[string]string{v1alpha1.ClusterLabel: cluster, v1alpha1.RolloutLabel: rollout},
-			Annotations: map[string]string{v1alpha1.RevisionLabel: revision},
+			Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
 		},
 		Spec: kustomizev1.KustomizationSpec{
 			Interval:  metav1.Duration{Duration: time.Hour},

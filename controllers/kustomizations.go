@@ -42,7 +42,7 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 				v1alpha1.ClusterLabel: fc.Name,
 				v1alpha1.WaveLabel:    wave,
 			},
-			Annotations: map[string]string{RevisionAnnotation: revision},
+			Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
 		},
 		Spec: kustomizev1.KustomizationSpec{
 			Interval:        durationOr(t.Interval, defaultKustomizationInterval),

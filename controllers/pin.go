@@ -23,10 +23,6 @@ import (
 // digest never changes; the interval only bounds how long a lost artifact (storage wiped) stays lost.
 const pinnedSourceInterval = 10 * time.Minute
 
-// RevisionAnnotation holds the full revision a pinned source or a Kustomization is at; label values
-// cannot hold "main@sha1:…".
-const RevisionAnnotation = "tidegate.dev/revision"
-
 // sourceState is what the engine knows of a Flux source: the tracked one or a pinned one.
 type sourceState struct {
 	Name     string
@@ -94,7 +90,7 @@ func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, revision str
 		Name:        v1alpha1.PinnedSourceName(fr.Name, revision),
 		Namespace:   fr.Namespace,
 		Labels:      map[string]string{v1alpha1.RolloutLabel: fr.Name},
-		Annotations: map[string]string{RevisionAnnotation: revision},
+		Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
 	}
 	switch src := tracked.(type) {
 	case *sourcev1.GitRepository:

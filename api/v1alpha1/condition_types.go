@@ -5,11 +5,14 @@ const Finalizer = "finalizers.tidegate.dev"
 
 // Labels tidegate sets on the Flux objects it owns, so `flux get` and `kubectl -l` can select them.
 const (
-	RolloutLabel  = "tidegate.dev/rollout"
-	ClusterLabel  = "tidegate.dev/cluster"
-	WaveLabel     = "tidegate.dev/wave"
-	RevisionLabel = "tidegate.dev/revision"
+	RolloutLabel = "tidegate.dev/rollout"
+	ClusterLabel = "tidegate.dev/cluster"
+	WaveLabel    = "tidegate.dev/wave"
 )
+
+// RevisionAnnotation holds the full revision a pinned source or a Kustomization is at; label values
+// cannot hold "main@sha1:…".
+const RevisionAnnotation = "tidegate.dev/revision"
 
 // FieldManager is the one field manager tidegate uses for every write.
 const FieldManager = "tidegate"
