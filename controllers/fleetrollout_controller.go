@@ -170,6 +170,7 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		}
 	}
 	res := step(fr, w)
+	setLateJoiners(fr, w.Plan)
 	if res.Refused != "" {
 		r.event(fr, corev1.EventTypeWarning, "RequestRefused", "%s", res.Refused)
 	}

@@ -143,6 +143,21 @@ func setSkipped(fr *v1alpha1.FleetRollout, p fleets.WavePlan) {
 	}
 }
 
+// setLateJoiners records the eligible clusters whose wave started without them.
+func setLateJoiners(fr *v1alpha1.FleetRollout, p fleets.WavePlan) {
+	var started []v1alpha1.WaveStatus
+	for _, w := range fr.Status.Waves {
+		if w.StartedAt != nil {
+			started = append(started, w)
+		}
+	}
+	joined := fleets.Joined(started, p)
+	if len(joined) > maxSkippedInStatus {
+		joined = joined[:maxSkippedInStatus]
+	}
+	fr.Status.LateJoiners = joined
+}
+
 func metav1ConditionFor(result string) (metav1.ConditionStatus, string) {
 	if result == v1alpha1.ResultPass {
 		return metav1.ConditionTrue, v1alpha1.GatePassedReason

@@ -60,3 +60,21 @@ func TestDesiredTargets(t *testing.T) {
 		t.Errorf("a first rollout touches only started waves: %+v", got)
 	}
 }
+
+func TestLateJoinersAreReported(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{Status: v1alpha1.FleetRolloutStatus{Waves: []v1alpha1.WaveStatus{
+		{Name: "canary", Phase: v1alpha1.WaveSucceeded, Clusters: []string{"b"}, StartedAt: &metav1.Time{}},
+		{Name: "rest", Phase: v1alpha1.WavePending},
+	}}}
+	// "a" was created after the canary started; today's plan would have put it in the canary.
+	plan := fleets.WavePlan{Waves: []fleets.PlannedWave{{Name: "canary", Clusters: []string{"a"}}, {Name: "rest", Clusters: []string{"b", "c"}}}}
+	setLateJoiners(fr, plan)
+	if len(fr.Status.LateJoiners) != 1 || fr.Status.LateJoiners[0] != "a" {
+		t.Errorf("late joiners = %v, want [a]", fr.Status.LateJoiners)
+	}
+	fr.Status.Waves[0].Clusters = []string{"a", "b"}
+	setLateJoiners(fr, plan)
+	if fr.Status.LateJoiners != nil {
+		t.Errorf("no late joiners once every cluster is held: %v", fr.Status.LateJoiners)
+	}
+}

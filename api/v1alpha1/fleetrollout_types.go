@@ -355,6 +355,12 @@ type FleetRolloutStatus struct {
 	// +optional
 	SkippedCount int32 `json:"skippedCount,omitempty"`
 
+	// lateJoiners are eligible clusters that no started wave holds because they became eligible after
+	// their wave started: they wait for the last wave, or, once it has started, for the next revision
+	// (at most 100).
+	// +optional
+	LateJoiners []string `json:"lateJoiners,omitempty"`
+
 	// lastHandledRollbackRequest is the last spec.rollback.request acted on.
 	// +optional
 	LastHandledRollbackRequest string `json:"lastHandledRollbackRequest,omitempty"`

@@ -324,6 +324,11 @@ func (in *FleetRolloutStatus) DeepCopyInto(out *FleetRolloutStatus) {
 		*out = make([]SkippedCluster, len(*in))
 		copy(*out, *in)
 	}
+	if in.LateJoiners != nil {
+		in, out := &in.LateJoiners, &out.LateJoiners
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	out.ReconcileRequestStatus = in.ReconcileRequestStatus
 }
 
