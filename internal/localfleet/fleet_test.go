@@ -2,6 +2,7 @@ package localfleet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -37,6 +38,14 @@ func TestStartAndStopLeaveNothing(t *testing.T) {
 	dir := f.Dir
 	if n := len(fleetProcesses(t, dir)); n < 5 {
 		t.Fatalf("want hub and member API servers, etcds and source-controller running under %s, found %d", dir, n)
+	}
+	// What a failed test prints: the tail of every API server, etcd and Flux controller log.
+	var logs bytes.Buffer
+	f.DumpLogs(&logs, 5)
+	for _, name := range []string{"hub-kube-apiserver.log", "hub-etcd.log", "member-1-kube-apiserver.log", "source-controller.log", "kustomize-controller.log"} {
+		if !strings.Contains(logs.String(), "===== "+name) {
+			t.Errorf("DumpLogs does not show %s:\n%s", name, logs.String())
+		}
 	}
 	f.Stop()
 	if left := fleetProcesses(t, dir); len(left) > 0 {
