@@ -1,0 +1,415 @@
+package cue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// unchecked returns a policy that skipped LoadPolicy's checks, to show what Evaluate does on its
+// own with a policy that would not load.
+func unchecked(t *testing.T, files map[string]string) *Policy {
+	t.Helper()
+	m := map[string][]byte{}
+	for n, s := range files {
+		m[n] = []byte(s)
+	}
+	p, err := newPolicy(m, "sha256:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const acceptAll = `package policy
+deploySafe: #DeploySafeEvidence
+noDisruption: #NoDisruptionEvidence
+rollbackSafe: #RollbackSafeEvidence
+rollbackSucceeds: #RollbackSucceedsEvidence
+`
+
+type panicky struct{}
+
+func (panicky) MarshalJSON() ([]byte, error) { panic("collector bug") }
+
+func noDisruptionFixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(evidenceDir, GateNoDisruption, name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestEvaluateEdges(t *testing.T) {
+	def := DefaultPolicy()
+	pass := noDisruptionFixture(t, "pass")
+	var nilEvidence *NoDisruptionEvidence
+	oversized := []byte(`{"limits": ["` + strings.Repeat("x", MaxEvidenceBytes) + `"]}`)
+
+	tests := []struct {
+		name     string
+		policy   *Policy
+		gate     string
+		evidence any
+		pass     bool
+		reason   string // a reason that must be there (substring)
+		err      string // the error must contain it; "" means no error
+		policyEr bool   // the error is a *PolicyError
+	}{
+		{name: "passing evidence", policy: def, gate: GateNoDisruption, evidence: pass, pass: true},
+		{name: "json.RawMessage", policy: def, gate: GateNoDisruption, evidence: json.RawMessage(pass), pass: true},
+		{name: "nil evidence fails", policy: def, gate: GateNoDisruption, evidence: nil, reason: "no evidence was collected"},
+		{name: "typed nil evidence fails", policy: def, gate: GateNoDisruption, evidence: nilEvidence, reason: "no evidence was collected"},
+		{name: "JSON null fails", policy: def, gate: GateNoDisruption, evidence: []byte(" null\n"), reason: "no evidence was collected"},
+		{name: "empty bytes fail", policy: def, gate: GateNoDisruption, evidence: []byte{}, reason: "no evidence was collected"},
+		{name: "evidence that is not an object fails", policy: def, gate: GateNoDisruption, evidence: []string{"a"}, reason: "(mismatched types "},
+		{name: "oversized evidence is an error", policy: def, gate: GateNoDisruption, evidence: oversized, err: "collect per-wave summaries"},
+		{name: "invalid JSON is an error", policy: def, gate: GateNoDisruption, evidence: []byte(`{"soak": `), err: "not JSON"},
+		{name: "unknown gate", policy: def, gate: "looksFine", evidence: pass, err: `gate "looksFine": not a gate`},
+		{name: "no policy", policy: nil, gate: GateNoDisruption, evidence: pass, err: "no policy"},
+		{name: "a panic becomes an error", policy: def, gate: GateNoDisruption, evidence: panicky{}, err: "recovered from a panic: collector bug"},
+		{
+			name:   "policy that does not compile",
+			policy: unchecked(t, map[string]string{"p.cue": "package policy\nnoDisruption: {"}),
+			gate:   GateNoDisruption, evidence: pass, err: "expected '}'", policyEr: true,
+		},
+		{
+			name:   "gate field that is not a struct",
+			policy: unchecked(t, map[string]string{"p.cue": "package policy\nnoDisruption: [1]"}),
+			gate:   GateNoDisruption, evidence: pass, err: "noDisruption: is list, not a struct", policyEr: true,
+		},
+		{
+			name:   "gate field missing",
+			policy: unchecked(t, map[string]string{"p.cue": "package policy\ndeploySafe: {}"}),
+			gate:   GateNoDisruption, evidence: pass, err: "noDisruption: missing", policyEr: true,
+		},
+		{
+			name: "policy that is not concrete",
+			policy: unchecked(t, map[string]string{"p.cue": acceptAll + `
+_floor: number
+noDisruption: clusters: [...{unavailableSeconds: <=_floor}]`}),
+			gate: GateNoDisruption, evidence: pass, err: "the policy is not concrete", policyEr: true,
+		},
+		{
+			name:   "settings that are not valid",
+			policy: unchecked(t, map[string]string{"p.cue": acceptAll + `settings: onFail: "Retry"`}),
+			gate:   GateNoDisruption, evidence: pass, err: "settings.onFail", policyEr: true,
+		},
+		{
+			name:   "evidence missing a field the policy needs fails; it does not make the policy invalid",
+			policy: def, gate: GateRollbackSucceeds,
+			evidence: RollbackSucceedsEvidence{Evidence: Evidence{Rollout: "a/b", Candidate: Revision{"r2", "sha256:" + strings.Repeat("a", 64)}}},
+			reason:   "not a first rollout, but the evidence names no known-good revision",
+		},
+		{
+			name:   "evidence beyond the contract fails",
+			policy: unchecked(t, map[string]string{"p.cue": acceptAll}), gate: GateNoDisruption,
+			evidence: []byte(strings.Replace(string(pass), `"soak"`, `"soakedFor": "2m", "soak"`, 1)),
+			reason:   "noDisruption.soakedFor: field not allowed",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Evaluate(tt.policy, tt.gate, tt.evidence)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one containing %q", err, tt.err)
+				}
+				var pe *PolicyError
+				if got := errors.As(err, &pe); got != tt.policyEr {
+					t.Errorf("error is a *PolicyError: %t, want %t (%v)", got, tt.policyEr, err)
+				}
+				if d.Pass {
+					t.Errorf("an error with a passing decision: %+v", d)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if d.Pass != tt.pass {
+				t.Fatalf("pass = %t, want %t; reasons: %q", d.Pass, tt.pass, d.Reasons)
+			}
+			if tt.pass && len(d.Reasons) > 0 {
+				t.Errorf("a pass with reasons: %q", d.Reasons)
+			}
+			if tt.reason != "" && !containsSubstring(d.Reasons, tt.reason) {
+				t.Errorf("reasons %q lack %q", d.Reasons, tt.reason)
+			}
+			if d.PolicyDigest != tt.policy.Digest() || d.Gate != tt.gate {
+				t.Errorf("decision names policy %q gate %q, want %q %q", d.PolicyDigest, d.Gate, tt.policy.Digest(), tt.gate)
+			}
+		})
+	}
+}
+
+func containsSubstring(list []string, s string) bool {
+	for _, x := range list {
+		if strings.Contains(x, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEvaluateOversizedWrapsSentinel(t *testing.T) {
+	big := NoDisruptionEvidence{}
+	for i := 0; len(big.Clusters)*100 < MaxEvidenceBytes+100; i++ {
+		big.Clusters = append(big.Clusters, ClusterContinuity{Name: fmt.Sprintf("member-%05d-with-a-long-name-for-padding-padding-padding", i)})
+	}
+	_, err := Evaluate(DefaultPolicy(), GateNoDisruption, big)
+	if !errors.Is(err, ErrEvidenceTooLarge) {
+		t.Fatalf("error %v, want ErrEvidenceTooLarge", err)
+	}
+}
+
+// TestReasonsNameClustersInOrder: reasons carry the CUE path and the cluster's name, in natural
+// order (clusters.2 before clusters.10), each once.
+func TestReasonsNameClustersInOrder(t *testing.T) {
+	ev := wave(12, 0)
+	for _, i := range []int{2, 10, 11} {
+		ev.Clusters[i].MinAvailableRatio = 0.5
+	}
+	d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"noDisruption.clusters.2.minAvailableRatio: invalid value 0.5 (out of bound >=0.9) (clusters.2: member-0002)",
+		"noDisruption.clusters.10.minAvailableRatio: invalid value 0.5 (out of bound >=0.9) (clusters.10: member-0010)",
+		"noDisruption.clusters.11.minAvailableRatio: invalid value 0.5 (out of bound >=0.9) (clusters.11: member-0011)",
+	}
+	if d.Pass || !reflect.DeepEqual(d.Reasons, want) {
+		t.Fatalf("reasons:\n%s\nwant:\n%s", strings.Join(d.Reasons, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// wave is a healthy n-cluster noDisruption summary.
+func wave(n, maxFailures int) NoDisruptionEvidence {
+	ev := NoDisruptionEvidence{
+		Evidence: Evidence{
+			Rollout:     "apps/podinfo",
+			Wave:        "everyone",
+			Candidate:   Revision{Revision: "main@sha1:2222222222222222222222222222222222222222", Digest: "sha256:" + strings.Repeat("c", 64)},
+			KnownGood:   &Revision{Revision: "main@sha1:1111111111111111111111111111111111111111", Digest: "sha256:" + strings.Repeat("6", 64)},
+			CollectedAt: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC),
+			Limits:      []string{"availability sampled every 5s; a shorter outage may be missed"},
+		},
+		Soak:           "2m0s",
+		SampleInterval: "5s",
+		MaxFailures:    maxFailures,
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("member-%04d", i)
+		ev.Targets = append(ev.Targets, name)
+		ev.Clusters = append(ev.Clusters, ClusterContinuity{
+			Name: name, Ready: true, Revision: ev.Candidate.Revision, MinAvailableRatio: 1,
+			Samples: 24, HealthChecks: HealthChecksPassed,
+		})
+	}
+	return ev
+}
+
+func TestEvaluateGoEvidence(t *testing.T) {
+	d, err := Evaluate(DefaultPolicy(), GateNoDisruption, wave(3, 0))
+	if err != nil || !d.Pass {
+		t.Fatalf("a healthy wave from Go values: %+v %v", d, err)
+	}
+	if len(d.Limits) != 1 {
+		t.Errorf("limits %q, want the evidence's", d.Limits)
+	}
+	// nil slices are omitted, and the schema reads them as empty.
+	ev := wave(0, 0)
+	ev.Limits = nil
+	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || !d.Pass {
+		t.Fatalf("an empty wave: %+v %v", d, err)
+	}
+}
+
+// TestEvaluateConcurrently shares one Policy between goroutines; run with -race to see it hold.
+func TestEvaluateConcurrently(t *testing.T) {
+	p := DefaultPolicy()
+	bad := wave(5, 0)
+	bad.Clusters[3].Ready = false
+	want, err := Evaluate(p, GateNoDisruption, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				got, err := Evaluate(p, GateNoDisruption, bad)
+				if err != nil || !reflect.DeepEqual(got, want) {
+					errs <- fmt.Sprintf("%+v %v", got, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("a concurrent evaluation differs: %s", e)
+	}
+}
+
+func TestPolicyDigest(t *testing.T) {
+	a, b := []byte("package policy\n"+acceptAll[len("package policy\n"):]), []byte("package policy\n\nsettings: soak: \"2m\"\n")
+	load := func(files map[string][]byte) string {
+		t.Helper()
+		p, err := LoadPolicy(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Digest()
+	}
+	base := load(map[string][]byte{"gates.cue": a, "settings.cue": b})
+	// Map order is random; a digest over sorted names does not see it.
+	for i := 0; i < 20; i++ {
+		m := map[string][]byte{}
+		if i%2 == 0 {
+			m["settings.cue"], m["gates.cue"] = b, a
+		} else {
+			m["gates.cue"], m["settings.cue"] = a, b
+		}
+		if got := load(m); got != base {
+			t.Fatalf("digest changed with insertion order: %s vs %s", got, base)
+		}
+	}
+	if !strings.HasPrefix(base, "sha256:") || len(base) != len("sha256:")+64 {
+		t.Errorf("digest %q is not sha256:<hex>", base)
+	}
+	for name, files := range map[string]map[string][]byte{
+		"renamed file":   {"gates.cue": a, "other.cue": b},
+		"changed byte":   {"gates.cue": a, "settings.cue": append(append([]byte(nil), b...), ' ')},
+		"bytes moved":    {"gates.cue": append(append([]byte(nil), a...), b[:len("package policy\n")]...), "settings.cue": b[len("package policy\n"):]},
+		"one file fewer": {"gates.cue": append(append([]byte(nil), a...), b[len("package policy\n"):]...)},
+	} {
+		p, err := newPolicy(files, "sha256:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Digest() == base {
+			t.Errorf("%s: same digest", name)
+		}
+	}
+	if d := DefaultPolicy().Digest(); !strings.HasPrefix(d, "builtin:sha256:") {
+		t.Errorf("default policy digest %q", d)
+	}
+}
+
+func TestLoadPolicyProblems(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  string
+	}{
+		{"no files", nil, "the policy has no .cue files"},
+		{"not a .cue file", map[string]string{"policy.yaml": acceptAll}, "policy.yaml: a policy file is a .cue file"},
+		{"a path, not a name", map[string]string{"sub/p.cue": acceptAll}, "sub/p.cue: a policy file is a .cue file"},
+		{"no package clause", map[string]string{"p.cue": "deploySafe: {}"}, "needs a package clause"},
+		{"two packages", map[string]string{"a.cue": acceptAll, "b.cue": "package other\n"}, `package name "other" conflicts`},
+		{"non-standard import", map[string]string{"a.cue": "package policy\nimport \"example.com/x\"\n"}, "may import only CUE's standard library"},
+		{"settings not concrete", map[string]string{"a.cue": acceptAll + "settings: soak: \"2m\" | \"5m\"\n"}, "settings.soak: incomplete value"},
+		{"settings out of range", map[string]string{"a.cue": acceptAll + "settings: onFail: \"Retry\"\n"}, "settings.onFail"},
+		{"unknown setting", map[string]string{"a.cue": acceptAll + "settings: soke: \"1m\"\n"}, "settings.soke: field not allowed"},
+		{"negative soak", map[string]string{"a.cue": acceptAll + "settings: soak: \"-1m\"\n"}, "settings.soak"},
+		{"typo in a list pattern", map[string]string{"a.cue": acceptAll + "noDisruption: clusters: [...{redy: true}]\n"}, "noDisruption.clusters.[*].redy: field not allowed"},
+		{"wrong type in a list pattern", map[string]string{"a.cue": acceptAll + "noDisruption: clusters: [...{ready: \"yes\"}]\n"}, "noDisruption.clusters.[*].ready: conflicting values"},
+		{"typo in a comprehension", map[string]string{"a.cue": acceptAll + "noDisruption: {if noDisruption.maxFailures == 0 {maxFailure: 0}}\n"}, "maxFailure: field not allowed"},
+		{"unknown top-level field", map[string]string{"a.cue": acceptAll + "limits: []\n"}, "limits: not a gate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files := map[string][]byte{}
+			for n, s := range tt.files {
+				files[n] = []byte(s)
+			}
+			_, err := LoadPolicy(files)
+			var pe *PolicyError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v, want a *PolicyError", err)
+			}
+			if !containsSubstring(pe.Problems, tt.want) {
+				t.Fatalf("problems %q lack %q", pe.Problems, tt.want)
+			}
+		})
+	}
+}
+
+func TestSettingsDefaults(t *testing.T) {
+	p, err := LoadPolicy(map[string][]byte{"p.cue": []byte(acceptAll)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Settings{
+		Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: "Hold",
+		Approvals:  ApprovalSettings{Waves: []string{}, Classes: []string{}},
+		Tolerances: Tolerances{MinAvailableRatio: 0.9, MaxUnavailableSeconds: 30, MaxRehearsalSeconds: 600},
+	}
+	if !reflect.DeepEqual(s, want) {
+		t.Fatalf("settings %+v, want %+v", s, want)
+	}
+	def, err := DefaultPolicy().Settings()
+	if err != nil || !reflect.DeepEqual(def, want) {
+		t.Fatalf("the default policy's settings %+v (%v), want the #Settings defaults %+v", def, err, want)
+	}
+	a := ApprovalSettings{Waves: []string{"production"}, Classes: []string{v1alpha1.ClassSystemConfiguration}}
+	if !a.NeedsApproval(v1alpha1.ClassUserWorkload, "production") || !a.NeedsApproval(v1alpha1.ClassSystemConfiguration, "canary") || a.NeedsApproval(v1alpha1.ClassUserWorkload, "canary") {
+		t.Error("NeedsApproval does not follow waves and classes")
+	}
+}
+
+func TestCapReasons(t *testing.T) {
+	r := []string{"a", "b", "c", "d"}
+	for _, tt := range []struct {
+		n    int
+		want []string
+	}{
+		{10, []string{"a", "b", "c", "d"}},
+		{4, []string{"a", "b", "c", "d"}},
+		{3, []string{"a", "b", "and 2 more"}},
+		{1, []string{"and 4 more"}},
+		{0, []string{"and 4 more"}},
+	} {
+		if got := CapReasons(r, tt.n); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("CapReasons(%d) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+	if got := CapReasons(nil, 3); len(got) != 0 {
+		t.Errorf("CapReasons(nil) = %q", got)
+	}
+}
+
+func TestSortUnique(t *testing.T) {
+	got := sortUnique([]string{"x.10.a", "x.2.a", "x.2.a", "x.1.b", "x.01.c", "y", "x.10"})
+	want := []string{"x.1.b", "x.01.c", "x.2.a", "x.10", "x.10.a", "y"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("sortUnique = %q, want %q", got, want)
+	}
+}
+
+// TestGateNamesMatchAPI keeps this package's gate names those of the API.
+func TestGateNamesMatchAPI(t *testing.T) {
+	if !reflect.DeepEqual(Gates, v1alpha1.Gates) {
+		t.Fatalf("Gates %v, API %v", Gates, v1alpha1.Gates)
+	}
+}

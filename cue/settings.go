@@ -1,0 +1,109 @@
+package cue
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"cuelang.org/go/cue"
+)
+
+// Settings is what a policy tells the engine besides the gate constraints (#Settings in
+// schema/settings.cue, where every field has a default).
+type Settings struct {
+	// Soak is how long a wave stays healthy at the candidate before noDisruption is decided,
+	// unless the wave's spec sets its own.
+	Soak time.Duration `json:"soak"`
+	// SampleInterval is how often workload availability is sampled during the soak.
+	SampleInterval time.Duration `json:"sampleInterval"`
+	// OnFail is "Hold" or "Rollback".
+	OnFail string `json:"onFail"`
+	// Rehearsal asks for a rollback rehearsal after the first wave.
+	Rehearsal bool `json:"rehearsal"`
+	// Approvals says which waves wait for an approval of the candidate revision.
+	Approvals ApprovalSettings `json:"approvals"`
+	// Tolerances are the numbers the policy's gate constraints refer to.
+	Tolerances Tolerances `json:"tolerances"`
+}
+
+// ApprovalSettings says which waves wait for an approval of the candidate revision.
+type ApprovalSettings struct {
+	// Waves by name, in every rollout.
+	Waves []string `json:"waves"`
+	// Classes of rollouts whose every wave waits for an approval.
+	Classes []string `json:"classes"`
+}
+
+// MarshalJSON writes durations as Go duration strings ("1m0s"), the way policies write them.
+func (s Settings) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Soak           string           `json:"soak"`
+		SampleInterval string           `json:"sampleInterval"`
+		OnFail         string           `json:"onFail"`
+		Rehearsal      bool             `json:"rehearsal"`
+		Approvals      ApprovalSettings `json:"approvals"`
+		Tolerances     Tolerances       `json:"tolerances"`
+	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.Approvals, s.Tolerances})
+}
+
+// NeedsApproval reports whether a wave of a rollout of the given class waits for an approval.
+func (a ApprovalSettings) NeedsApproval(class, wave string) bool {
+	for _, c := range a.Classes {
+		if c == class {
+			return true
+		}
+	}
+	for _, w := range a.Waves {
+		if w == wave {
+			return true
+		}
+	}
+	return false
+}
+
+// Tolerances are the numbers a policy's gate constraints refer to.
+type Tolerances struct {
+	MinAvailableRatio     float64 `json:"minAvailableRatio"`
+	MaxUnavailableSeconds float64 `json:"maxUnavailableSeconds"`
+	MaxRehearsalSeconds   float64 `json:"maxRehearsalSeconds"`
+}
+
+// Settings reads the policy's settings, with #Settings' defaults for what it leaves out. It
+// returns a *PolicyError when they are invalid or not concrete.
+func (p *Policy) Settings() (s Settings, err error) {
+	defer recoverInto(&err, "reading the policy's settings")
+	ctx := newContext()
+	root, err := p.compile(ctx)
+	if err != nil {
+		return Settings{}, p.policyError(err)
+	}
+	v := withSettings(root).LookupPath(cue.MakePath(cue.Str(settingsField)))
+	if err := v.Validate(cue.Concrete(true)); err != nil {
+		return Settings{}, p.policyError(err)
+	}
+	var raw struct {
+		Soak           string           `json:"soak"`
+		SampleInterval string           `json:"sampleInterval"`
+		OnFail         string           `json:"onFail"`
+		Rehearsal      bool             `json:"rehearsal"`
+		Approvals      ApprovalSettings `json:"approvals"`
+		Tolerances     Tolerances       `json:"tolerances"`
+	}
+	if err := v.Decode(&raw); err != nil {
+		return Settings{}, p.policyError(err)
+	}
+	s = Settings{OnFail: raw.OnFail, Rehearsal: raw.Rehearsal, Approvals: raw.Approvals, Tolerances: raw.Tolerances}
+	if s.Soak, err = time.ParseDuration(raw.Soak); err != nil {
+		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.soak: %v", err)}}
+	}
+	if s.SampleInterval, err = time.ParseDuration(raw.SampleInterval); err != nil {
+		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.sampleInterval: %v", err)}}
+	}
+	return s, nil
+}
+
+// withSettings unifies the policy's settings (present or not) with #Settings, so that its
+// defaults apply wherever a gate refers to a setting.
+func withSettings(root cue.Value) cue.Value {
+	return root.FillPath(cue.MakePath(cue.Str(settingsField)), root.LookupPath(cue.MakePath(cue.Def(settingsDef))))
+}
