@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -234,19 +235,11 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, fr *v1alpha1.FleetRoll
 			continue // the FleetCluster is gone: its kubeconfig is unknown, its wave reports it missing
 		}
 		desired := desiredKustomization(fr, fc, t.Source, t.Revision, t.Wave)
-		if existing[c] != nil && existing[c].Annotations[specHashAnnotation] != "" {
-			if h, _ := contentHash(desired.Labels, desired.Annotations, desired.Spec); h == existing[c].Annotations[specHashAnnotation] {
-				continue
-			}
-		}
 		point := "switch:"
 		if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
 			point = "rollback:"
 		}
-		if err := r.hook(point + c); err != nil {
-			return err
-		}
-		wrote, err := applyKustomization(ctx, r.Client, r.Scheme(), fr, desired, existing[c])
+		wrote, err := applyKustomization(ctx, r.Client, fr, desired, existing[c], func() error { return r.hook(point + c) })
 		if err != nil {
 			return err
 		}
@@ -292,7 +285,7 @@ func (r *FleetRolloutReconciler) decideGate(ctx context.Context, fr *v1alpha1.Fl
 		// Fail closed: an evaluator error is a failed gate, with the error as its reason.
 		d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{"gate evaluation failed: " + err.Error()}, Evidence: req.Clusters}
 	}
-	rc, err := buildReceipt(fr, wv, wv.Clusters, req.Gate, d, metaNow(w.Now))
+	rc, err := buildReceipt(fr, wv, wv.Clusters, req.Gate, d, metav1.NewTime(w.Now))
 	if err != nil {
 		return err
 	}
@@ -301,7 +294,7 @@ func (r *FleetRolloutReconciler) decideGate(ctx context.Context, fr *v1alpha1.Fl
 	}
 	applyGate(fr, i, req.Gate, d, rc.Name, w.Now)
 	status, reason := metav1ConditionFor(d.Result)
-	conditions.Set(fr, &metav1Condition{Type: req.Gate, Status: status, Reason: reason,
+	conditions.Set(fr, &metav1.Condition{Type: req.Gate, Status: status, Reason: reason,
 		Message: fmt.Sprintf("wave %s: %s (receipt %s)", wv.Name, summarize(d), rc.Name)})
 	eventType := corev1.EventTypeNormal
 	if d.Result != v1alpha1.ResultPass {
@@ -330,7 +323,7 @@ func (r *FleetRolloutReconciler) listKustomizations(ctx context.Context, fr *v1a
 	out := make(map[string]*kustomizev1.Kustomization, len(list.Items))
 	for i := range list.Items {
 		ks := &list.Items[i]
-		if c := ks.Labels[v1alpha1.ClusterLabel]; c != "" && metav1IsControlledBy(ks, fr) {
+		if c := ks.Labels[v1alpha1.ClusterLabel]; c != "" && metav1.IsControlledBy(ks, fr) {
 			out[c] = ks
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/runtime/predicates"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -58,7 +59,7 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 func (r *FleetRolloutReconciler) rolloutsForSource(kind string) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []reconcile.Request {
 		var reqs []reconcile.Request
-		if ref := metav1ControllerOf(o); ref != nil && ref.Kind == v1alpha1.FleetRolloutKind {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == v1alpha1.FleetRolloutKind {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}})
 		}
 		var list v1alpha1.FleetRolloutList

@@ -4,19 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/fluxcd/pkg/runtime/patch"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/fleets"
 )
-
-type metav1Condition = metav1.Condition
 
 // maxSkippedInStatus bounds status.skipped; status.skippedCount has the total.
 const maxSkippedInStatus = 100
@@ -183,15 +179,4 @@ func capMessage(s string) string {
 		return s
 	}
 	return s[:maxConditionMessage-3] + "..."
-}
-
-func metaNow(t time.Time) metav1.Time { return metav1.NewTime(t) }
-
-func metav1IsControlledBy(obj client.Object, owner client.Object) bool {
-	for _, ref := range obj.GetOwnerReferences() {
-		if ref.Controller != nil && *ref.Controller && ref.UID == owner.GetUID() {
-			return true
-		}
-	}
-	return false
 }

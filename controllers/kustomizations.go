@@ -67,14 +67,18 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 }
 
 // applyKustomization writes ks with server-side apply under tidegate's field manager, unless the
-// existing object already carries the same content hash. It reports whether it wrote.
-func applyKustomization(ctx context.Context, c client.Client, scheme *runtime.Scheme, fr *v1alpha1.FleetRollout, ks *kustomizev1.Kustomization, existing *kustomizev1.Kustomization) (bool, error) {
+// existing object already carries the same content hash. beforeWrite runs just before a write (the
+// crash-point hook). It reports whether it wrote.
+func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ks, existing *kustomizev1.Kustomization, beforeWrite func() error) (bool, error) {
 	hash, err := contentHash(ks.Labels, ks.Annotations, ks.Spec)
 	if err != nil {
 		return false, err
 	}
 	if existing != nil && existing.Annotations[specHashAnnotation] == hash {
 		return false, nil
+	}
+	if err := beforeWrite(); err != nil {
+		return false, err
 	}
 	ks.Annotations[specHashAnnotation] = hash
 	controller := true

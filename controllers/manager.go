@@ -3,7 +3,6 @@ package controllers
 import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -37,8 +36,4 @@ func controllerOptions(maxConcurrent int, skipNameValidation bool) controller.Op
 		o.SkipNameValidation = &skipNameValidation
 	}
 	return o
-}
-
-func metav1ControllerOf(o client.Object) *metav1.OwnerReference {
-	return metav1.GetControllerOf(o)
 }
