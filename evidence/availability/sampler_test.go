@@ -1,0 +1,341 @@
+package availability
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The arithmetic of samples, on a fake clock: readings are recorded directly, without a client.
+
+const cl = "member-1"
+
+var (
+	t0  = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	web = Workload{Kind: KindDeployment, Namespace: "demo", Name: "web"}
+	db  = Workload{Kind: KindStatefulSet, Namespace: "demo", Name: "db"}
+)
+
+// at is t0 plus s seconds: the fake clock.
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func ok(n int32) reading         { return reading{available: n, desired: n} }
+func partial(a, d int32) reading { return reading{available: a, desired: d} }
+func gone(w Workload) reading {
+	return reading{missing: true, err: fmt.Errorf("%s not found on cluster %s", w, cl)}
+}
+func broken(msg string) reading { return reading{failed: true, err: errors.New(msg)} }
+func rec(t *testing.T, s *Sampler, sec float64, rs ...reading) {
+	t.Helper()
+	ws := make([]Workload, len(rs))
+	for i := range rs {
+		ws[i] = web
+		if i > 0 {
+			ws[i] = db
+		}
+	}
+	if err := s.record(cl, at(sec), ws, rs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHealthySamplesShowFullAvailability(t *testing.T) {
+	s := New(Options{})
+	for i := range 5 {
+		rec(t, s, float64(5*i), ok(3), ok(1))
+	}
+	got := s.Summary(cl, at(0), at(20))
+	want := ClusterSummary{
+		Cluster: cl, Since: at(0), Until: at(20), Interval: 5 * time.Second, Samples: 5,
+		MinAvailableRatio: 1, FirstSample: at(0), LastSample: at(20), MaxGap: 5 * time.Second, Workloads: 2,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("summary\n got %+v\nwant %+v", got, want)
+	}
+	wantLimits := []string{"workload availability sampled every 5s; an outage shorter than the sample interval may be missed"}
+	if l := Limits(got); !reflect.DeepEqual(l, wantLimits) {
+		t.Fatalf("limits %q, want %q", l, wantLimits)
+	}
+}
+
+func TestUnavailableTimeIsCountedConservatively(t *testing.T) {
+	type step struct {
+		sec float64
+		rs  []reading
+	}
+	cases := []struct {
+		name        string
+		steps       []step
+		until       float64 // 0: open
+		ratio       float64
+		unavailable float64
+	}{
+		{"one bad sample taints both intervals around it",
+			[]step{{0, []reading{ok(2)}}, {5, []reading{partial(0, 2)}}, {10, []reading{ok(2)}}}, 0, 0, 10},
+		{"partial availability is below desired",
+			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(4), partial(2, 4)}}, {10, []reading{ok(2)}}, {15, []reading{ok(2)}}}, 0, 0.5, 10},
+		{"the lowest ratio of any workload in any sample",
+			[]step{{0, []reading{partial(3, 4)}}, {5, []reading{partial(1, 3)}}, {10, []reading{ok(1)}}}, 0, 1.0 / 3, 10},
+		{"an unavailable last sample counts one interval",
+			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(2)}}, {10, []reading{partial(1, 2)}}}, 0, 0.5, 10},
+		{"an unavailable last sample counts up to the end of the window",
+			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(2)}}, {10, []reading{partial(1, 2)}}}, 30, 0.5, 25},
+		{"a single unavailable sample counts one interval",
+			[]step{{0, []reading{partial(0, 1)}}}, 0, 0, 5},
+		{"a missing workload is unavailable",
+			[]step{{0, []reading{ok(1)}}, {5, []reading{gone(web)}}}, 0, 0, 10},
+		{"a failed read is unavailable",
+			[]step{{0, []reading{broken("reading Deployment demo/web on cluster member-1: timeout")}}, {5, []reading{ok(1)}}}, 0, 0, 5},
+		{"nothing desired is fully available",
+			[]step{{0, []reading{partial(0, 0)}}, {5, []reading{partial(0, 0)}}}, 0, 1, 0},
+		{"more than desired (a surge) is fully available",
+			[]step{{0, []reading{partial(4, 3)}}, {5, []reading{partial(3, 3)}}}, 0, 1, 0},
+		{"no workloads is fully available",
+			[]step{{0, nil}, {5, nil}}, 0, 1, 0},
+		{"uneven intervals count their real length",
+			[]step{{0, []reading{ok(1)}}, {2, []reading{partial(0, 1)}}, {9, []reading{ok(1)}}, {12, []reading{ok(1)}}}, 0, 0, 9},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Options{Interval: 5 * time.Second})
+			for _, st := range tc.steps {
+				rec(t, s, st.sec, st.rs...)
+			}
+			var until time.Time
+			if tc.until != 0 {
+				until = at(tc.until)
+			}
+			got := s.Summary(cl, time.Time{}, until)
+			if got.Samples != len(tc.steps) || got.MinAvailableRatio != tc.ratio || got.UnavailableSeconds != tc.unavailable {
+				t.Fatalf("samples %d, ratio %v, unavailable %vs; want %d, %v, %vs",
+					got.Samples, got.MinAvailableRatio, got.UnavailableSeconds, len(tc.steps), tc.ratio, tc.unavailable)
+			}
+			if (got.Worst != nil) != (tc.ratio < 1) {
+				t.Fatalf("worst %+v with ratio %v", got.Worst, tc.ratio)
+			}
+		})
+	}
+}
+
+func TestWorstNamesTheWorkloadAndWhenItWasLowest(t *testing.T) {
+	s := New(Options{})
+	rec(t, s, 0, ok(3), ok(1))
+	rec(t, s, 5, ok(3), partial(0, 1))
+	rec(t, s, 10, partial(1, 3), partial(0, 1)) // as low again later: the first time is kept
+	got := s.Summary(cl, time.Time{}, time.Time{})
+	want := &Shortfall{Workload: db, Available: 0, Desired: 1, At: at(5)}
+	if !reflect.DeepEqual(got.Worst, want) {
+		t.Fatalf("worst %+v, want %+v", got.Worst, want)
+	}
+}
+
+func TestNoSamplesFailClosed(t *testing.T) {
+	s := New(Options{})
+	got := s.Summary("member-9", at(0), at(60))
+	if got.Samples != 0 || got.MinAvailableRatio != 0 || got.Cluster != "member-9" {
+		t.Fatalf("a cluster never sampled: %+v", got)
+	}
+	// Samples outside the window are no samples either.
+	rec(t, s, 100, ok(1))
+	got = s.Summary(cl, at(0), at(60))
+	if got.Samples != 0 || got.MinAvailableRatio != 0 {
+		t.Fatalf("a window without samples: %+v", got)
+	}
+	want := []string{"no availability samples on member-1: nothing is known of the workloads there (minAvailableRatio 0)"}
+	if l := Limits(got); !reflect.DeepEqual(l, want) {
+		t.Fatalf("limits %q, want %q", l, want)
+	}
+}
+
+func TestGapsAndUnsampledEndsAreReported(t *testing.T) {
+	s := New(Options{Interval: 5 * time.Second})
+	for _, sec := range []float64{30, 35, 40, 47, 67, 72} {
+		rec(t, s, sec, ok(1))
+	}
+	got := s.Summary(cl, at(0), at(100))
+	if got.MaxGap != 20*time.Second || got.LongGaps != 1 || got.UnavailableSeconds != 0 || got.MinAvailableRatio != 1 {
+		t.Fatalf("summary %+v", got)
+	}
+	want := []string{
+		"workload availability sampled every 5s; an outage shorter than the largest gap between samples (20s) may be missed",
+		"gaps of more than 15s (3 sample intervals) between samples on member-1 (1 gap, the largest 20s): availability during them is unknown",
+		"sampling began late on member-1 (30s): the start of the window was not observed",
+		"sampling stopped early on member-1 (28s): the end of the window was not observed",
+	}
+	if l := Limits(got); !reflect.DeepEqual(l, want) {
+		t.Fatalf("limits\n%s\nwant\n%s", strings.Join(l, "\n"), strings.Join(want, "\n"))
+	}
+	// A gap of up to three intervals is an irregular sample, not a hole in the evidence.
+	got = s.Summary(cl, at(30), at(50))
+	if got.MaxGap != 7*time.Second || got.LongGaps != 0 || got.Samples != 4 {
+		t.Fatalf("summary %+v", got)
+	}
+	want = []string{"workload availability sampled every 5s; an outage shorter than the largest gap between samples (7s) may be missed"}
+	if l := Limits(got); !reflect.DeepEqual(l, want) {
+		t.Fatalf("limits %q, want %q", l, want)
+	}
+}
+
+func TestTheWindowSelectsSamples(t *testing.T) {
+	s := New(Options{})
+	rec(t, s, 0, partial(0, 1)) // before the soak: not its business
+	for i := 1; i <= 4; i++ {
+		rec(t, s, float64(5*i), ok(1))
+	}
+	rec(t, s, 25, partial(0, 1)) // after the soak
+	got := s.Summary(cl, at(5), at(20))
+	if got.Samples != 4 || got.MinAvailableRatio != 1 || got.UnavailableSeconds != 0 || !got.FirstSample.Equal(at(5)) || !got.LastSample.Equal(at(20)) {
+		t.Fatalf("summary %+v", got)
+	}
+	if got := s.Summary(cl, time.Time{}, time.Time{}); got.Samples != 6 || got.UnavailableSeconds != 15 {
+		t.Fatalf("open window: %+v", got)
+	}
+}
+
+func TestSamplesArrivingOutOfOrderAreSorted(t *testing.T) {
+	s := New(Options{})
+	rec(t, s, 10, ok(1))
+	rec(t, s, 0, ok(1))
+	rec(t, s, 5, partial(0, 1))
+	got := s.Summary(cl, time.Time{}, time.Time{})
+	if !got.FirstSample.Equal(at(0)) || !got.LastSample.Equal(at(10)) || got.UnavailableSeconds != 10 || got.MaxGap != 5*time.Second {
+		t.Fatalf("summary %+v", got)
+	}
+}
+
+// A cluster keeps MaxSamples samples one by one and folds older ones; whole-history summaries are exact.
+func TestMemoryIsBoundedWithoutLosingOldSamples(t *testing.T) {
+	small, big := New(Options{MaxSamples: 4}), New(Options{})
+	for i := range 40 {
+		r := ok(2)
+		switch i {
+		case 3:
+			r = partial(1, 2)
+		case 7:
+			r = gone(web)
+		case 25:
+			r = broken("reading Deployment demo/web on cluster member-1: timeout")
+		}
+		rec(t, small, float64(5*i), r)
+		rec(t, big, float64(5*i), r)
+	}
+	if n := len(small.clusters[cl].samples); n != 4 {
+		t.Fatalf("%d samples kept, want 4", n)
+	}
+	for _, w := range [][2]time.Time{{}, {at(0), at(195)}, {at(180), {}}, {at(0), at(190)}} {
+		a, b := small.Summary(cl, w[0], w[1]), big.Summary(cl, w[0], w[1])
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("window %v: folded summary\n %+v\nunfolded\n %+v", w, a, b)
+		}
+	}
+	// A window that cuts through the folded samples takes them all, and says so.
+	got := small.Summary(cl, at(100), time.Time{})
+	if !got.Folded || got.Samples != 40 || got.MinAvailableRatio != 0 {
+		t.Fatalf("summary %+v", got)
+	}
+	l := Limits(got)
+	if last := l[len(l)-1]; last != "samples were folded together to bound memory on member-1: the summary also counts samples from outside the window" {
+		t.Fatalf("limits %q", l)
+	}
+	// A sample older than the folded ones cannot be placed.
+	if err := small.record(cl, at(1), []Workload{web}, []reading{ok(1)}); err == nil || !strings.Contains(err.Error(), "cluster member-1") {
+		t.Fatalf("recording before the folded samples: %v", err)
+	}
+}
+
+func TestErrorsAreKeptDistinctAndBounded(t *testing.T) {
+	s := New(Options{MaxErrors: 2})
+	long := "reading Deployment demo/web on cluster member-1: " + strings.Repeat("x", 2000)
+	rec(t, s, 0, broken(long))
+	rec(t, s, 5, broken(long), gone(db))
+	for i := range 3 {
+		rec(t, s, float64(10+5*i), broken(fmt.Sprintf("error %d", i)))
+	}
+	got := s.Summary(cl, time.Time{}, time.Time{})
+	if len(got.Errors) != 3 || len(got.Errors[0]) > maxErrorLen+len("…") || !strings.HasPrefix(got.Errors[0], "reading Deployment demo/web on cluster member-1: xxx") ||
+		got.Errors[1] != "StatefulSet demo/db not found on cluster member-1" || got.Errors[2] != "and 3 more distinct errors, not kept" {
+		t.Fatalf("errors %q", got.Errors)
+	}
+	if got.ReadErrors != 5 || got.Missing != 1 {
+		t.Fatalf("read errors %d, missing %d", got.ReadErrors, got.Missing)
+	}
+	// Only the errors seen in the window.
+	if got := s.Summary(cl, at(6), time.Time{}); len(got.Errors) != 1 || got.Errors[0] != "and 3 more distinct errors, not kept" {
+		t.Fatalf("errors since 6s: %q", got.Errors)
+	}
+	if got := s.Summary(cl, at(0), at(4)); len(got.Errors) != 1 || !strings.HasPrefix(got.Errors[0], "reading Deployment") || got.ReadErrors != 1 {
+		t.Fatalf("errors up to 4s: %q", got.Errors)
+	}
+	want := "workload reads failed and were counted as unavailable on member-1 (5): those workloads may have been available"
+	if l := Limits(got); l[1] != want {
+		t.Fatalf("limits %q", l)
+	}
+}
+
+func TestWaveLimitsNameClustersBoundedly(t *testing.T) {
+	var sums []ClusterSummary
+	for i := 1; i <= 8; i++ {
+		sums = append(sums, ClusterSummary{Cluster: fmt.Sprintf("member-%d", i), Interval: 5 * time.Second})
+	}
+	sums[0] = ClusterSummary{Cluster: "member-1", Interval: 5 * time.Second, Samples: 12, MaxGap: 9 * time.Second, MinAvailableRatio: 1, ReadErrors: 2, Workloads: 3}
+	sums[1] = ClusterSummary{Cluster: "member-2", Interval: 5 * time.Second, Samples: 12, MaxGap: 6 * time.Second, MinAvailableRatio: 1}
+	want := []string{
+		"workload availability sampled every 5s; an outage shorter than the largest gap between samples (9s on member-1) may be missed",
+		"no availability samples on member-3, member-4, member-5, member-6, member-7 and 1 more: nothing is known of the workloads there (minAvailableRatio 0)",
+		"workload reads failed and were counted as unavailable on member-1 (2): those workloads may have been available",
+		"no Deployment, StatefulSet or DaemonSet to sample on member-2: availability was not measured (minAvailableRatio 1)",
+	}
+	if l := Limits(sums...); !reflect.DeepEqual(l, want) {
+		t.Fatalf("limits\n%s\nwant\n%s", strings.Join(l, "\n"), strings.Join(want, "\n"))
+	}
+	if l := Limits(); l != nil {
+		t.Fatalf("limits of no summaries: %q", l)
+	}
+}
+
+func TestForgetAndClusters(t *testing.T) {
+	s := New(Options{})
+	rec(t, s, 0, ok(1))
+	if err := s.record("member-2", at(0), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Clusters(); !reflect.DeepEqual(got, []string{"member-1", "member-2"}) {
+		t.Fatalf("clusters %q", got)
+	}
+	s.Forget(cl)
+	if got := s.Summary(cl, time.Time{}, time.Time{}); got.Samples != 0 || got.MinAvailableRatio != 0 {
+		t.Fatalf("after Forget: %+v", got)
+	}
+	if got := s.Clusters(); !reflect.DeepEqual(got, []string{"member-2"}) {
+		t.Fatalf("clusters %q", got)
+	}
+}
+
+// Run with -race: recording, summarising and forgetting from many goroutines at once.
+func TestConcurrentUse(t *testing.T) {
+	s := New(Options{MaxSamples: 16, MaxErrors: 3})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("member-%d", g%3)
+			for i := range 200 {
+				r := ok(1)
+				if i%7 == 0 {
+					r = broken(fmt.Sprintf("error %d", i%5))
+				}
+				_ = s.record(name, at(float64(i)), []Workload{web}, []reading{r})
+				_ = s.Summary(name, at(float64(i-20)), time.Time{})
+				if i%50 == 49 {
+					s.Forget(name)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

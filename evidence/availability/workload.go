@@ -1,0 +1,168 @@
+package availability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/fluxcd/cli-utils/pkg/object"
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The workload kinds a Sampler reads, all in API group "apps".
+const (
+	KindDeployment  = "Deployment"
+	KindStatefulSet = "StatefulSet"
+	KindDaemonSet   = "DaemonSet"
+)
+
+// Workload names one Deployment, StatefulSet or DaemonSet (API group apps, version v1).
+type Workload struct {
+	Kind      string
+	Namespace string
+	Name      string
+}
+
+// String is "Kind namespace/name", as error messages and limits name a workload.
+func (w Workload) String() string { return w.Kind + " " + w.Namespace + "/" + w.Name }
+
+// reading is what one read of one workload found.
+type reading struct {
+	available, desired int32
+	// missing: the object was not there (or was being deleted).
+	missing bool
+	// err is why the workload could not be read (or why it was missing); nil when it was read.
+	err error
+	// failed: err is a read failure or an unsupported kind, not a missing object.
+	failed bool
+}
+
+// ratio is available/desired in [0, 1]: 1 when nothing is desired, 0 when the workload is missing
+// or could not be read.
+func (r reading) ratio() float64 {
+	switch {
+	case r.err != nil:
+		return 0
+	case r.desired <= 0:
+		return 1
+	case r.available >= r.desired:
+		return 1
+	case r.available <= 0:
+		return 0
+	}
+	return float64(r.available) / float64(r.desired)
+}
+
+// below says whether the workload was below its desired availability.
+func (r reading) below() bool { return r.err != nil || r.available < r.desired }
+
+// read reads w from c on cluster. It never returns a bare error: a failure is a reading with err set,
+// which counts as unavailable.
+func read(ctx context.Context, c client.Reader, cluster string, w Workload) reading {
+	key := client.ObjectKey{Namespace: w.Namespace, Name: w.Name}
+	var (
+		obj client.Object
+		// available returns status's available count and the desired count, once obj is read.
+		available func() (int32, int32)
+	)
+	switch w.Kind {
+	case KindDeployment:
+		d := &appsv1.Deployment{}
+		obj = d
+		available = func() (int32, int32) { return d.Status.AvailableReplicas, replicas(d.Spec.Replicas) }
+	case KindStatefulSet:
+		s := &appsv1.StatefulSet{}
+		obj = s
+		available = func() (int32, int32) { return statefulSetAvailable(s), replicas(s.Spec.Replicas) }
+	case KindDaemonSet:
+		d := &appsv1.DaemonSet{}
+		obj = d
+		available = func() (int32, int32) { return d.Status.NumberAvailable, d.Status.DesiredNumberScheduled }
+	default:
+		return reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: unsupported workload kind %q (want %s, %s or %s)",
+			w, cluster, w.Kind, KindDeployment, KindStatefulSet, KindDaemonSet)}
+	}
+	if err := c.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reading{missing: true, err: fmt.Errorf("%s not found on cluster %s: %w", w, cluster, err)}
+		}
+		return reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: %w", w, cluster, err)}
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return reading{missing: true, err: fmt.Errorf("%s on cluster %s is being deleted", w, cluster)}
+	}
+	a, d := available()
+	return reading{available: a, desired: d}
+}
+
+// statefulSetAvailable is status.availableReplicas, or status.readyReplicas when the StatefulSet has no
+// minReadySeconds and availableReplicas is 0 while pods are ready: an API server from before
+// availableReplicas existed (Kubernetes < 1.22, or its feature gate off) leaves it 0, and with
+// minReadySeconds 0 a ready pod is an available one.
+func statefulSetAvailable(s *appsv1.StatefulSet) int32 {
+	if s.Status.AvailableReplicas == 0 && s.Spec.MinReadySeconds == 0 {
+		return s.Status.ReadyReplicas
+	}
+	return s.Status.AvailableReplicas
+}
+
+// replicas is spec.replicas with the API's default of 1.
+func replicas(r *int32) int32 {
+	if r == nil {
+		return 1
+	}
+	return *r
+}
+
+// WorkloadsFromInventory returns the Deployments, StatefulSets and DaemonSets (API group apps) among
+// the entries of a Flux Kustomization's status.inventory, sorted and without duplicates. Entry IDs
+// are "<namespace>_<name>_<group>_<kind>", parsed with fluxcd/cli-utils's object.ParseObjMetadata
+// as kustomize-controller writes them; the entry's version is not needed (apps/v1 is the only
+// served version of these kinds). An ID that does not parse might be a workload, so it is an error
+// naming the entry; the workloads that did parse are returned with it, for a caller that prefers
+// a partial list to none. A nil inventory (nothing applied yet) has no workloads.
+func WorkloadsFromInventory(inv *kustomizev1.ResourceInventory) ([]Workload, error) {
+	if inv == nil {
+		return nil, nil
+	}
+	seen := map[Workload]bool{}
+	var (
+		out  []Workload
+		errs []error
+	)
+	for i, e := range inv.Entries {
+		id, err := object.ParseObjMetadata(e.ID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("inventory entry %d (%q): %w", i, e.ID, err))
+			continue
+		}
+		if id.GroupKind.Group != appsv1.GroupName {
+			continue
+		}
+		switch id.GroupKind.Kind {
+		case KindDeployment, KindStatefulSet, KindDaemonSet:
+		default:
+			continue
+		}
+		w := Workload{Kind: id.GroupKind.Kind, Namespace: id.Namespace, Name: id.Name}
+		if !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Kind < b.Kind
+	})
+	return out, errors.Join(errs...)
+}
