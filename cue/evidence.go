@@ -134,9 +134,8 @@ const (
 	ChangeAdded   = "added"
 )
 
-// Finding is #Finding: one rollbackSafe concern about one object. Its fields are those of
-// evidence.Finding (the diff's classification) plus Approved, which the engine sets from
-// spec.approvals.
+// Finding is #Finding: one rollbackSafe concern about one object, as package evidence classifies
+// it; Approved is set by the engine from spec.approvals.
 type Finding struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	tgcue "github.com/tidegate/tidegate/cue"
 )
 
 // IrreversibleAnnotation marks an object whose apply cannot be undone by going back (a
@@ -19,26 +21,16 @@ const IrreversibleAnnotation = "tidegate.dev/irreversible"
 // it disappears from the source.
 const pruneAnnotation = "kustomize.toolkit.fluxcd.io/prune"
 
-// Changes a Finding can describe.
+// Changes a Finding can describe; the evidence contract in package cue defines them.
 const (
-	ChangeRemoved = "removed"
-	ChangeChanged = "changed"
-	ChangeAdded   = "added"
+	ChangeRemoved = tgcue.ChangeRemoved
+	ChangeChanged = tgcue.ChangeChanged
+	ChangeAdded   = tgcue.ChangeAdded
 )
 
-// Finding is one rollbackSafe concern about one object.
-type Finding struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace"`
-	Name       string `json:"name"`
-	// Field is the field path the finding is about ("" for the whole object).
-	Field string `json:"field"`
-	// Change is ChangeRemoved, ChangeChanged or ChangeAdded, from known-good to candidate.
-	Change string `json:"change"`
-	// Reason says why it matters; for Irreversible it is the annotation's value.
-	Reason string `json:"reason"`
-}
+// Finding is one rollbackSafe concern about one object: the #Finding of the evidence contract.
+// The classification leaves Approved false; the engine sets it from spec.approvals.
+type Finding = tgcue.Finding
 
 // RollbackSafety classifies the difference between the rendered known-good and candidate by
 // what it means for going back. Every list is sorted and never nil, so that a policy can
