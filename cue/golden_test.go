@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tidegate/tidegate/internal/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -54,25 +56,9 @@ func subdirs(t testing.TB, dir string) []string {
 	return out
 }
 
-// checkGolden compares got with the golden file byte for byte, or rewrites it under -update.
 func checkGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./cue -run %s -update to write it)", err, t.Name())
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from what the code gives; run go test ./cue -update and review the diff\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	golden.Check(t, path, got, *update, "go test ./cue -update")
 }
 
 // TestDefaultPolicyCopy keeps testdata/policies/default (which the CLI's tests and the docs use)

@@ -51,28 +51,11 @@ func message(e errors.Error) string {
 // kind) by them, a string element by its value.
 func describe(doc any, path []string) string {
 	var notes []string
-	cur := doc
-	for i, label := range path {
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[label]
-		case []any:
-			idx, err := strconv.Atoi(label)
-			if err != nil || idx < 0 || idx >= len(c) {
-				return strings.Join(notes, "; ")
-			}
-			cur = c[idx]
-			key := label
-			if i > 0 {
-				key = path[i-1] + "." + label
-			}
-			if n := nameOf(cur); n != "" {
-				notes = append(notes, key+": "+n)
-			}
-		default:
-			return strings.Join(notes, "; ")
+	walkJSON(doc, path, func(key string, elem any) {
+		if n := nameOf(elem); n != "" {
+			notes = append(notes, key+": "+n)
 		}
-	}
+	})
 	return strings.Join(notes, "; ")
 }
 
@@ -99,24 +82,39 @@ func nameOf(v any) string {
 	return ""
 }
 
-// lookupJSON follows a CUE path through a decoded JSON document.
+// lookupJSON follows a CUE path through a decoded JSON document; nil when the path leads nowhere.
 func lookupJSON(doc any, path []string) any {
+	v, _ := walkJSON(doc, path, nil)
+	return v
+}
+
+// walkJSON follows a CUE path through a decoded JSON document, calling onElem for every list
+// element it passes ("clusters.3" and the element). It returns where it ended and whether the
+// whole path was found.
+func walkJSON(doc any, path []string, onElem func(key string, elem any)) (any, bool) {
 	cur := doc
-	for _, label := range path {
+	for i, label := range path {
 		switch c := cur.(type) {
 		case map[string]any:
 			cur = c[label]
 		case []any:
 			idx, err := strconv.Atoi(label)
 			if err != nil || idx < 0 || idx >= len(c) {
-				return nil
+				return nil, false
 			}
 			cur = c[idx]
+			if onElem != nil {
+				key := label
+				if i > 0 {
+					key = path[i-1] + "." + label
+				}
+				onElem(key, cur)
+			}
 		default:
-			return nil
+			return nil, false
 		}
 	}
-	return cur
+	return cur, true
 }
 
 // CapReasons returns at most n reasons for a condition message, the last one saying how many

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidegate/tidegate/internal/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden/cli")
@@ -85,20 +87,5 @@ func TestOversizedEvidenceIsAUsageError(t *testing.T) {
 
 func checkGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/tidegate -update to write it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs; run go test ./cmd/tidegate -update and review the diff\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	golden.Check(t, path, got, *update, "go test ./cmd/tidegate -update")
 }
