@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -36,7 +37,7 @@ func buildReceipt(fr *v1alpha1.FleetRollout, wave *v1alpha1.WaveStatus, targets 
 		Gate:           gate,
 		Rollout:        fr.Name,
 		Wave:           waveName(wave),
-		Targets:        sortedCopy(targets),
+		Targets:        slices.Sorted(slices.Values(targets)),
 		Class:          fr.Spec.Class,
 		Owner:          fr.Spec.Owner,
 		Cadence:        fr.Spec.Cadence,
@@ -119,20 +120,7 @@ func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollo
 	return nil
 }
 
-func sortedCopy(in []string) []string {
-	out := append([]string(nil), in...)
-	sort.Strings(out)
-	return out
-}
-
+// sortedUnique returns a sorted copy of in without repeats.
 func sortedUnique(in []string) []string {
-	out := sortedCopy(in)
-	j := 0
-	for i, s := range out {
-		if i == 0 || s != out[j-1] {
-			out[j] = s
-			j++
-		}
-	}
-	return out[:j]
+	return slices.Compact(slices.Sorted(slices.Values(in)))
 }

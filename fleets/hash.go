@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -56,11 +57,11 @@ func canonicalSelector(s *metav1.LabelSelector) string {
 	for _, e := range s.MatchExpressions {
 		vals := append([]string(nil), e.Values...)
 		sort.Strings(vals)
-		vals = dedupSorted(vals)
+		vals = slices.Compact(vals)
 		parts = append(parts, fmt.Sprintf("%q %s %q", e.Key, e.Operator, vals))
 	}
 	sort.Strings(parts)
-	parts = dedupSorted(parts)
+	parts = slices.Compact(parts)
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
@@ -69,15 +70,4 @@ func optInt(p *int32) string {
 		return "-"
 	}
 	return fmt.Sprint(*p)
-}
-
-// dedupSorted removes adjacent duplicates from a sorted slice, in place.
-func dedupSorted(s []string) []string {
-	out := s[:0]
-	for _, v := range s {
-		if len(out) == 0 || v != out[len(out)-1] {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package fleets
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -132,5 +133,5 @@ func sortedSet(s []string) []string {
 		return nil
 	}
 	sort.Strings(s)
-	return dedupSorted(s)
+	return slices.Compact(s)
 }
