@@ -8,6 +8,7 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -17,16 +18,14 @@ import (
 // patchRollout applies fn to the latest rollout and updates it, retrying on conflicts.
 func (s *fleetSetup) patchRollout(ctx context.Context, t *testing.T, name string, fn func(*v1alpha1.FleetRollout)) {
 	t.Helper()
-	for range 10 {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		fr := s.rollout(t, name)
 		fn(fr)
-		err := s.f.Hub.Update(ctx, fr)
-		if err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+		return s.f.Hub.Update(ctx, fr)
+	})
+	if err != nil {
+		t.Fatalf("updating rollout %s: %v", name, err)
 	}
-	t.Fatalf("could not update rollout %s", name)
 }
 
 // resourceVersions returns the resourceVersion of the rollout and the generation of each of its Kustomizations.
