@@ -52,7 +52,7 @@ func TestFleetClusterReconciler(t *testing.T) {
 		want := fcServerVersion(t, f, "member-1")
 
 		got := fcWaitFor(t, f, fc, "Ready=True", func(fc *v1alpha1.FleetCluster) bool {
-			return conditions.IsTrue(fc, v1alpha1.ReadyCondition)
+			return settled(fc) && conditions.IsTrue(fc, v1alpha1.ReadyCondition)
 		})
 		fcExpectCondition(t, got, v1alpha1.ReachableCondition, metav1.ConditionTrue, v1alpha1.ReachableReason, "API server "+want+" answered")
 		fcExpectCondition(t, got, v1alpha1.ReadyCondition, metav1.ConditionTrue, v1alpha1.ReachableReason, "API server "+want+" answered")
@@ -121,7 +121,7 @@ func TestFleetClusterReconciler(t *testing.T) {
 	t.Run("missing Secret is a KubeConfigError until it is created", func(t *testing.T) {
 		fc := fcCreate(t, f, ns, "member-2", "member-2-kubeconfig", "", false)
 		got := fcWaitFor(t, f, fc, "Ready=False KubeConfigError", func(fc *v1alpha1.FleetCluster) bool {
-			return conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.KubeConfigErrorReason
+			return settled(fc) && conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.KubeConfigErrorReason
 		})
 		fcExpectCondition(t, got, v1alpha1.ReachableCondition, metav1.ConditionFalse, v1alpha1.KubeConfigErrorReason, ns+"/member-2-kubeconfig not found")
 		if got.Status.LastObservedTime != nil || got.Status.ServerVersion != "" {
@@ -139,7 +139,7 @@ func TestFleetClusterReconciler(t *testing.T) {
 			t.Fatal(err)
 		}
 		got = fcWaitFor(t, f, fc, "Ready=True after the request", func(fc *v1alpha1.FleetCluster) bool {
-			return conditions.IsTrue(fc, v1alpha1.ReadyCondition)
+			return settled(fc) && conditions.IsTrue(fc, v1alpha1.ReadyCondition)
 		})
 		if got.Status.LastHandledReconcileAt != "fc-request-1" {
 			t.Errorf("lastHandledReconcileAt = %q, want fc-request-1", got.Status.LastHandledReconcileAt)
@@ -153,7 +153,7 @@ func TestFleetClusterReconciler(t *testing.T) {
 		fcSecret(t, f, ns, "closed-kubeconfig", "value.yaml", fcRewriteServer(t, member1, "https://127.0.0.1:1", ""))
 		fc := fcCreate(t, f, ns, "closed", "closed-kubeconfig", "", false)
 		got := fcWaitFor(t, f, fc, "Ready=False Unreachable", func(fc *v1alpha1.FleetCluster) bool {
-			return conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.UnreachableReason
+			return settled(fc) && conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.UnreachableReason
 		})
 		fcExpectCondition(t, got, v1alpha1.ReachableCondition, metav1.ConditionFalse, v1alpha1.UnreachableReason, "127.0.0.1:1")
 		if got.Status.LastObservedTime != nil || got.Status.ServerVersion != "" {
@@ -166,7 +166,7 @@ func TestFleetClusterReconciler(t *testing.T) {
 		fcSecret(t, f, ns, "bad-token-kubeconfig", "token", kc)
 		fc := fcCreate(t, f, ns, "bad-token", "bad-token-kubeconfig", "token", false)
 		got := fcWaitFor(t, f, fc, "Ready=False KubeConfigError", func(fc *v1alpha1.FleetCluster) bool {
-			return conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.KubeConfigErrorReason
+			return settled(fc) && conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.KubeConfigErrorReason
 		})
 		fcExpectCondition(t, got, v1alpha1.ReachableCondition, metav1.ConditionFalse, v1alpha1.KubeConfigErrorReason,
 			"refused the credentials of kubeconfig Secret "+ns+"/bad-token-kubeconfig")
@@ -176,7 +176,7 @@ func TestFleetClusterReconciler(t *testing.T) {
 		fcSecret(t, f, ns, "garbage-kubeconfig", "value", []byte("users: ["+badToken+"\n  : {"))
 		fc := fcCreate(t, f, ns, "garbage", "garbage-kubeconfig", "", false)
 		got := fcWaitFor(t, f, fc, "Ready=False KubeConfigError", func(fc *v1alpha1.FleetCluster) bool {
-			return conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.KubeConfigErrorReason
+			return settled(fc) && conditions.IsFalse(fc, v1alpha1.ReadyCondition) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.KubeConfigErrorReason
 		})
 		fcExpectCondition(t, got, v1alpha1.ReadyCondition, metav1.ConditionFalse, v1alpha1.KubeConfigErrorReason,
 			"invalid kubeconfig in Secret "+ns+"/garbage-kubeconfig")
@@ -560,3 +560,8 @@ func fcSetApplied(t *testing.T, f *localfleet.Fleet, k *kustomizev1.Kustomizatio
 		t.Fatal(err)
 	}
 }
+
+// settled tells whether the status was written for the current generation. Flux's patch helper
+// writes conditions and the other status fields in two requests, so a reader can see a new Ready
+// before the observedGeneration that goes with it; kstatus readers wait for both, and so do these tests.
+func settled(fc *v1alpha1.FleetCluster) bool { return fc.Status.ObservedGeneration == fc.Generation }
