@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -16,12 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/fleets"
 )
 
@@ -38,13 +43,33 @@ type FleetRolloutReconciler struct {
 	EventRecorder events.EventRecorder
 	// Metrics records Flux-style reconcile metrics; optional.
 	Metrics *runtimectrl.Metrics
-	// Gates decides gates; nil means BuiltinGates.
+	// HubConfig is the hub's REST config, the base for member clients built from kubeconfig Secrets.
+	HubConfig *rest.Config
+	// HTTPClient fetches artifacts from source-controller; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Gates decides gates; nil means CUEGates, the rollout's CUE policy.
 	Gates GateEvaluator
 	// Now returns the time; nil means time.Now.
 	Now func() time.Time
 	// TestHook, when set, is called before each write with its name ("pin:<revision>",
 	// "switch:<cluster>", "rollback:<cluster>"); an error aborts the reconcile there, as a crash would.
 	TestHook func(point string) error
+
+	policies    policyCache
+	renders     renderCache
+	members     memberClients
+	samplerOnce sync.Once
+	sampler     *availability.Sampler
+}
+
+// samples returns the reconciler's availability sampler, made on first use.
+func (r *FleetRolloutReconciler) samples() *availability.Sampler {
+	r.samplerOnce.Do(func() {
+		if r.sampler == nil {
+			r.sampler = availability.New(availability.Options{})
+		}
+	})
+	return r.sampler
 }
 
 // Reconcile reads as the decision list of a Flux controller: get, suspend, patcher and deferred
@@ -147,6 +172,15 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		return reconcile.Result{RequeueAfter: fr.GetRequeueAfter()}, nil
 	}
 
+	// The policy that decides the gates. One that cannot decide stalls the rollout, and nothing
+	// advances (a rollback under way goes on: it needs no gate).
+	pol, polErr := r.loadPolicy(ctx, fr)
+	if polErr == nil {
+		w.Settings = pol.Settings
+	} else if def, err := builtinPolicy(); err == nil {
+		w.Settings = def.Settings
+	}
+
 	// Act on what the recorded status asks for.
 	existing, err := r.listKustomizations(ctx, fr)
 	if err != nil {
@@ -170,17 +204,34 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 			w.KnownGood = s
 		}
 	}
+	if polErr != nil && fr.Status.Phase != v1alpha1.PhaseRollingBack {
+		return r.policyNotReady(fr, polErr)
+	}
 	res := step(fr, w)
 	setLateJoiners(fr, w.Plan)
 	if res.Refused != "" {
 		r.event(fr, corev1.EventTypeWarning, "RequestRefused", "%s", res.Refused)
 	}
-	if res.GateWave >= 0 {
-		if err := r.decideGate(ctx, fr, w, res.GateWave); err != nil {
+	soaking := soakingWave(fr)
+	if soaking != nil {
+		// Availability is sampled on every pass while a wave soaks, at least every sample interval.
+		r.sampleWave(ctx, fr, soaking, clusters, existing, w.Now)
+	}
+	if res.GateWave >= 0 && pol != nil {
+		if err := r.decideGates(ctx, fr, w, pol, res.GateWave, res.Gates, clusters); err != nil {
+			var perr *tgcue.PolicyError
+			if errors.As(err, &perr) {
+				return r.policyNotReady(fr, err)
+			}
 			return reconcile.Result{}, err
 		}
+		if wv := fr.Status.Waves[res.GateWave]; wv.Phase == v1alpha1.WaveSucceeded || wv.Phase == v1alpha1.WaveFailed {
+			for _, c := range wv.Clusters {
+				r.samples().Forget(sampleKey(fr, c))
+			}
+		}
 	}
-	setRolloutConditions(fr, res.Waiting)
+	setRolloutConditions(fr, res.Waiting, w.Settings.OnFail)
 
 	if fr.Status.Phase == v1alpha1.PhaseCompleted || fr.Status.Phase == v1alpha1.PhaseRolledBack {
 		inUse := map[string]bool{}
@@ -198,12 +249,45 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 	if res.RequeueAfter > 0 && res.RequeueAfter < after {
 		after = res.RequeueAfter
 	}
+	if soaking != nil && w.Settings.SampleInterval > 0 && w.Settings.SampleInterval < after {
+		after = w.Settings.SampleInterval
+	}
 	if res.Waiting != "" && after > 5*time.Second {
 		// Waiting on Flux: Kustomization and source changes trigger a reconcile through the watches;
 		// the short requeue only bounds a missed event.
 		after = 5 * time.Second
 	}
 	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// policyNotReady reports a policy that cannot decide: stalled with the CUE error for a policy that
+// does not compile or is not concrete (a new commit un-stalls it: the policy source is watched), else
+// not ready while its source has no artifact or cannot be fetched.
+func (r *FleetRolloutReconciler) policyNotReady(fr *v1alpha1.FleetRollout, err error) (reconcile.Result, error) {
+	var perr *tgcue.PolicyError
+	if errors.As(err, &perr) {
+		msg := capMessage(fmt.Sprintf("fleetrollout %s/%s: %s; nothing advances until the policy is fixed", fr.Namespace, fr.Name, err))
+		conditions.MarkStalled(fr, v1alpha1.InvalidPolicyReason, "%s", msg)
+		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.InvalidPolicyReason, "%s", msg)
+		r.event(fr, corev1.EventTypeWarning, v1alpha1.InvalidPolicyReason, "%s", msg)
+		return reconcile.Result{RequeueAfter: fr.GetRequeueAfter()}, nil
+	}
+	conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.PolicyNotReadyReason, "%s", capMessage("policy: "+err.Error()))
+	after := fr.GetRequeueAfter()
+	if after > 5*time.Second {
+		after = 5 * time.Second
+	}
+	return reconcile.Result{RequeueAfter: after}, nil
+}
+
+// soakingWave returns the wave that soaks now, or nil.
+func soakingWave(fr *v1alpha1.FleetRollout) *v1alpha1.WaveStatus {
+	for i := range fr.Status.Waves {
+		if fr.Status.Waves[i].Phase == v1alpha1.WaveSoaking {
+			return &fr.Status.Waves[i]
+		}
+	}
+	return nil
 }
 
 // act makes the Flux objects match the recorded status: the candidate's and the known-good's pinned
@@ -253,54 +337,77 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, fr *v1alpha1.FleetRoll
 	return nil
 }
 
-// decideGate evaluates the wave's gate, writes its receipt, then records the outcome in status.
-func (r *FleetRolloutReconciler) decideGate(ctx context.Context, fr *v1alpha1.FleetRollout, w *world, i int) error {
+// decideGates collects the evidence of each gate the step asked for, decides it with the policy,
+// writes its receipt, sets its condition, then records the outcomes in status. A policy that cannot
+// decide returns a *tgcue.PolicyError (wrapped) and records nothing: the rollout stalls on it.
+func (r *FleetRolloutReconciler) decideGates(ctx context.Context, fr *v1alpha1.FleetRollout, w *world, pol *rolloutPolicy, i int, gates []string,
+	clusters map[string]*v1alpha1.FleetCluster) error {
 	wv := &fr.Status.Waves[i]
 	spec := waveSpec(fr, wv.Name)
-	req := GateRequest{Gate: v1alpha1.GateNoDisruption, Rollout: fr, Wave: wv, Clusters: map[string]ClusterObservation{}, Now: w.Now, Soak: defaultSoak}
-	if spec.Soak != nil {
-		req.Soak = spec.Soak.Duration
-	}
-	if spec.MaxFailures != nil {
-		req.MaxFailures = int(*spec.MaxFailures)
-	}
-	for _, c := range wv.Clusters {
-		o, ok := w.Kustomizations[c]
-		obs := ClusterObservation{Exists: ok && o.Exists && !contains(wv.Missing, c)}
-		if obs.Exists {
-			obs.Ready = o.Ready == "True"
-			obs.Revision = o.LastApplied
-			obs.Reason, obs.Message = o.Reason, o.Message
-			obs.AtCandidate = o.readyAt(fr.Status.Candidate.Source, fr.Status.Candidate.Revision) ||
-				(wv.Phase == v1alpha1.WaveSoaking && o.stillAt(fr.Status.Candidate.Source, fr.Status.Candidate.Revision))
+	decided := make([]decidedGate, 0, len(gates))
+	for _, gate := range gates {
+		cctx, cancel := context.WithTimeout(ctx, collectTimeout)
+		var (
+			ev        any
+			approvals []v1alpha1.Approval
+			err       error
+		)
+		switch gate {
+		case v1alpha1.GateDeploySafe:
+			ev = r.collectDeploySafe(cctx, fr, w, wv, clusters)
+		case v1alpha1.GateRollbackSafe:
+			ev, approvals, err = r.collectRollbackSafe(cctx, fr, w, wv)
+		case v1alpha1.GateRollbackSucceeds:
+			ev = r.collectRollbackSucceeds(cctx, fr, w, wv, w.Settings.Rehearsal)
+		case v1alpha1.GateNoDisruption:
+			maxFailures := 0
+			if spec.MaxFailures != nil {
+				maxFailures = int(*spec.MaxFailures)
+			}
+			ev = r.collectNoDisruption(fr, w, wv, waveSoak(spec, w.Settings), maxFailures)
 		}
-		req.Clusters[c] = obs
+		if err == nil && cctx.Err() != nil {
+			err = fmt.Errorf("collecting the evidence took longer than %s", collectTimeout)
+		}
+		cancel()
+		var d GateDecision
+		if err != nil {
+			// Fail closed: evidence that could not be collected fails the gate.
+			d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": collecting the evidence failed: " + err.Error()},
+				Evidence: ev, PolicyDigest: pol.Policy.Digest()}
+		} else {
+			gates := r.Gates
+			if gates == nil {
+				gates = CUEGates{}
+			}
+			d, err = safeEvaluate(ctx, gates, GateRequest{Gate: gate, Rollout: fr, Wave: wv, Policy: pol.Policy, Evidence: ev})
+			var perr *tgcue.PolicyError
+			if errors.As(err, &perr) {
+				return fmt.Errorf("deciding %s with the policy from %s: %w", gate, pol.From, err)
+			}
+			if err != nil {
+				d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": evaluation failed: " + err.Error()},
+					Evidence: ev, PolicyDigest: pol.Policy.Digest()}
+			}
+		}
+		rc, err := buildReceipt(fr, wv, wv.Clusters, gate, d, approvals, metav1.NewTime(w.Now))
+		if err != nil {
+			return err
+		}
+		if err := writeReceipt(ctx, r.Client, fr, rc); err != nil {
+			return err
+		}
+		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name})
+		status, reason := metav1ConditionFor(d.Result)
+		conditions.Set(fr, &metav1.Condition{Type: gate, Status: status, Reason: reason,
+			Message: capMessage(fmt.Sprintf("wave %s: %s (receipt %s)", wv.Name, summarize(d), rc.Name))})
+		eventType := corev1.EventTypeNormal
+		if d.Result != v1alpha1.ResultPass {
+			eventType = corev1.EventTypeWarning
+		}
+		r.event(fr, eventType, reason, "%s %s for wave %s of %s: %s", gate, d.Result, wv.Name, fr.Status.Candidate.Revision, summarize(d))
 	}
-	gates := r.Gates
-	if gates == nil {
-		gates = BuiltinGates{}
-	}
-	d, err := safeEvaluate(ctx, gates, req)
-	if err != nil {
-		// Fail closed: an evaluator error is a failed gate, with the error as its reason.
-		d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{"gate evaluation failed: " + err.Error()}, Evidence: req.Clusters}
-	}
-	rc, err := buildReceipt(fr, wv, wv.Clusters, req.Gate, d, metav1.NewTime(w.Now))
-	if err != nil {
-		return err
-	}
-	if err := writeReceipt(ctx, r.Client, fr, rc); err != nil {
-		return err
-	}
-	applyGate(fr, i, req.Gate, d, rc.Name, w.Now)
-	status, reason := metav1ConditionFor(d.Result)
-	conditions.Set(fr, &metav1.Condition{Type: req.Gate, Status: status, Reason: reason,
-		Message: fmt.Sprintf("wave %s: %s (receipt %s)", wv.Name, summarize(d), rc.Name)})
-	eventType := corev1.EventTypeNormal
-	if d.Result != v1alpha1.ResultPass {
-		eventType = corev1.EventTypeWarning
-	}
-	r.event(fr, eventType, reason, "%s %s for wave %s of %s: %s", req.Gate, d.Result, wv.Name, fr.Status.Candidate.Revision, summarize(d))
+	applyGates(fr, w, i, decided)
 	return nil
 }
 

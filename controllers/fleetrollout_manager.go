@@ -19,7 +19,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
-// sourceIndexKey indexes FleetRollouts by "<kind>/<name>" of spec.sourceRef.
+// sourceIndexKey indexes FleetRollouts by "<kind>/<name>" of spec.sourceRef and spec.policy.sourceRef.
 const sourceIndexKey = ".spec.sourceRef"
 
 // FleetRolloutOptions tune the controller.
@@ -37,7 +37,11 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.FleetRollout{}, sourceIndexKey, func(o client.Object) []string {
 		fr := o.(*v1alpha1.FleetRollout)
-		return []string{fr.Spec.SourceRef.Kind + "/" + fr.Spec.SourceRef.Name}
+		keys := []string{fr.Spec.SourceRef.Kind + "/" + fr.Spec.SourceRef.Name}
+		if p := fr.Spec.Policy; p != nil {
+			keys = append(keys, p.SourceRef.Kind+"/"+p.SourceRef.Name)
+		}
+		return keys
 	}); err != nil {
 		return fmt.Errorf("indexing fleetrollouts by source: %w", err)
 	}

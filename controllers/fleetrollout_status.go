@@ -54,7 +54,7 @@ func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha
 }
 
 // setRolloutConditions derives Ready, Reconciling and Held from the phase and what the step waits for.
-func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting string) {
+func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting, policyOnFail string) {
 	st := &fr.Status
 	if fr.Spec.Hold != nil {
 		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.HeldReason, "%s", capMessage("spec.hold: "+fr.Spec.Hold.Reason))
@@ -93,7 +93,7 @@ func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting string) {
 			msg = "held: " + fr.Spec.Hold.Reason
 		} else if m := failedWaveMessage(fr); m != "" {
 			msg = m
-			if fr.OnFailure() == v1alpha1.OnFailureRollback && st.LastKnownGood == nil {
+			if fr.OnFailure(policyOnFail) == v1alpha1.OnFailureRollback && st.LastKnownGood == nil {
 				msg += "; no known-good revision to roll back to"
 			}
 		}

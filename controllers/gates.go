@@ -2,40 +2,20 @@ package controllers
 
 import (
 	"context"
-	"fmt"
-	"sort"
-	"strings"
-	"time"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
 )
 
-// GateRequest is everything a gate decision may look at. It is built from the rollout's recorded
-// status and fresh observations; the evaluator adds whatever evidence it collects itself.
+// GateRequest is one gate to decide: the policy and the evidence the engine collected for it.
 type GateRequest struct {
 	Gate    string
 	Rollout *v1alpha1.FleetRollout
 	// Wave is the wave the decision is about.
 	Wave *v1alpha1.WaveStatus
-	// Clusters are the wave's members as the engine observed them now, by name. A member whose
-	// FleetCluster or Kustomization is gone is present with Exists false.
-	Clusters map[string]ClusterObservation
-	// Soak is how long the wave had to stay healthy.
-	Soak time.Duration
-	// MaxFailures is how many members may fail before the wave fails.
-	MaxFailures int
-	Now         time.Time
-}
-
-// ClusterObservation is one wave member as the engine saw it.
-type ClusterObservation struct {
-	Exists       bool   `json:"exists"`
-	Ready        bool   `json:"ready"`
-	Revision     string `json:"revision"`
-	Reason       string `json:"reason,omitempty"`
-	Message      string `json:"message,omitempty"`
-	AtCandidate  bool   `json:"atCandidate"`
-	HealthySince string `json:"healthySince,omitempty"`
+	// Policy decides; Evidence is the gate's evidence document (one of the tgcue evidence types).
+	Policy   *tgcue.Policy
+	Evidence any
 }
 
 // GateDecision is a gate's outcome with what it was based on.
@@ -57,56 +37,21 @@ type GateEvaluator interface {
 	Evaluate(ctx context.Context, req GateRequest) (GateDecision, error)
 }
 
-// BuiltinGates is the engine's own check, used until a policy engine is plugged in: the wave's
-// every member Kustomization is Ready at the candidate revision and stayed so for the soak.
-type BuiltinGates struct{}
+// CUEGates decides a gate with the rollout's CUE policy over the collected evidence (cue.Evaluate).
+type CUEGates struct{}
 
-// builtinPolicyDigest names the built-in check in receipts.
-const builtinPolicyDigest = "builtin:ready-at-candidate-and-soaked/v1"
-
-// Evaluate implements GateEvaluator.
-func (BuiltinGates) Evaluate(_ context.Context, req GateRequest) (GateDecision, error) {
-	d := GateDecision{
-		Result:       v1alpha1.ResultPass,
-		PolicyDigest: builtinPolicyDigest,
-		Limits: []string{
-			"health is the Kustomization's Ready condition at the candidate revision (kustomize-controller's health checks); workload availability is not sampled",
-			"readiness is observed when the engine reconciles; a shorter outage between observations may be missed",
-		},
+// Evaluate implements GateEvaluator. A policy that cannot decide (it does not compile or is not
+// concrete) is an error wrapping *tgcue.PolicyError: the engine stalls the rollout on it.
+func (CUEGates) Evaluate(_ context.Context, req GateRequest) (GateDecision, error) {
+	d, err := tgcue.Evaluate(req.Policy, req.Gate, req.Evidence)
+	if err != nil {
+		return GateDecision{}, err
 	}
-	if req.Gate != v1alpha1.GateNoDisruption {
-		return GateDecision{}, fmt.Errorf("the built-in check decides only %s, not %s", v1alpha1.GateNoDisruption, req.Gate)
+	out := GateDecision{Result: v1alpha1.ResultFail, Reasons: d.Reasons, Limits: d.Limits, Evidence: req.Evidence, PolicyDigest: d.PolicyDigest}
+	if d.Pass {
+		out.Result = v1alpha1.ResultPass
 	}
-	names := make([]string, 0, len(req.Clusters))
-	for n := range req.Clusters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var bad []string
-	for _, n := range names {
-		c := req.Clusters[n]
-		switch {
-		case !c.Exists:
-			bad = append(bad, fmt.Sprintf("cluster %s: gone (FleetCluster or Kustomization missing); it cannot count as healthy", n))
-		case !c.AtCandidate:
-			bad = append(bad, fmt.Sprintf("cluster %s: not Ready at the candidate revision (ready=%t, applied %q, %s: %s)", n, c.Ready, c.Revision, c.Reason, c.Message))
-		}
-	}
-	if len(bad) > req.MaxFailures {
-		d.Reasons = append(d.Reasons, bad...)
-	} else if len(bad) > 0 {
-		d.Limits = append(d.Limits, fmt.Sprintf("%d of %d clusters failed, within the wave's maxFailures of %d: %s", len(bad), len(names), req.MaxFailures, strings.Join(bad, "; ")))
-	}
-	if req.Wave == nil || req.Wave.ReadyAt == nil {
-		d.Reasons = append(d.Reasons, "wave was never Ready at the candidate: no soak happened")
-	} else if soaked := req.Now.Sub(req.Wave.ReadyAt.Time); soaked < req.Soak {
-		d.Reasons = append(d.Reasons, fmt.Sprintf("soak not elapsed: %s of %s", soaked.Round(time.Second), req.Soak))
-	}
-	if len(d.Reasons) > 0 {
-		d.Result = v1alpha1.ResultFail
-	}
-	d.Evidence = map[string]any{"clusters": req.Clusters, "soak": req.Soak.String(), "wave": waveName(req.Wave)}
-	return d, nil
+	return out, nil
 }
 
 func waveName(w *v1alpha1.WaveStatus) string {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
 )
 
 // specHashAnnotation records a hash of what tidegate last wrote to a Kustomization, so a reconcile
@@ -110,6 +111,9 @@ type ksObservation struct {
 	Message       string
 	LastApplied   string
 	LastAttempted string
+	// Health is the outcome of the Kustomization's health checks (tgcue.HealthChecks*): None when it
+	// asks for none (no wait, no healthChecks), else its Healthy condition.
+	Health string
 }
 
 func observe(ks *kustomizev1.Kustomization) ksObservation {
@@ -127,6 +131,18 @@ func observe(ks *kustomizev1.Kustomization) ksObservation {
 	if c := conditions.Get(ks, meta.ReadyCondition); c != nil {
 		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
 		o.ReadyCurrent = c.ObservedGeneration == ks.Generation
+	}
+	o.Health = tgcue.HealthChecksNone
+	if ks.Spec.Wait || len(ks.Spec.HealthChecks) > 0 {
+		o.Health = tgcue.HealthChecksUnknown
+		if c := conditions.Get(ks, meta.HealthyCondition); c != nil {
+			switch c.Status {
+			case metav1.ConditionTrue:
+				o.Health = tgcue.HealthChecksPassed
+			case metav1.ConditionFalse:
+				o.Health = tgcue.HealthChecksFailed
+			}
+		}
 	}
 	return o
 }

@@ -31,6 +31,12 @@ type sourceState struct {
 	Message  string
 	Revision string // artifact revision, "" when there is no artifact
 	Digest   string
+	URL      string // where source-controller serves the artifact
+	// Verification is the provider the source asks to verify its artifact with ("" for none), and
+	// Verified and VerifyMessage are its SourceVerified condition.
+	Verification  string
+	Verified      bool
+	VerifyMessage string
 }
 
 func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) sourceState {
@@ -39,7 +45,10 @@ func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) sourceS
 		s.Message = c.Message
 	}
 	if a := obj.GetArtifact(); a != nil {
-		s.Revision, s.Digest = a.Revision, a.Digest
+		s.Revision, s.Digest, s.URL = a.Revision, a.Digest, a.URL
+	}
+	if c := conditions.Get(getter, sourcev1.SourceVerifiedCondition); c != nil {
+		s.Verified, s.VerifyMessage = c.Status == metav1.ConditionTrue, c.Message
 	}
 	return s
 }
@@ -53,13 +62,21 @@ func getSource(ctx context.Context, c client.Reader, ns, kind, name string) (cli
 		if err := c.Get(ctx, key, &o); err != nil {
 			return nil, sourceState{Name: name}, err
 		}
-		return &o, stateOf(&o, name, &o), nil
+		s := stateOf(&o, name, &o)
+		if o.Spec.Verification != nil {
+			s.Verification = "openpgp" // the one provider GitRepository verifies commits and tags with
+		}
+		return &o, s, nil
 	case sourcev1.OCIRepositoryKind:
 		var o sourcev1.OCIRepository
 		if err := c.Get(ctx, key, &o); err != nil {
 			return nil, sourceState{Name: name}, err
 		}
-		return &o, stateOf(&o, name, &o), nil
+		s := stateOf(&o, name, &o)
+		if o.Spec.Verify != nil {
+			s.Verification = o.Spec.Verify.Provider
+		}
+		return &o, s, nil
 	}
 	return nil, sourceState{Name: name}, fmt.Errorf("source kind %q is not supported: use GitRepository or OCIRepository", kind)
 }

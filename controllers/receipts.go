@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -27,12 +25,15 @@ const maxReceiptsPerRollout = 200
 
 // buildReceipt turns a decision into a receipt. Its name carries the digest of its content (without
 // the evaluation time), so the same decision made again is recorded once.
-func buildReceipt(fr *v1alpha1.FleetRollout, wave *v1alpha1.WaveStatus, targets []string, gate string, d GateDecision, now metav1.Time) (*v1alpha1.GateReceipt, error) {
+func buildReceipt(fr *v1alpha1.FleetRollout, wave *v1alpha1.WaveStatus, targets []string, gate string, d GateDecision, approvals []v1alpha1.Approval, now metav1.Time) (*v1alpha1.GateReceipt, error) {
 	evidence, err := json.Marshal(d.Evidence)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s evidence for fleetrollout %s/%s: %w", gate, fr.Namespace, fr.Name, err)
 	}
-	sum := sha256.Sum256(evidence)
+	evidenceDigest, err := v1alpha1.EvidenceDigest(evidence)
+	if err != nil {
+		return nil, fmt.Errorf("digesting %s evidence for fleetrollout %s/%s: %w", gate, fr.Namespace, fr.Name, err)
+	}
 	spec := v1alpha1.GateReceiptSpec{
 		Gate:           gate,
 		Rollout:        fr.Name,
@@ -43,7 +44,8 @@ func buildReceipt(fr *v1alpha1.FleetRollout, wave *v1alpha1.WaveStatus, targets 
 		Cadence:        fr.Spec.Cadence,
 		BlastRadius:    fr.Spec.BlastRadius,
 		PolicyDigest:   d.PolicyDigest,
-		EvidenceDigest: "sha256:" + hex.EncodeToString(sum[:]),
+		EvidenceDigest: evidenceDigest,
+		Approvals:      approvals,
 		Result:         d.Result,
 		Reasons:        sortedUnique(d.Reasons),
 		Limits:         sortedUnique(d.Limits),

@@ -8,12 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/fleets"
 )
-
-// defaultSoak is how long a wave stays healthy before the next one starts when neither the wave nor
-// a policy sets it.
-const defaultSoak = time.Minute
 
 // maxRejected bounds status.rejected.
 const maxRejected = 10
@@ -33,13 +30,17 @@ type world struct {
 	KnownGood sourceState
 	// Kustomizations are the rollout's per-cluster Kustomizations, by cluster name.
 	Kustomizations map[string]ksObservation
-	Now            time.Time
+	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
+	Settings tgcue.Settings
+	Now      time.Time
 }
 
 // stepResult is what a step leaves for the reconciler to do or say.
 type stepResult struct {
-	// GateWave is the index of the wave whose gate must be decided now, or -1.
+	// GateWave is the index of the wave whose gates must be decided now, or -1.
 	GateWave int
+	// Gates are the gates to decide for GateWave, in order.
+	Gates []string
 	// Waiting says what the rollout waits for, for the Ready condition; empty when nothing.
 	Waiting string
 	// RequeueAfter asks to be called again then (a soak ending, a deadline); zero means the interval.
@@ -81,7 +82,7 @@ func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
 	}
 	if st.Candidate == nil || st.Candidate.Revision != w.Target {
 		switch {
-		case st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || (st.Phase == v1alpha1.PhaseHeld && fr.Spec.Hold != nil)):
+		case st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || (st.Phase == v1alpha1.PhaseHeld && fr.Spec.Hold != nil)) && anyStarted(st):
 			// A rollout in progress finishes (or fails) before a newer revision starts, so no cluster
 			// is left between two candidates; the newer one is picked up right after. A hold keeps
 			// the candidate too: nothing new starts while held.
@@ -124,7 +125,7 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 		case v1alpha1.WaveSucceeded:
 			continue
 		case v1alpha1.WaveFailed:
-			onFailure(fr, wv)
+			onFailure(fr, w)
 			res.Waiting = fmt.Sprintf("wave %s failed", wv.Name)
 			return res
 		case v1alpha1.WavePending, v1alpha1.WaveAwaiting:
@@ -135,28 +136,31 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			}
 			st.Phase = v1alpha1.PhaseProgressing
 			st.CurrentWave = wv.Name
-			if spec.RequireApproval && !fr.Approved(st.Candidate.Revision, wv.Name) {
+			needsApproval := spec.RequireApproval || w.Settings.Approvals.NeedsApproval(fr.Spec.Class, wv.Name)
+			if needsApproval && !fr.Approved(st.Candidate.Revision, wv.Name) {
 				wv.Phase = v1alpha1.WaveAwaiting
 				res.Waiting = fmt.Sprintf("wave %s needs an approval: add {revision: %q, wave: %q} to spec.approvals",
 					wv.Name, st.Candidate.Revision, wv.Name)
 				return res
 			}
+			wv.Phase = v1alpha1.WavePending
 			members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
 			if err != nil {
 				res.Waiting = err.Error()
 				return res
 			}
 			wv.Clusters = members
-			wv.Phase = v1alpha1.WaveProgressing
-			wv.StartedAt = &now
-			return res
-		case v1alpha1.WaveProgressing, v1alpha1.WaveSoaking:
+			return preWaveGates(fr, w, i, now, res)
+		case v1alpha1.WaveProgressing, v1alpha1.WaveSoaking, v1alpha1.WaveRehearsing:
 			if fr.Spec.Hold != nil {
 				st.Phase = v1alpha1.PhaseHeld
 			} else {
 				st.Phase = v1alpha1.PhaseProgressing
 			}
 			st.CurrentWave = wv.Name
+			if wv.Phase == v1alpha1.WaveRehearsing {
+				return stepRehearsal(fr, w, i, now, res)
+			}
 			return stepActiveWave(fr, w, i, spec, now, res)
 		}
 	}
@@ -190,10 +194,8 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		budget = *spec.MaxFailures
 	}
 	total := int32(len(wv.Clusters))
-	soak := defaultSoak
-	if spec.Soak != nil {
-		soak = spec.Soak.Duration
-	}
+	soak := waveSoak(spec, w.Settings)
+	res.Gates = []string{v1alpha1.GateNoDisruption}
 
 	switch {
 	case failed > budget:
@@ -223,26 +225,190 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	return res
 }
 
-// applyGate records a gate decision on wave i.
-func applyGate(fr *v1alpha1.FleetRollout, i int, gate string, d GateDecision, receipt string, now time.Time) {
+// preWaveGates are decided before a wave switches anything: deploySafe for every wave (its preflight
+// is about the wave's own targets), rollbackSucceeds for every wave (the known-good must still be there
+// to go back to), and rollbackSafe before the first. A pre-wave gate that fails blocks the wave with
+// nothing of it applied; it is decided again when the rollout's spec changes (an approval is added)
+// or after an interval (a cluster is fixed, a policy is relaxed). When every one passes, the wave starts.
+func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, res stepResult) stepResult {
 	wv := &fr.Status.Waves[i]
-	wv.Gates = append(wv.Gates, v1alpha1.GateOutcome{Gate: gate, Result: d.Result, Receipt: receipt})
+	gates := []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSucceeds}
+	if i == 0 {
+		gates = []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds}
+	}
+	var undecided, failed []string
+	var recheck time.Duration
+	for _, g := range gates {
+		o := gateOutcome(wv, g)
+		switch {
+		case o == nil || o.DecidedAt == nil || o.ObservedGeneration != fr.Generation:
+			undecided = append(undecided, g)
+		case o.Result == v1alpha1.ResultPass:
+		default:
+			failed = append(failed, g)
+			if left := fr.GetRequeueAfter() - w.Now.Sub(o.DecidedAt.Time); left > 0 {
+				if recheck == 0 || left < recheck {
+					recheck = left
+				}
+			} else {
+				undecided = append(undecided, g)
+			}
+		}
+	}
+	switch {
+	case len(undecided) > 0:
+		res.GateWave, res.Gates = i, gates
+	case len(failed) > 0:
+		res.Waiting = fmt.Sprintf("wave %s is blocked by %v before it starts; nothing of it is applied; decided again in %s or when the spec changes",
+			wv.Name, failed, recheck.Round(time.Second))
+		res.RequeueAfter = recheck
+	default:
+		wv.Phase = v1alpha1.WaveProgressing
+		wv.StartedAt = &now
+	}
+	return res
+}
+
+// gateOutcome returns the wave's latest outcome of gate, or nil.
+func gateOutcome(wv *v1alpha1.WaveStatus, gate string) *v1alpha1.GateOutcome {
+	for i := range wv.Gates {
+		if wv.Gates[i].Gate == gate {
+			return &wv.Gates[i]
+		}
+	}
+	return nil
+}
+
+// recordGate keeps the latest decision of each gate on the wave.
+func recordGate(fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus, gate string, d GateDecision, receipt string, now time.Time) {
 	t := metav1.NewTime(now)
-	wv.FinishedAt = &t
-	if d.Result == v1alpha1.ResultPass {
+	o := v1alpha1.GateOutcome{Gate: gate, Result: d.Result, Receipt: receipt, DecidedAt: &t, ObservedGeneration: fr.Generation}
+	if prev := gateOutcome(wv, gate); prev != nil {
+		*prev = o
+		return
+	}
+	wv.Gates = append(wv.Gates, o)
+}
+
+// applyGates records the decisions of the gates a step asked for on wave i and moves the wave: a
+// pending wave starts when every pre-wave gate passed; a soaked wave passes noDisruption into a
+// rehearsal (first wave, when the policy asks and there is a known-good) or success; a rehearsed wave
+// passes rollbackSucceeds into success. A failed post-wave gate fails the wave.
+func applyGates(fr *v1alpha1.FleetRollout, w *world, i int, decided []decidedGate) {
+	wv := &fr.Status.Waves[i]
+	now := metav1.NewTime(w.Now)
+	pass := true
+	for _, g := range decided {
+		recordGate(fr, wv, g.Gate, g.Decision, g.Receipt, w.Now)
+		pass = pass && g.Decision.Result == v1alpha1.ResultPass
+	}
+	switch wv.Phase {
+	case v1alpha1.WavePending, v1alpha1.WaveAwaiting:
+		if pass {
+			wv.Phase = v1alpha1.WaveProgressing
+			wv.StartedAt = &now
+		}
+		return
+	case v1alpha1.WaveSoaking, v1alpha1.WaveProgressing:
+		if pass && i == 0 && w.Settings.Rehearsal && fr.Status.LastKnownGood != nil && wv.Rehearsal == nil {
+			wv.Phase = v1alpha1.WaveRehearsing
+			wv.Rehearsal = &v1alpha1.RehearsalStatus{Phase: v1alpha1.RehearsalRollingBack, BackStartedAt: &now}
+			return
+		}
+	}
+	wv.FinishedAt = &now
+	if pass {
 		wv.Phase = v1alpha1.WaveSucceeded
 		return
 	}
 	wv.Phase = v1alpha1.WaveFailed
-	onFailure(fr, wv)
+	onFailure(fr, w)
 }
 
-// onFailure holds or rolls back after a failed wave, as spec.rollback.onFailure says.
-func onFailure(fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus) {
+// decidedGate is one gate decision with the receipt that records it.
+type decidedGate struct {
+	Gate     string
+	Decision GateDecision
+	Receipt  string
+}
+
+// stepRehearsal moves a rollback rehearsal of the wave: back to the known-good until every member is
+// Ready there, then forward to the candidate until every member is Ready again; then rollbackSucceeds
+// is decided over the timings. A leg that is not healthy within the wave deadline ends the rehearsal,
+// and the gate fails on it.
+func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, res stepResult) stepResult {
+	st := &fr.Status
+	wv := &st.Waves[i]
+	rh := wv.Rehearsal
+	if rh == nil || st.LastKnownGood == nil {
+		wv.Phase = v1alpha1.WaveSucceeded
+		wv.FinishedAt = &now
+		return res
+	}
+	wv.Missing = fleets.Missing(wv.Clusters, w.Inventory)
+	at := func(rev *v1alpha1.RevisionStatus) int {
+		n := 0
+		for _, c := range wv.Clusters {
+			if w.Kustomizations[c].readyAt(rev.Source, rev.Revision) {
+				n++
+			}
+		}
+		return n
+	}
+	total := len(wv.Clusters)
+	deadline := waveDeadline(fr)
+	switch rh.Phase {
+	case v1alpha1.RehearsalRollingBack:
+		switch n := at(st.LastKnownGood); {
+		case n == total:
+			rh.BackReadyAt = &now
+			if fr.Spec.Hold != nil {
+				res.Waiting = "held: " + fr.Spec.Hold.Reason
+				return res
+			}
+			rh.Phase, rh.ForwardStartedAt = v1alpha1.RehearsalRollingForward, &now
+		case w.Now.Sub(rh.BackStartedAt.Time) > deadline:
+			rh.Phase = v1alpha1.RehearsalDone
+			rh.Message = fmt.Sprintf("rolling back: only %d/%d clusters Ready at known-good %s after %s", n, total, st.LastKnownGood.Revision, deadline)
+		default:
+			res.Waiting = fmt.Sprintf("rehearsal of wave %s: rolling back, %d/%d clusters Ready at known-good %s", wv.Name, n, total, st.LastKnownGood.Revision)
+			return res
+		}
+	case v1alpha1.RehearsalRollingForward:
+		switch n := at(st.Candidate); {
+		case n == total:
+			rh.Phase, rh.ForwardReadyAt = v1alpha1.RehearsalDone, &now
+		case w.Now.Sub(rh.ForwardStartedAt.Time) > deadline:
+			rh.Phase = v1alpha1.RehearsalDone
+			rh.Message = fmt.Sprintf("rolling forward: only %d/%d clusters Ready at candidate %s after %s", n, total, st.Candidate.Revision, deadline)
+		default:
+			res.Waiting = fmt.Sprintf("rehearsal of wave %s: rolling forward, %d/%d clusters Ready at candidate %s", wv.Name, n, total, st.Candidate.Revision)
+			return res
+		}
+	}
+	if rh.Phase == v1alpha1.RehearsalDone {
+		res.GateWave, res.Gates = i, []string{v1alpha1.GateRollbackSucceeds}
+	}
+	return res
+}
+
+// waveSoak is the wave's soak: its spec's, else the policy's.
+func waveSoak(spec v1alpha1.Wave, s tgcue.Settings) time.Duration {
+	if spec.Soak != nil {
+		return spec.Soak.Duration
+	}
+	if s.Soak > 0 {
+		return s.Soak
+	}
+	return time.Minute
+}
+
+// onFailure holds or rolls back after a failed wave: spec.rollback.onFailure, else the policy's onFail.
+func onFailure(fr *v1alpha1.FleetRollout, w *world) {
 	if fr.Status.Phase == v1alpha1.PhaseRollingBack || fr.Status.Phase == v1alpha1.PhaseRolledBack {
 		return
 	}
-	if fr.OnFailure() == v1alpha1.OnFailureRollback && fr.Status.LastKnownGood != nil {
+	if fr.OnFailure(w.Settings.OnFail) == v1alpha1.OnFailureRollback && fr.Status.LastKnownGood != nil {
 		beginRollback(fr)
 		return
 	}

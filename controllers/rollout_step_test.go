@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,26 +10,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/fleets"
 )
 
 // sim plays the engine and Flux taking turns over a pure world: the engine steps, then every cluster's
 // Kustomization does what desiredTargets asks and reports Ready (or failed, for broken clusters).
 type sim struct {
-	t       *testing.T
-	fr      *v1alpha1.FleetRollout
-	inv     fleets.Inventory
-	ks      map[string]ksObservation
-	broken  map[string]bool // cluster → the candidate fails there
-	now     time.Time
-	log     []string
-	lastLog string
+	t      *testing.T
+	fr     *v1alpha1.FleetRollout
+	inv    fleets.Inventory
+	ks     map[string]ksObservation
+	broken map[string]bool // cluster → the candidate fails there
+	// failGate makes a gate fail: the pre-wave gates always, noDisruption on top of broken clusters.
+	failGate map[string]bool
+	// decisions counts the gate decisions made, by gate.
+	decisions map[string]int
+	settings  tgcue.Settings
+	now       time.Time
+	log       []string
+	lastLog   string
 }
 
 func newSim(t *testing.T, clusters ...string) *sim {
 	one := int32(1)
 	soak := &metav1.Duration{Duration: 10 * time.Second}
-	s := &sim{t: t, ks: map[string]ksObservation{}, broken: map[string]bool{}, now: time.Unix(1_000_000, 0)}
+	s := &sim{t: t, ks: map[string]ksObservation{}, broken: map[string]bool{}, failGate: map[string]bool{}, decisions: map[string]int{},
+		now: time.Unix(1_000_000, 0), settings: tgcue.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
 		Spec: v1alpha1.FleetRolloutSpec{
@@ -47,7 +53,7 @@ func newSim(t *testing.T, clusters ...string) *sim {
 	return s
 }
 
-// run steps until the phase is want (or 200 turns), deciding gates with the built-in evaluator.
+// run steps until the phase is want (or 200 turns), deciding gates as decide says.
 func (s *sim) run(target, want string) {
 	s.t.Helper()
 	for turn := 0; turn < 200; turn++ {
@@ -55,23 +61,17 @@ func (s *sim) run(target, want string) {
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		w := &world{Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now}
+		w := &world{Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings}
 		if c := s.fr.Status.Candidate; c != nil {
 			w.Candidate = sourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
 		}
 		res := step(s.fr, w)
 		if res.GateWave >= 0 {
-			wv := &s.fr.Status.Waves[res.GateWave]
-			req := GateRequest{Gate: v1alpha1.GateNoDisruption, Wave: wv, Clusters: map[string]ClusterObservation{}, Now: s.now, Soak: 10 * time.Second}
-			for _, c := range wv.Clusters {
-				o := s.ks[c]
-				req.Clusters[c] = ClusterObservation{Exists: o.Exists, AtCandidate: o.readyAt(s.fr.Status.Candidate.Source, s.fr.Status.Candidate.Revision)}
+			var decided []decidedGate
+			for _, g := range res.Gates {
+				decided = append(decided, decidedGate{Gate: g, Decision: s.decide(g, &s.fr.Status.Waves[res.GateWave]), Receipt: "receipt-" + g})
 			}
-			d, err := BuiltinGates{}.Evaluate(context.Background(), req)
-			if err != nil {
-				s.t.Fatal(err)
-			}
-			applyGate(s.fr, res.GateWave, req.Gate, d, "receipt", s.now)
+			applyGates(s.fr, w, res.GateWave, decided)
 		}
 		s.note()
 		if s.fr.Status.Phase == want {
@@ -81,6 +81,24 @@ func (s *sim) run(target, want string) {
 		s.now = s.now.Add(2 * time.Second)
 	}
 	s.t.Fatalf("never reached %s:\n%s", want, strings.Join(s.log, "\n"))
+}
+
+// decide stands in for a policy: a gate in failGate fails; noDisruption fails when a member is not
+// Ready at the candidate.
+func (s *sim) decide(gate string, wv *v1alpha1.WaveStatus) GateDecision {
+	s.decisions[gate]++
+	fail := s.failGate[gate]
+	if gate == v1alpha1.GateNoDisruption {
+		for _, c := range wv.Clusters {
+			if !s.ks[c].readyAt(s.fr.Status.Candidate.Source, s.fr.Status.Candidate.Revision) {
+				fail = true
+			}
+		}
+	}
+	if fail {
+		return GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + " failed"}}
+	}
+	return GateDecision{Result: v1alpha1.ResultPass}
 }
 
 // flux applies what the recorded status asks for and reports health.
@@ -245,6 +263,146 @@ func TestStepNarratives(t *testing.T) {
 		s.run("r3", v1alpha1.PhaseCompleted)
 		if s.fr.Status.LastKnownGood.Revision != "r3" {
 			t.Errorf("r3 never rolled out after r2: %+v", s.fr.Status)
+		}
+	})
+}
+
+func TestStepGates(t *testing.T) {
+	t.Run("pre-wave gates: blocked, re-decided on a spec change or after the interval, then started", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.run("r1", v1alpha1.PhaseCompleted)
+		before := s.decisions[v1alpha1.GateRollbackSafe]
+		s.failGate[v1alpha1.GateRollbackSafe] = true
+		s.fr.Generation = 1
+		step := func() stepResult {
+			plan := mustPlan(t, s)
+			w := &world{Target: "r2", Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings,
+				Candidate: sourceState{Exists: true, Ready: true, Revision: "r2", Digest: "sha256:r2"}}
+			res := step(s.fr, w)
+			if res.GateWave >= 0 {
+				var decided []decidedGate
+				for _, g := range res.Gates {
+					decided = append(decided, decidedGate{Gate: g, Decision: s.decide(g, &s.fr.Status.Waves[res.GateWave])})
+				}
+				applyGates(s.fr, w, res.GateWave, decided)
+			}
+			s.flux(plan)
+			s.now = s.now.Add(time.Second)
+			return res
+		}
+		step() // new candidate
+		res := step()
+		if got := res.Gates; strings.Join(got, ",") != "deploySafe,rollbackSafe,rollbackSucceeds" {
+			t.Fatalf("first wave gates = %v", got)
+		}
+		wv := s.fr.Status.Waves[0]
+		if wv.Phase != v1alpha1.WavePending || wv.StartedAt != nil || len(wv.Clusters) != 1 {
+			t.Fatalf("a failed rollbackSafe must leave the wave pending with its members known: %+v", wv)
+		}
+		if o := gateOutcome(&wv, v1alpha1.GateRollbackSafe); o == nil || o.Result != v1alpha1.ResultFail || o.ObservedGeneration != 1 {
+			t.Fatalf("outcome not recorded: %+v", wv.Gates)
+		}
+		for c, o := range s.ks {
+			if o.LastApplied != "r1" {
+				t.Fatalf("cluster %s switched to %s while the first wave was blocked", c, o.LastApplied)
+			}
+		}
+		decided := s.decisions[v1alpha1.GateRollbackSafe]
+		res = step()
+		if s.decisions[v1alpha1.GateRollbackSafe] != decided || res.RequeueAfter <= 0 || !strings.Contains(res.Waiting, "blocked by [rollbackSafe]") {
+			t.Fatalf("a blocked gate must wait for the interval or a spec change: decisions %d→%d, %+v", decided, s.decisions[v1alpha1.GateRollbackSafe], res)
+		}
+		// After the interval it is decided again.
+		s.now = s.now.Add(s.fr.GetRequeueAfter())
+		step()
+		if s.decisions[v1alpha1.GateRollbackSafe] != decided+1 {
+			t.Fatalf("not decided again after the interval")
+		}
+		// A spec change (an approval) decides it again at once, and a pass starts the wave.
+		s.failGate[v1alpha1.GateRollbackSafe] = false
+		s.fr.Generation = 2
+		step()
+		if s.decisions[v1alpha1.GateRollbackSafe] != decided+2 || s.fr.Status.Waves[0].Phase != v1alpha1.WaveProgressing {
+			t.Fatalf("a spec change must re-decide and start the wave: %+v", s.fr.Status.Waves[0])
+		}
+		if s.decisions[v1alpha1.GateRollbackSafe] <= before {
+			t.Fatalf("no decisions counted")
+		}
+		s.run("r2", v1alpha1.PhaseCompleted)
+		// The second wave had deploySafe and rollbackSucceeds before it, and noDisruption after.
+		var got []string
+		for _, g := range s.fr.Status.Waves[1].Gates {
+			got = append(got, g.Gate+"="+g.Result)
+		}
+		if strings.Join(got, ",") != "deploySafe=Pass,rollbackSucceeds=Pass,noDisruption=Pass" {
+			t.Errorf("second wave gates = %v", got)
+		}
+	})
+	t.Run("the policy's onFail applies unless the spec sets onFailure", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.settings.OnFail = v1alpha1.OnFailureRollback
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.broken["a"] = true
+		s.run("r2", v1alpha1.PhaseRolledBack)
+
+		s = newSim(t, "a", "b")
+		s.settings.OnFail = v1alpha1.OnFailureRollback
+		s.fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureHold
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.broken["a"] = true
+		s.run("r2", v1alpha1.PhaseHeld)
+	})
+	t.Run("the policy's approvals make a wave wait", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.settings.Approvals.Waves = []string{"rest"}
+		s.run("r1", v1alpha1.PhaseProgressing)
+		for i := 0; i < 30; i++ {
+			s.run("r1", v1alpha1.PhaseProgressing)
+			s.flux(mustPlan(t, s))
+			s.now = s.now.Add(2 * time.Second)
+		}
+		if w := s.fr.Status.Waves[1]; w.Phase != v1alpha1.WaveAwaiting {
+			t.Fatalf("the policy names wave rest for approval: %+v", w)
+		}
+		s.fr.Spec.Approvals = []v1alpha1.Approval{{Revision: "r1", Wave: "rest"}}
+		s.run("r1", v1alpha1.PhaseCompleted)
+	})
+	t.Run("the policy's soak applies to waves that set none", func(t *testing.T) {
+		s := newSim(t, "a")
+		s.fr.Spec.Waves = nil
+		s.settings.Soak = 30 * time.Second
+		s.run("r1", v1alpha1.PhaseCompleted)
+		wv := s.fr.Status.Waves[0]
+		if soaked := wv.FinishedAt.Sub(wv.ReadyAt.Time); soaked < 30*time.Second {
+			t.Errorf("soaked %s, want at least the policy's 30s", soaked)
+		}
+	})
+	t.Run("rehearsal: the first wave goes back to the known-good and forward again", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.settings.Rehearsal = true
+		s.run("r1", v1alpha1.PhaseCompleted)
+		if s.fr.Status.Waves[0].Rehearsal != nil {
+			t.Fatalf("a first rollout has no known-good to rehearse with")
+		}
+		s.log = nil
+		s.run("r2", v1alpha1.PhaseCompleted)
+		s.expect(
+			"Progressing canary=Pending[] rest=Pending[] knownGood=r1",
+			"Progressing canary=Progressing[a] rest=Pending[] knownGood=r1",
+			"Progressing canary=Soaking[a] rest=Pending[] knownGood=r1",
+			"Progressing canary=Rehearsing[a] rest=Pending[] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Pending[] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Progressing[b] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Soaking[b] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Succeeded[b] knownGood=r1",
+			"Completed canary=Succeeded[a] rest=Succeeded[b] knownGood=r2",
+		)
+		rh := s.fr.Status.Waves[0].Rehearsal
+		if rh == nil || rh.Phase != v1alpha1.RehearsalDone || rh.BackReadyAt == nil || rh.ForwardReadyAt == nil {
+			t.Fatalf("rehearsal = %+v", rh)
+		}
+		if o := gateOutcome(&s.fr.Status.Waves[0], v1alpha1.GateRollbackSucceeds); o == nil || !o.DecidedAt.Equal(s.fr.Status.Waves[0].FinishedAt) {
+			t.Errorf("rollbackSucceeds must be decided after the rehearsal: %+v", s.fr.Status.Waves[0].Gates)
 		}
 	})
 }

@@ -15,7 +15,7 @@ import (
 type Options struct {
 	// MaxConcurrentReconciles of the FleetRollout controller.
 	MaxConcurrentReconciles int
-	// Gates decides the gates; nil means BuiltinGates.
+	// Gates decides the gates; nil means CUEGates, each rollout's CUE policy.
 	Gates GateEvaluator
 	// TestHook is passed to the FleetRollout reconciler (crash-point tests).
 	TestHook func(point string) error
@@ -36,6 +36,7 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: recorder,
 		Metrics:       &m,
+		HubConfig:     hubConfig,
 		Gates:         opts.Gates,
 		TestHook:      opts.TestHook,
 	}

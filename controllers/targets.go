@@ -17,7 +17,8 @@ type target struct {
 // desiredTargets derives, from the recorded status alone, what each cluster's Kustomization should
 // point at. Clusters without an entry are left as they are.
 //   - Rolling back or rolled back: every managed cluster goes to the known-good.
-//   - Members of a started wave run the candidate.
+//   - Members of a started wave run the candidate, except during the first leg of a rehearsal, when
+//     they run the known-good.
 //   - Other eligible clusters keep what they run; one without a Kustomization gets the known-good,
 //     so a cluster that joins the fleet runs what the rest of the fleet ran last.
 func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]*kustomizev1.Kustomization) map[string]target {
@@ -44,8 +45,12 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 			if w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting || w.Phase == v1alpha1.WaveRolledBack {
 				continue
 			}
+			to := st.Candidate
+			if w.Phase == v1alpha1.WaveRehearsing && w.Rehearsal != nil && w.Rehearsal.Phase == v1alpha1.RehearsalRollingBack && kg != nil {
+				to = kg // the rehearsal's first leg: the wave goes back to the known-good
+			}
 			for _, c := range w.Clusters {
-				out[c] = target{Source: st.Candidate.Source, Revision: st.Candidate.Revision, Wave: w.Name}
+				out[c] = target{Source: to.Source, Revision: to.Revision, Wave: w.Name}
 			}
 		}
 	}

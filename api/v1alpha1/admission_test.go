@@ -353,8 +353,8 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 		if got.Spec.Class != v1alpha1.ClassUserWorkload {
 			t.Errorf("spec.class defaulted to %q, want %q", got.Spec.Class, v1alpha1.ClassUserWorkload)
 		}
-		if got.Spec.Rollback.OnFailure != v1alpha1.OnFailureHold {
-			t.Errorf("spec.rollback.onFailure defaulted to %q, want %q", got.Spec.Rollback.OnFailure, v1alpha1.OnFailureHold)
+		if got.Spec.Rollback.OnFailure != "" {
+			t.Errorf("spec.rollback.onFailure defaulted to %q, want it left empty for the policy to decide", got.Spec.Rollback.OnFailure)
 		}
 		if len(got.Spec.Waves) != 3 {
 			t.Fatalf("got %d waves, want 3", len(got.Spec.Waves))
@@ -364,7 +364,6 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 		}
 		want := fro.Spec.DeepCopy()
 		want.Class = v1alpha1.ClassUserWorkload
-		want.Rollback.OnFailure = v1alpha1.OnFailureHold
 		if !apiequality.Semantic.DeepEqual(*want, got.Spec) {
 			t.Errorf("spec did not round-trip:\nsent %+v\ngot  %+v", *want, got.Spec)
 		}
@@ -388,8 +387,8 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 		if got.Spec.Class != v1alpha1.ClassUserWorkload {
 			t.Errorf("spec.class defaulted to %q, want %q", got.Spec.Class, v1alpha1.ClassUserWorkload)
 		}
-		if got.Spec.Rollback.OnFailure != v1alpha1.OnFailureHold {
-			t.Errorf("spec.rollback.onFailure defaulted to %q, want %q", got.Spec.Rollback.OnFailure, v1alpha1.OnFailureHold)
+		if got.Spec.Rollback.OnFailure != "" {
+			t.Errorf("spec.rollback.onFailure defaulted to %q, want it left empty for the policy to decide", got.Spec.Rollback.OnFailure)
 		}
 	})
 

@@ -46,6 +46,8 @@ const (
 	RolledBackReason          = "RolledBack"
 	AwaitingApprovalReason    = "AwaitingApproval"
 	InvalidSpecReason         = "InvalidSpec"
+	InvalidPolicyReason       = "InvalidPolicy"
+	PolicyNotReadyReason      = "PolicyNotReady"
 	KubeConfigErrorReason     = "KubeConfigError"
 	UnreachableReason         = "Unreachable"
 	ReachableReason           = "Reachable"

@@ -280,9 +280,9 @@ type Approval struct {
 // RollbackSpec says what happens when a gate fails, and carries manual rollback requests.
 type RollbackSpec struct {
 	// onFailure: Hold keeps what is applied and waits; Rollback sends the updated clusters back to the
-	// last known-good revision. Defaults to Hold.
+	// last known-good revision. Empty leaves it to the policy's settings.onFail (Hold in the built-in
+	// policy); set, it overrides the policy for this rollout.
 	// +optional
-	// +kubebuilder:default=Hold
 	// +kubebuilder:validation:Enum=Hold;Rollback
 	OnFailure string `json:"onFailure,omitempty"`
 
@@ -407,6 +407,7 @@ const (
 	WavePending     = "Pending"
 	WaveProgressing = "Progressing"
 	WaveSoaking     = "Soaking"
+	WaveRehearsing  = "Rehearsing"
 	WaveAwaiting    = "AwaitingApproval"
 	WaveSucceeded   = "Succeeded"
 	WaveFailed      = "Failed"
@@ -419,7 +420,7 @@ type WaveStatus struct {
 	// +required
 	Name string `json:"name"`
 
-	// phase: Pending, Progressing, Soaking, AwaitingApproval, Succeeded, Failed or RolledBack.
+	// phase: Pending, Progressing, Soaking, Rehearsing, AwaitingApproval, Succeeded, Failed or RolledBack.
 	// +optional
 	Phase string `json:"phase,omitempty"`
 
@@ -451,9 +452,48 @@ type WaveStatus struct {
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 
-	// gates are the outcomes of the gates decided for this wave.
+	// gates are the outcomes of the gates decided for this wave: the latest decision of each gate.
 	// +optional
 	Gates []GateOutcome `json:"gates,omitempty"`
+
+	// rehearsal is the rollback rehearsal of the first wave, when the policy asks for one.
+	// +optional
+	Rehearsal *RehearsalStatus `json:"rehearsal,omitempty"`
+}
+
+// Rehearsal legs.
+const (
+	RehearsalRollingBack    = "RollingBack"
+	RehearsalRollingForward = "RollingForward"
+	RehearsalDone           = "Done"
+)
+
+// RehearsalStatus records a rollback rehearsal: the wave rolled back to the known-good and forward
+// to the candidate, with when each leg started and became healthy.
+type RehearsalStatus struct {
+	// phase: RollingBack, RollingForward or Done.
+	// +required
+	Phase string `json:"phase"`
+
+	// backStartedAt is when the wave was switched back to the known-good.
+	// +optional
+	BackStartedAt *metav1.Time `json:"backStartedAt,omitempty"`
+
+	// backReadyAt is when every member was Ready at the known-good again.
+	// +optional
+	BackReadyAt *metav1.Time `json:"backReadyAt,omitempty"`
+
+	// forwardStartedAt is when the wave was switched forward to the candidate.
+	// +optional
+	ForwardStartedAt *metav1.Time `json:"forwardStartedAt,omitempty"`
+
+	// forwardReadyAt is when every member was Ready at the candidate again.
+	// +optional
+	ForwardReadyAt *metav1.Time `json:"forwardReadyAt,omitempty"`
+
+	// message says why a leg did not become healthy in time.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // GateOutcome is one gate decision, with the receipt that records it.
@@ -469,6 +509,15 @@ type GateOutcome struct {
 	// receipt is the name of the GateReceipt.
 	// +optional
 	Receipt string `json:"receipt,omitempty"`
+
+	// decidedAt is when the gate was decided.
+	// +optional
+	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
+
+	// observedGeneration is the rollout's generation the decision was made at: a gate that failed
+	// before a wave started is decided again when the spec changes (an approval is added, say).
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // SkippedCluster is a cluster the rollout does not reach.

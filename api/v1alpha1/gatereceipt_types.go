@@ -68,6 +68,11 @@ type GateReceiptSpec struct {
 	// +optional
 	PolicyDigest string `json:"policyDigest,omitempty"`
 
+	// approvals are the entries of the rollout's spec.approvals the decision relied on (an approval of
+	// the candidate's irreversible changes, say).
+	// +optional
+	Approvals []Approval `json:"approvals,omitempty"`
+
 	// evidence the policy was evaluated over, when small enough to keep here.
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
@@ -75,7 +80,8 @@ type GateReceiptSpec struct {
 	// +kubebuilder:validation:Type=object
 	Evidence *apiextensionsv1.JSON `json:"evidence,omitempty"`
 
-	// evidenceDigest is the sha256 of the canonical JSON evidence.
+	// evidenceDigest is the sha256 of the canonical JSON evidence: sorted keys, without its top-level
+	// collectedAt, so the same evidence collected twice has one digest.
 	// +required
 	EvidenceDigest string `json:"evidenceDigest"`
 

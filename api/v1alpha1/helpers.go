@@ -35,12 +35,16 @@ func (in *FleetRollout) GetRequeueAfter() time.Duration {
 	return DefaultRolloutInterval
 }
 
-// OnFailure returns what to do when a gate fails, with the default applied.
-func (in *FleetRollout) OnFailure() string {
-	if in.Spec.Rollback.OnFailure == "" {
-		return OnFailureHold
+// OnFailure returns what to do when a gate fails: spec.rollback.onFailure when set, else the policy's
+// settings.onFail, else Hold.
+func (in *FleetRollout) OnFailure(policy string) string {
+	switch {
+	case in.Spec.Rollback.OnFailure != "":
+		return in.Spec.Rollback.OnFailure
+	case policy != "":
+		return policy
 	}
-	return in.Spec.Rollback.OnFailure
+	return OnFailureHold
 }
 
 // HistoryLimit returns how many past pinned sources are kept, with the default applied.
@@ -124,11 +128,19 @@ func ReceiptName(rollout, gate, contentDigest string) string {
 	return boundedName(rollout, strings.ToLower(gate)+"-"+strings.TrimPrefix(contentDigest, "sha256:")[:12])
 }
 
-// ContentDigest is the sha256 of a receipt's spec without its evaluatedAt, so two identical decisions
-// made at different times have the same digest.
+// ContentDigest is the sha256 of a receipt's spec without its evaluatedAt and with its evidence in
+// canonical form (see CanonicalEvidence), so two identical decisions made at different times have
+// the same digest.
 func (in *GateReceiptSpec) ContentDigest() (string, error) {
 	c := in.DeepCopy()
 	c.EvaluatedAt = metav1.Time{}
+	if c.Evidence != nil {
+		canonical, err := CanonicalEvidence(c.Evidence.Raw)
+		if err != nil {
+			return "", fmt.Errorf("encoding receipt for rollout %q gate %q: %w", in.Rollout, in.Gate, err)
+		}
+		c.Evidence.Raw = canonical
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("encoding receipt for rollout %q gate %q: %w", in.Rollout, in.Gate, err)
@@ -162,4 +174,27 @@ func isLowerHex(s string) bool {
 		}
 	}
 	return true
+}
+
+// CanonicalEvidence is the evidence document as it is digested: JSON with sorted keys and without
+// its top-level collectedAt, so that the same evidence collected at two moments has one digest.
+func CanonicalEvidence(raw []byte) ([]byte, error) {
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("evidence is not JSON: %w", err)
+	}
+	if m, ok := doc.(map[string]any); ok {
+		delete(m, "collectedAt")
+	}
+	return json.Marshal(doc)
+}
+
+// EvidenceDigest is the "sha256:<hex>" of CanonicalEvidence(raw).
+func EvidenceDigest(raw []byte) (string, error) {
+	canonical, err := CanonicalEvidence(raw)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(canonical)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"strings"
 	"testing"
 	"time"
@@ -74,13 +75,49 @@ func TestReceiptContentDigestIgnoresEvaluationTime(t *testing.T) {
 	if !strings.HasPrefix(d1, "sha256:") || len(d1) != len("sha256:")+64 {
 		t.Errorf("digest %q is not sha256:<64 hex>", d1)
 	}
+
+	// The same evidence collected at another moment is the same decision; other evidence is not.
+	withEvidence := func(raw string) string {
+		c := spec.DeepCopy()
+		c.Evidence = &apiextensionsv1.JSON{Raw: []byte(raw)}
+		d, err := c.ContentDigest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	e1 := withEvidence(`{"wave":"canary","collectedAt":"2026-11-30T10:00:00Z","clusters":[1]}`)
+	e2 := withEvidence(`{"clusters":[1],"collectedAt":"2026-11-30T11:00:00Z","wave":"canary"}`)
+	e3 := withEvidence(`{"wave":"canary","collectedAt":"2026-11-30T10:00:00Z","clusters":[2]}`)
+	if e1 != e2 {
+		t.Errorf("evidence differing only in collectedAt and key order must digest alike: %s != %s", e1, e2)
+	}
+	if e1 == e3 {
+		t.Errorf("different evidence must change the digest")
+	}
+	ed1, _ := EvidenceDigest([]byte(`{"a":1,"collectedAt":"x"}`))
+	ed2, _ := EvidenceDigest([]byte(`{"a":1}`))
+	if ed1 != ed2 {
+		t.Errorf("EvidenceDigest must ignore collectedAt: %s != %s", ed1, ed2)
+	}
+	if _, err := EvidenceDigest([]byte(`{`)); err == nil {
+		t.Errorf("EvidenceDigest of broken JSON must fail")
+	}
 }
 
 func TestRolloutDefaultsAndApprovals(t *testing.T) {
 	r := &FleetRollout{}
-	if r.OnFailure() != OnFailureHold || r.HistoryLimit() != DefaultHistoryLimit || r.GetRequeueAfter() != DefaultRolloutInterval {
-		t.Errorf("defaults: onFailure=%s historyLimit=%d interval=%s", r.OnFailure(), r.HistoryLimit(), r.GetRequeueAfter())
+	if r.OnFailure("") != OnFailureHold || r.HistoryLimit() != DefaultHistoryLimit || r.GetRequeueAfter() != DefaultRolloutInterval {
+		t.Errorf("defaults: onFailure=%s historyLimit=%d interval=%s", r.OnFailure(""), r.HistoryLimit(), r.GetRequeueAfter())
 	}
+	if got := r.OnFailure(OnFailureRollback); got != OnFailureRollback {
+		t.Errorf("onFailure with the policy saying Rollback and the spec silent = %s, want Rollback", got)
+	}
+	r.Spec.Rollback.OnFailure = OnFailureHold
+	if got := r.OnFailure(OnFailureRollback); got != OnFailureHold {
+		t.Errorf("onFailure with the spec saying Hold and the policy Rollback = %s, want the spec's Hold", got)
+	}
+	r.Spec.Rollback.OnFailure = ""
 	r.Spec.Approvals = []Approval{{Revision: "r2", Wave: "canary"}, {Revision: "r3"}, {Revision: "r4", Irreversible: true}}
 	for _, tc := range []struct {
 		rev, wave string

@@ -1,0 +1,161 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence"
+)
+
+// Artifact limits: a package or policy artifact larger than this is refused rather than held in memory.
+const (
+	maxArtifactBytes  = 64 << 20
+	maxArtifactFiles  = 20000
+	maxUnpackedBytes  = 256 << 20
+	maxPolicyFiles    = 64
+	maxCachedPolicies = 32
+)
+
+// rolloutPolicy is the policy that decides a rollout's gates, with its settings read once.
+type rolloutPolicy struct {
+	Policy   *tgcue.Policy
+	Settings tgcue.Settings
+	// From says where it came from, for messages: "built-in" or "<kind>/<name> path <path> at <revision>".
+	From string
+}
+
+// errPolicyPending means the policy's source has no artifact yet: the rollout waits, it is not stalled.
+var errPolicyPending = errors.New("policy source has no artifact yet")
+
+// policyCache keeps compiled policies by artifact digest and path: a policy is fetched and compiled
+// once per Git commit, not once per reconcile.
+type policyCache struct {
+	mu      sync.Mutex
+	entries map[string]*rolloutPolicy
+	order   []string
+}
+
+func (c *policyCache) get(key string) *rolloutPolicy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[key]
+}
+
+func (c *policyCache) put(key string, p *rolloutPolicy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]*rolloutPolicy{}
+	}
+	if _, ok := c.entries[key]; !ok {
+		c.order = append(c.order, key)
+	}
+	c.entries[key] = p
+	for len(c.order) > maxCachedPolicies {
+		delete(c.entries, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+var builtinPolicy = sync.OnceValues(func() (*rolloutPolicy, error) {
+	p := tgcue.DefaultPolicy()
+	s, err := p.Settings()
+	if err != nil {
+		return nil, fmt.Errorf("the built-in policy's settings: %w", err)
+	}
+	return &rolloutPolicy{Policy: p, Settings: s, From: "built-in"}, nil
+})
+
+// loadPolicy returns the rollout's policy: the built-in one when spec.policy is empty, else the CUE
+// package at spec.policy.path in the named source's artifact. It returns errPolicyPending (wrapped)
+// while the source has no artifact, and a *tgcue.PolicyError (wrapped) for a policy that does not
+// compile, does not fit the evidence schemas, or whose settings are not concrete.
+func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, fr *v1alpha1.FleetRollout) (*rolloutPolicy, error) {
+	ref := fr.Spec.Policy
+	if ref == nil {
+		return builtinPolicy()
+	}
+	_, src, err := getSource(ctx, r.Client, fr.Namespace, ref.SourceRef.Kind, ref.SourceRef.Name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: %s %s/%s named by spec.policy.sourceRef is not found", errPolicyPending, ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name)
+		}
+		return nil, err
+	}
+	if src.URL == "" || src.Digest == "" {
+		return nil, fmt.Errorf("%w: %s %s/%s: %s", errPolicyPending, ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name, src.Message)
+	}
+	dir := path.Clean("/" + ref.Path)
+	key := src.Digest + ":" + dir
+	if p := r.policies.get(key); p != nil {
+		return p, nil
+	}
+	from := fmt.Sprintf("%s %s/%s path %s at %s", ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name, strings.TrimPrefix(dir, "/"), src.Revision)
+	art, err := r.fetchArtifact(ctx, src.URL, src.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the policy from %s: %w", from, err)
+	}
+	files, err := cueFiles(art.FS, dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the policy from %s: %w", from, err)
+	}
+	p, err := tgcue.LoadPolicy(files)
+	if err != nil {
+		return nil, fmt.Errorf("the policy from %s: %w", from, err)
+	}
+	s, err := p.Settings()
+	if err != nil {
+		return nil, fmt.Errorf("the policy from %s: %w", from, err)
+	}
+	rp := &rolloutPolicy{Policy: p, Settings: s, From: from}
+	r.policies.put(key, rp)
+	return rp, nil
+}
+
+// cueFiles returns the .cue files directly in dir: one CUE package.
+func cueFiles(fsys filesys.FileSystem, dir string) (map[string][]byte, error) {
+	if !fsys.IsDir(dir) {
+		return nil, fmt.Errorf("the artifact has no directory %s: fix spec.policy.path", strings.TrimPrefix(dir, "/"))
+	}
+	entries, err := fsys.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		p := path.Join(dir, e)
+		if !strings.HasSuffix(e, ".cue") || fsys.IsDir(p) {
+			continue
+		}
+		if len(files) == maxPolicyFiles {
+			return nil, fmt.Errorf("more than %d .cue files in %s", maxPolicyFiles, strings.TrimPrefix(dir, "/"))
+		}
+		b, err := fsys.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		files[e] = b
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no .cue file in %s: fix spec.policy.path", strings.TrimPrefix(dir, "/"))
+	}
+	return files, nil
+}
+
+// fetchArtifact downloads and unpacks a source artifact, checking its digest.
+func (r *FleetRolloutReconciler) fetchArtifact(ctx context.Context, url, digest string) (*evidence.Artifact, error) {
+	data, err := evidence.FetchArtifact(ctx, r.HTTPClient, url, digest, maxArtifactBytes)
+	if err != nil {
+		return nil, err
+	}
+	return evidence.Extract(data, maxArtifactFiles, maxUnpackedBytes)
+}
