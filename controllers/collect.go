@@ -186,7 +186,7 @@ func (r *FleetRolloutReconciler) collectDeploySafe(ctx context.Context, fr *v1al
 		}
 		targets = append(targets, t)
 	}
-	ev.Preflight.Clusters = preflight.CheckAll(ctx, targets, objs, preflight.Options{}, preflightParallel)
+	ev.Preflight.Clusters = preflight.CheckAll(ctx, targets, objs, preflight.Options{Force: fr.Spec.Template.Force}, preflightParallel)
 	ev.Limits = append(ev.Limits, "the preflight is a server-side dry-run at decision time; admission webhooks and quotas may still decide otherwise when Flux applies")
 	return ev
 }

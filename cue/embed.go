@@ -61,3 +61,7 @@ func sortedNames(files map[string][]byte) []string {
 	sort.Strings(names)
 	return names
 }
+
+// DefaultPolicyFiles returns the built-in default policy's files by name: the starting point for
+// writing a policy of one's own.
+func DefaultPolicyFiles() map[string][]byte { return embeddedFiles(defaultPolicyFS, "policy") }

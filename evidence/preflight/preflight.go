@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -50,6 +51,11 @@ type Options struct {
 	// MaxErrors bounds MissingAPIs and DryRunErrors (DefaultMaxErrors when 0): the first MaxErrors
 	// entries, then "... and N more".
 	MaxErrors int
+	// Force is the Kustomization's spec.force: kustomize-controller deletes and recreates an object
+	// the server refuses to update (an immutable field changed). Then such a refusal is not an error
+	// when the object passes a dry-run create as a new object; the recreate itself is rollbackSafe's
+	// business.
+	Force bool
 }
 
 func (o Options) withDefaults() Options {
@@ -373,6 +379,18 @@ func (c *check) dryRun(ctx context.Context, cl client.Client, o *unstructured.Un
 		// Its namespace is among the objects: it will exist by the time the object is applied.
 		return ""
 	}
+	if c.opts.Force && isImmutableError(err) {
+		// kustomize-controller would recreate it: check that it is acceptable as a new object.
+		fresh := obj.DeepCopy()
+		fresh.SetGenerateName(fresh.GetName() + "-")
+		fresh.SetName("")
+		fresh.SetResourceVersion("")
+		cerr := cl.Create(ctx, fresh, client.DryRunAll, client.FieldOwner(FieldOwner))
+		if cerr == nil {
+			return ""
+		}
+		err = fmt.Errorf("the server refuses the update and a recreate (spec.force) would fail too: %w", cerr)
+	}
 	msg := c.redact.clean(err.Error())
 	if namespaced && ns == "" && apierrors.IsNotFound(err) {
 		msg = "namespace not specified: " + msg
@@ -454,4 +472,13 @@ func missingAPI(gvk schema.GroupVersionKind, refs []string) string {
 		return s + strings.Join(refs[:maxNeededBy], ", ") + fmt.Sprintf(" and %d more", len(refs)-maxNeededBy)
 	}
 	return s + strings.Join(refs, ", ")
+}
+
+// immutableField matches the messages of immutable-field refusals from admission webhooks and CEL.
+var immutableField = regexp.MustCompile(`is\simmutable|immutable\sfield`)
+
+// isImmutableError tells a refused update that kustomize-controller meets with a recreate when
+// spec.force is set: the same test as fluxcd/pkg/ssa's IsImmutableError.
+func isImmutableError(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsInvalid(err) || immutableField.MatchString(err.Error())
 }

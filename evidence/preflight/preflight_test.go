@@ -512,3 +512,56 @@ func TestTheTimeRunsOutDuringTheDryRun(t *testing.T) {
 		}
 	}
 }
+
+// A StatefulSet's volumeClaimTemplates cannot be updated: the server refuses the dry-run, unless
+// the Kustomization forces (kustomize-controller then recreates the object), when the preflight
+// checks that the object is acceptable as a new one instead.
+func TestAnImmutableChangeAndForce(t *testing.T) {
+	ctx, ns := setup(t)
+	statefulSet := func(size string) string {
+		return `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+  namespace: NS
+spec:
+  serviceName: db
+  selector:
+    matchLabels: {app: db}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      containers:
+      - name: db
+        image: postgres:17
+  volumeClaimTemplates:
+  - metadata:
+      name: data
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources:
+        requests:
+          storage: ` + size + "\n"
+	}
+	existing := objects(t, ns, statefulSet("1Gi"))[0]
+	if err := k8s.Create(ctx, existing); err != nil {
+		t.Fatal(err)
+	}
+	changed := objects(t, ns, statefulSet("2Gi"))
+	got := Check(ctx, "member-1", adminConfig, changed, Options{})
+	if len(got.DryRunErrors) != 1 || !strings.HasPrefix(got.DryRunErrors[0], "StatefulSet "+ns+"/db: ") ||
+		!strings.Contains(got.DryRunErrors[0], "field is immutable") {
+		t.Errorf("without force: dry-run errors %q, want the server's refusal of the update", got.DryRunErrors)
+	}
+	got = Check(ctx, "member-1", adminConfig, changed, Options{Force: true})
+	wantReachable(t, got, "member-1", nil, nil)
+
+	// With force, an object that would not be accepted as new either is still an error.
+	broken := objects(t, ns, strings.Replace(statefulSet("2Gi"), "serviceName: db", "serviceName: db\n  replicas: -1", 1))
+	got = Check(ctx, "member-1", adminConfig, broken, Options{Force: true})
+	if len(got.DryRunErrors) != 1 || !strings.Contains(got.DryRunErrors[0], "a recreate (spec.force) would fail too") {
+		t.Errorf("with force, an invalid object: dry-run errors %q, want the recreate's refusal", got.DryRunErrors)
+	}
+}
