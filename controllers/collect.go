@@ -166,10 +166,7 @@ func (r *FleetRolloutReconciler) collectDeploySafe(ctx context.Context, fr *v1al
 	}
 
 	if !ev.Render.OK {
-		ev.Limits = append(ev.Limits, "no preflight: the candidate did not render")
-		for _, c := range ev.Targets {
-			ev.Preflight.Clusters = append(ev.Preflight.Clusters, tgcue.ClusterPreflight{Name: c})
-		}
+		ev.Limits = append(ev.Limits, "no preflight: the candidate did not render, so there is nothing to ask the clusters about")
 		return ev
 	}
 	objs, err = preflight.Substitute(objs, vars)
@@ -310,7 +307,7 @@ func (r *FleetRolloutReconciler) collectNoDisruption(fr *v1alpha1.FleetRollout, 
 		}
 		cc.Ready = !slices.Contains(wv.Missing, c) &&
 			(o.readyAt(cand.Source, cand.Revision) || (wv.Phase == v1alpha1.WaveSoaking && o.stillAt(cand.Source, cand.Revision)))
-		s := r.samples().Summary(sampleKey(fr, c), since, w.Now)
+		s := r.samples(w.Settings.SampleInterval).Summary(sampleKey(fr, c), since, w.Now)
 		s.Cluster = c
 		summaries = append(summaries, s)
 		cc.Samples, cc.MinAvailableRatio, cc.UnavailableSeconds = s.Samples, s.MinAvailableRatio, s.UnavailableSeconds
@@ -328,7 +325,8 @@ func sampleKey(fr *v1alpha1.FleetRollout, cluster string) string {
 // sampleWave takes one availability sample of every member of a soaking wave, in parallel, from the
 // workloads its Kustomization applied (status.inventory).
 func (r *FleetRolloutReconciler) sampleWave(ctx context.Context, fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus,
-	clusters map[string]*v1alpha1.FleetCluster, existing map[string]*kustomizev1.Kustomization, now time.Time) {
+	clusters map[string]*v1alpha1.FleetCluster, existing map[string]*kustomizev1.Kustomization, interval time.Duration, now time.Time) {
+	sampler := r.samples(interval)
 	sem := make(chan struct{}, sampleParallel)
 	var wg sync.WaitGroup
 	for _, c := range wv.Clusters {
@@ -344,10 +342,10 @@ func (r *FleetRolloutReconciler) sampleWave(ctx context.Context, fr *v1alpha1.Fl
 			mc, err := r.memberClient(ctx, fc)
 			if err != nil {
 				// Unreadable: an empty reading list with the error recorded counts as unavailable.
-				_ = r.samples().Observe(ctx, sampleKey(fr, c), errReader{err}, workloads, now)
+				_ = sampler.Observe(ctx, sampleKey(fr, c), errReader{err}, workloads, now)
 				return
 			}
-			_ = r.samples().Observe(ctx, sampleKey(fr, c), mc, workloads, now)
+			_ = sampler.Observe(ctx, sampleKey(fr, c), mc, workloads, now)
 		}()
 	}
 	wg.Wait()

@@ -58,18 +58,24 @@ type FleetRolloutReconciler struct {
 	policies    policyCache
 	renders     renderCache
 	members     memberClients
-	samplerOnce sync.Once
-	sampler     *availability.Sampler
+	samplersMu sync.Mutex
+	samplers   map[time.Duration]*availability.Sampler
 }
 
-// samples returns the reconciler's availability sampler, made on first use.
-func (r *FleetRolloutReconciler) samples() *availability.Sampler {
-	r.samplerOnce.Do(func() {
-		if r.sampler == nil {
-			r.sampler = availability.New(availability.Options{})
-		}
-	})
-	return r.sampler
+// samples returns the availability sampler for a sample interval (policies may differ), made on
+// first use. Samples are keyed by rollout and cluster (sampleKey).
+func (r *FleetRolloutReconciler) samples(interval time.Duration) *availability.Sampler {
+	r.samplersMu.Lock()
+	defer r.samplersMu.Unlock()
+	if r.samplers == nil {
+		r.samplers = map[time.Duration]*availability.Sampler{}
+	}
+	s := r.samplers[interval]
+	if s == nil {
+		s = availability.New(availability.Options{Interval: interval})
+		r.samplers[interval] = s
+	}
+	return s
 }
 
 // Reconcile reads as the decision list of a Flux controller: get, suspend, patcher and deferred
@@ -172,8 +178,8 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		return reconcile.Result{RequeueAfter: fr.GetRequeueAfter()}, nil
 	}
 
-	// The policy that decides the gates. One that cannot decide stalls the rollout, and nothing
-	// advances (a rollback under way goes on: it needs no gate).
+	// The policy that decides the gates. One that cannot decide stalls the rollout: no gate is
+	// decided, so no wave starts or passes; what needs no gate (a rollback, a hold) still happens.
 	pol, polErr := r.loadPolicy(ctx, fr)
 	if polErr == nil {
 		w.Settings = pol.Settings
@@ -204,9 +210,6 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 			w.KnownGood = s
 		}
 	}
-	if polErr != nil && fr.Status.Phase != v1alpha1.PhaseRollingBack {
-		return r.policyNotReady(fr, polErr)
-	}
 	res := step(fr, w)
 	setLateJoiners(fr, w.Plan)
 	if res.Refused != "" {
@@ -215,23 +218,45 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 	soaking := soakingWave(fr)
 	if soaking != nil {
 		// Availability is sampled on every pass while a wave soaks, at least every sample interval.
-		r.sampleWave(ctx, fr, soaking, clusters, existing, w.Now)
+		r.sampleWave(ctx, fr, soaking, clusters, existing, w.Settings.SampleInterval, w.Now)
 	}
-	if res.GateWave >= 0 && pol != nil {
-		if err := r.decideGates(ctx, fr, w, pol, res.GateWave, res.Gates, clusters); err != nil {
+	if i := res.GateWave; i >= 0 && polErr == nil {
+		if err := r.decideGates(ctx, fr, w, pol, i, res.Gates, clusters); err != nil {
 			var perr *tgcue.PolicyError
 			if errors.As(err, &perr) {
 				return r.policyNotReady(fr, err)
 			}
 			return reconcile.Result{}, err
 		}
-		if wv := fr.Status.Waves[res.GateWave]; wv.Phase == v1alpha1.WaveSucceeded || wv.Phase == v1alpha1.WaveFailed {
+		switch wv := &fr.Status.Waves[i]; wv.Phase {
+		case v1alpha1.WavePending:
+			// A gate decided before the wave failed: say so now, as the next pass would.
+			res = preWaveGates(fr, w, i, metav1.NewTime(w.Now), stepResult{GateWave: -1})
+		case v1alpha1.WaveSucceeded, v1alpha1.WaveFailed:
 			for _, c := range wv.Clusters {
-				r.samples().Forget(sampleKey(fr, c))
+				r.samples(w.Settings.SampleInterval).Forget(sampleKey(fr, c))
 			}
 		}
 	}
 	setRolloutConditions(fr, res.Waiting, w.Settings.OnFail)
+	if res.Blocked && fr.Status.Phase == v1alpha1.PhaseProgressing {
+		// A failed gate stops the rollout until something changes: not Ready, with the gates' reasons.
+		msg := res.Waiting
+		for _, wv := range fr.Status.Waves {
+			if wv.Name != fr.Status.CurrentWave {
+				continue
+			}
+			for _, o := range wv.Gates {
+				if c := conditions.Get(fr, o.Gate); o.Result == v1alpha1.ResultFail && c != nil {
+					msg += "; " + o.Gate + ": " + c.Message
+				}
+			}
+		}
+		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.GateFailedReason, "%s", capMessage(msg))
+	}
+	if polErr != nil {
+		return r.policyNotReady(fr, polErr)
+	}
 
 	if fr.Status.Phase == v1alpha1.PhaseCompleted || fr.Status.Phase == v1alpha1.PhaseRolledBack {
 		inUse := map[string]bool{}

@@ -31,6 +31,9 @@ type rolloutPolicy struct {
 	Settings tgcue.Settings
 	// From says where it came from, for messages: "built-in" or "<kind>/<name> path <path> at <revision>".
 	From string
+	// Err is why the policy cannot decide (a *tgcue.PolicyError inside); kept so a broken commit is
+	// fetched and compiled once, not on every reconcile.
+	Err error
 }
 
 // errPolicyPending means the policy's source has no artifact yet: the rollout waits, it is not stalled.
@@ -97,6 +100,9 @@ func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, fr *v1alpha1.Fl
 	dir := path.Clean("/" + ref.Path)
 	key := src.Digest + ":" + dir
 	if p := r.policies.get(key); p != nil {
+		if p.Err != nil {
+			return nil, p.Err
+		}
 		return p, nil
 	}
 	from := fmt.Sprintf("%s %s/%s path %s at %s", ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name, strings.TrimPrefix(dir, "/"), src.Revision)
@@ -104,21 +110,33 @@ func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, fr *v1alpha1.Fl
 	if err != nil {
 		return nil, fmt.Errorf("fetching the policy from %s: %w", from, err)
 	}
-	files, err := cueFiles(art.FS, dir)
+	rp, err := compilePolicy(art.FS, dir)
 	if err != nil {
-		return nil, fmt.Errorf("reading the policy from %s: %w", from, err)
+		err = fmt.Errorf("the policy from %s: %w", from, err)
+		r.policies.put(key, &rolloutPolicy{From: from, Err: err})
+		return nil, err
+	}
+	rp.From = from
+	r.policies.put(key, rp)
+	return rp, nil
+}
+
+// compilePolicy loads the CUE package in dir and reads its settings. Every error is a
+// *tgcue.PolicyError: a wrong path or a package that does not compile is fixed in Git or the spec.
+func compilePolicy(fsys filesys.FileSystem, dir string) (*rolloutPolicy, error) {
+	files, err := cueFiles(fsys, dir)
+	if err != nil {
+		return nil, &tgcue.PolicyError{Problems: []string{err.Error()}}
 	}
 	p, err := tgcue.LoadPolicy(files)
 	if err != nil {
-		return nil, fmt.Errorf("the policy from %s: %w", from, err)
+		return nil, err
 	}
 	s, err := p.Settings()
 	if err != nil {
-		return nil, fmt.Errorf("the policy from %s: %w", from, err)
+		return nil, err
 	}
-	rp := &rolloutPolicy{Policy: p, Settings: s, From: from}
-	r.policies.put(key, rp)
-	return rp, nil
+	return &rolloutPolicy{Policy: p, Settings: s}, nil
 }
 
 // cueFiles returns the .cue files directly in dir: one CUE package.

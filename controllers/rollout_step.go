@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,8 @@ type stepResult struct {
 	RequeueAfter time.Duration
 	// Refused says why a request in the spec could not be carried out; the reconciler reports it as an event.
 	Refused string
+	// Blocked is true when a wave cannot start because a gate decided before it failed.
+	Blocked bool
 }
 
 // step moves the rollout's status one decision forward from what was recorded and what is observed.
@@ -204,8 +207,9 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		wv.Phase = v1alpha1.WaveSoaking
 		wv.ReadyAt = &now
 		res.RequeueAfter = soak
-	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed < total:
-		// A member lost readiness during the soak: decide now, the gate will say why.
+	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed < total && budget == 0:
+		// A member lost readiness during the soak and the wave allows no failure: decide now, the
+		// gate will say why. (With a failure budget the soak runs its course and the policy counts.)
 		res.GateWave = i
 	case wv.Phase == v1alpha1.WaveSoaking:
 		if left := soak - w.Now.Sub(wv.ReadyAt.Time); left > 0 {
@@ -245,7 +249,7 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 			undecided = append(undecided, g)
 		case o.Result == v1alpha1.ResultPass:
 		default:
-			failed = append(failed, g)
+			failed = append(failed, fmt.Sprintf("%s (receipt %s)", g, o.Receipt))
 			if left := fr.GetRequeueAfter() - w.Now.Sub(o.DecidedAt.Time); left > 0 {
 				if recheck == 0 || left < recheck {
 					recheck = left
@@ -259,9 +263,10 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 	case len(undecided) > 0:
 		res.GateWave, res.Gates = i, gates
 	case len(failed) > 0:
-		res.Waiting = fmt.Sprintf("wave %s is blocked by %v before it starts; nothing of it is applied; decided again in %s or when the spec changes",
-			wv.Name, failed, recheck.Round(time.Second))
+		res.Waiting = fmt.Sprintf("wave %s is blocked before it starts by %s; nothing of it is applied; decided again in %s or when the spec changes",
+			wv.Name, strings.Join(failed, ", "), recheck.Round(time.Second))
 		res.RequeueAfter = recheck
+		res.Blocked = true
 	default:
 		wv.Phase = v1alpha1.WaveProgressing
 		wv.StartedAt = &now
@@ -361,7 +366,9 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 	case v1alpha1.RehearsalRollingBack:
 		switch n := at(st.LastKnownGood); {
 		case n == total:
-			rh.BackReadyAt = &now
+			if rh.BackReadyAt == nil {
+				rh.BackReadyAt = &now
+			}
 			if fr.Spec.Hold != nil {
 				res.Waiting = "held: " + fr.Spec.Hold.Reason
 				return res

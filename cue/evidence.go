@@ -10,7 +10,7 @@ import "time"
 type Evidence struct {
 	// Rollout is "<namespace>/<name>".
 	Rollout string `json:"rollout"`
-	// Wave is "" for the checks made before the first wave.
+	// Wave is the wave the evidence is about.
 	Wave      string    `json:"wave"`
 	Candidate Revision  `json:"candidate"`
 	KnownGood *Revision `json:"knownGood,omitempty"`

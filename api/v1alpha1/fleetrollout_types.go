@@ -97,7 +97,6 @@ type FleetRolloutSpec struct {
 	Approvals []Approval `json:"approvals,omitempty"`
 
 	// rollback says what happens when a gate fails, and carries manual rollback requests.
-	// Defaults to {} so that rollback.onFailure gets its default when rollback is left out.
 	// +optional
 	// +kubebuilder:default={}
 	Rollback RollbackSpec `json:"rollback,omitempty"`

@@ -38,7 +38,7 @@ type GateReceiptSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	Rollout string `json:"rollout"`
 
-	// wave the decision is about; empty for decisions made before the first wave.
+	// wave the decision is about: the wave about to start, or the wave that soaked.
 	// +optional
 	Wave string `json:"wave,omitempty"`
 

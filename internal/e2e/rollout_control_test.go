@@ -150,7 +150,8 @@ func TestE2ENewRevisionDuringWave(t *testing.T) {
 }
 
 // Bad rollouts get a clear reason and change nothing in any cluster: a sourceRef that does not exist,
-// a path missing from the artifact, a selector that selects nothing.
+// a path missing from the artifact (deploySafe's render fails before the first wave), a selector that
+// selects nothing.
 func TestE2EBadRollouts(t *testing.T) {
 	s, _ := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
@@ -170,7 +171,7 @@ func TestE2EBadRollouts(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, reason, says string }{
 		{"no-source", v1alpha1.SourceNotFoundReason, "GitRepository fleet/missing not found"},
-		{"no-path", v1alpha1.HeldReason, "does-not-exist"},
+		{"no-path", v1alpha1.GateFailedReason, "does-not-exist"},
 		{"no-clusters", v1alpha1.NoClustersSelectedReason, "selects no eligible FleetCluster"},
 	} {
 		eventually(ctx, t, tc.name+" explains itself", func() (bool, string) {
@@ -189,7 +190,7 @@ func TestE2EBadRollouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ks := range list.Items {
-		if r := ks.Labels[v1alpha1.RolloutLabel]; r == "no-source" || r == "no-clusters" {
+		if r := ks.Labels[v1alpha1.RolloutLabel]; r == "no-source" || r == "no-clusters" || r == "no-path" {
 			t.Errorf("rollout %s created kustomization %s", r, ks.Name)
 		}
 	}

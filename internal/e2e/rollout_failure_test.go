@@ -65,8 +65,18 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
 
 	canary := got.Status.Waves[0]
-	if canary.Phase != v1alpha1.WaveFailed || len(canary.Gates) != 1 || canary.Gates[0].Result != v1alpha1.ResultFail {
-		t.Fatalf("canary wave = %+v, want Failed with one failed gate", canary)
+	var noDisruption v1alpha1.GateOutcome
+	for _, g := range canary.Gates {
+		want := v1alpha1.ResultPass // the gates decided before the wave started passed
+		if g.Gate == v1alpha1.GateNoDisruption {
+			want, noDisruption = v1alpha1.ResultFail, g
+		}
+		if g.Result != want {
+			t.Errorf("canary gate %s = %s, want %s", g.Gate, g.Result, want)
+		}
+	}
+	if canary.Phase != v1alpha1.WaveFailed || len(canary.Gates) != 4 || noDisruption.Result != v1alpha1.ResultFail {
+		t.Fatalf("canary wave = %+v, want Failed: deploySafe, rollbackSafe and rollbackSucceeds passed, noDisruption failed", canary)
 	}
 	for _, w := range got.Status.Waves[1:] {
 		if w.Phase != v1alpha1.WavePending || len(w.Clusters) != 0 {
@@ -75,7 +85,7 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 	}
 	ready := findCondition(got, "Ready")
 	if ready == nil || ready.Status != "False" || ready.Reason != v1alpha1.HeldReason ||
-		!strings.Contains(ready.Message, "noDisruption") || !strings.Contains(ready.Message, canary.Gates[0].Receipt) {
+		!strings.Contains(ready.Message, "noDisruption") || !strings.Contains(ready.Message, noDisruption.Receipt) {
 		t.Errorf("Ready should be False/Held naming the gate and receipt: %+v", ready)
 	}
 	if held := findCondition(got, v1alpha1.HeldCondition); held == nil || held.Status != "True" {
@@ -93,8 +103,8 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 		}
 	}
 	var rc v1alpha1.GateReceipt
-	if err := s.f.Hub.Get(ctx, keyOf(s.ns, canary.Gates[0].Receipt), &rc); err != nil {
-		t.Fatalf("receipt %s: %v", canary.Gates[0].Receipt, err)
+	if err := s.f.Hub.Get(ctx, keyOf(s.ns, noDisruption.Receipt), &rc); err != nil {
+		t.Fatalf("receipt %s: %v", noDisruption.Receipt, err)
 	}
 	if rc.Spec.Result != v1alpha1.ResultFail || len(rc.Spec.Reasons) == 0 || rc.Spec.Candidate.Revision != rev2 ||
 		rc.Spec.KnownGood == nil || rc.Spec.KnownGood.Revision != rev1 {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
+	tgcue "github.com/tidegate/tidegate/cue"
 )
 
 const testSoak = 3 * time.Second
@@ -124,15 +126,61 @@ func TestE2ERolloutWaves(t *testing.T) {
 	if err := s.f.Hub.List(ctx, &receipts); err != nil {
 		t.Fatal(err)
 	}
+	// Every wave has one passing receipt for each gate it needed: deploySafe and rollbackSucceeds
+	// before every wave, rollbackSafe before the first, noDisruption after each soak.
 	passed := map[string]int{}
 	for _, rc := range receipts.Items {
-		if rc.Spec.Candidate.Revision == rev2 && rc.Spec.Gate == v1alpha1.GateNoDisruption && rc.Spec.Result == v1alpha1.ResultPass {
-			passed[rc.Spec.Wave]++
+		if rc.Spec.Candidate.Revision != rev2 {
+			continue
+		}
+		if rc.Spec.Result != v1alpha1.ResultPass {
+			t.Errorf("receipt %s of a healthy revision failed: %q", rc.Name, rc.Spec.Reasons)
+		}
+		passed[rc.Spec.Wave+"/"+rc.Spec.Gate]++
+		if !strings.HasPrefix(rc.Spec.PolicyDigest, "builtin:sha256:") || rc.Spec.KnownGood == nil || rc.Spec.KnownGood.Revision != s.repo.Revision(first) {
+			t.Errorf("receipt %s: policy %q, known-good %+v", rc.Name, rc.Spec.PolicyDigest, rc.Spec.KnownGood)
 		}
 	}
-	for _, w := range []string{"canary", "ring", "rest"} {
-		if passed[w] != 1 {
-			t.Errorf("wave %s of %s has %d passing noDisruption receipts, want 1", w, rev2, passed[w])
+	for i, w := range fr.Status.Waves {
+		gates := []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSucceeds, v1alpha1.GateNoDisruption}
+		if i == 0 {
+			gates = append(gates, v1alpha1.GateRollbackSafe)
+		}
+		for _, g := range gates {
+			if passed[w.Name+"/"+g] != 1 {
+				t.Errorf("wave %s of %s has %d passing %s receipts, want 1", w.Name, rev2, passed[w.Name+"/"+g], g)
+			}
+		}
+		if len(w.Gates) != len(gates) {
+			t.Errorf("wave %s status lists gates %+v, want %v", w.Name, w.Gates, gates)
+		}
+		// The evidence is real: the preflight asked every member, availability was sampled on each.
+		for _, g := range w.Gates {
+			var rc v1alpha1.GateReceipt
+			if err := s.f.Hub.Get(ctx, keyOf(s.ns, g.Receipt), &rc); err != nil {
+				t.Fatalf("receipt %s of wave %s: %v", g.Receipt, w.Name, err)
+			}
+			switch g.Gate {
+			case v1alpha1.GateDeploySafe:
+				var ev tgcue.DeploySafeEvidence
+				evidenceOf(t, &rc, &ev)
+				if !ev.Render.OK || ev.Render.Total != 3 || len(ev.Preflight.Clusters) != len(w.Clusters) {
+					t.Errorf("wave %s deploySafe evidence: render %+v, preflight %+v", w.Name, ev.Render, ev.Preflight)
+				}
+				for _, p := range ev.Preflight.Clusters {
+					if !p.Reachable || !strings.HasPrefix(p.ServerVersion, "v1.") || len(p.DryRunErrors)+len(p.MissingAPIs) > 0 {
+						t.Errorf("wave %s preflight of %s: %+v", w.Name, p.Name, p)
+					}
+				}
+			case v1alpha1.GateNoDisruption:
+				var ev tgcue.NoDisruptionEvidence
+				evidenceOf(t, &rc, &ev)
+				for _, c := range ev.Clusters {
+					if !c.Ready || c.Samples < 1 || c.MinAvailableRatio != 1 || c.HealthChecks != tgcue.HealthChecksPassed {
+						t.Errorf("wave %s continuity of %s: %+v", w.Name, c.Name, c)
+					}
+				}
+			}
 		}
 	}
 	if ready := conditionStatus(fr, "Ready"); ready != metav1.ConditionTrue {
