@@ -47,36 +47,6 @@ type renderedPackage struct {
 	InstallSchema []byte
 }
 
-// renderCache keeps rendered packages by artifact digest and path: the content behind a digest never
-// changes, so a package is fetched and built once per revision, not once per gate.
-type renderCache struct {
-	mu      sync.Mutex
-	entries map[string]*renderedPackage
-	order   []string
-}
-
-func (c *renderCache) get(key string) *renderedPackage {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.entries[key]
-}
-
-func (c *renderCache) put(key string, p *renderedPackage) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = map[string]*renderedPackage{}
-	}
-	if _, ok := c.entries[key]; !ok {
-		c.order = append(c.order, key)
-	}
-	c.entries[key] = p
-	for len(c.order) > maxCachedRenders {
-		delete(c.entries, c.order[0])
-		c.order = c.order[1:]
-	}
-}
-
 // renderRevision fetches the artifact a source serves, checks it is the content recorded for the
 // revision (digest), and builds the package at the rollout's path. An error means the artifact could
 // not be fetched or is not the recorded content; a package that does not build comes back with RenderErr.
@@ -92,7 +62,7 @@ func (r *FleetRolloutReconciler) renderRevision(ctx context.Context, fr *v1alpha
 		digest = src.Digest
 	}
 	key := digest + ":" + path.Clean("/"+fr.Spec.Path)
-	cached := r.renders.get(key)
+	cached, _ := r.renders.get(key)
 	if cached != nil && !fresh {
 		return cached, nil
 	}
@@ -108,7 +78,7 @@ func (r *FleetRolloutReconciler) renderRevision(ctx context.Context, fr *v1alpha
 	if b, err := art.FS.ReadFile(path.Join("/", fr.Spec.Path, installSchemaFile)); err == nil {
 		p.InstallSchema = b
 	}
-	r.renders.put(key, p)
+	r.renders.put(key, p, maxCachedRenders)
 	return p, nil
 }
 

@@ -55,9 +55,9 @@ type FleetRolloutReconciler struct {
 	// "switch:<cluster>", "rollback:<cluster>"); an error aborts the reconcile there, as a crash would.
 	TestHook func(point string) error
 
-	policies    policyCache
-	renders     renderCache
-	members     memberClients
+	policies   digestCache[*rolloutPolicy]
+	renders    digestCache[*renderedPackage]
+	members    memberClients
 	samplersMu sync.Mutex
 	samplers   map[time.Duration]*availability.Sampler
 }

@@ -39,36 +39,6 @@ type rolloutPolicy struct {
 // errPolicyPending means the policy's source has no artifact yet: the rollout waits, it is not stalled.
 var errPolicyPending = errors.New("policy source has no artifact yet")
 
-// policyCache keeps compiled policies by artifact digest and path: a policy is fetched and compiled
-// once per Git commit, not once per reconcile.
-type policyCache struct {
-	mu      sync.Mutex
-	entries map[string]*rolloutPolicy
-	order   []string
-}
-
-func (c *policyCache) get(key string) *rolloutPolicy {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.entries[key]
-}
-
-func (c *policyCache) put(key string, p *rolloutPolicy) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = map[string]*rolloutPolicy{}
-	}
-	if _, ok := c.entries[key]; !ok {
-		c.order = append(c.order, key)
-	}
-	c.entries[key] = p
-	for len(c.order) > maxCachedPolicies {
-		delete(c.entries, c.order[0])
-		c.order = c.order[1:]
-	}
-}
-
 var builtinPolicy = sync.OnceValues(func() (*rolloutPolicy, error) {
 	p := tgcue.DefaultPolicy()
 	s, err := p.Settings()
@@ -99,7 +69,7 @@ func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, fr *v1alpha1.Fl
 	}
 	dir := path.Clean("/" + ref.Path)
 	key := src.Digest + ":" + dir
-	if p := r.policies.get(key); p != nil {
+	if p, ok := r.policies.get(key); ok {
 		if p.Err != nil {
 			return nil, p.Err
 		}
@@ -113,11 +83,11 @@ func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, fr *v1alpha1.Fl
 	rp, err := compilePolicy(art.FS, dir)
 	if err != nil {
 		err = fmt.Errorf("the policy from %s: %w", from, err)
-		r.policies.put(key, &rolloutPolicy{From: from, Err: err})
+		r.policies.put(key, &rolloutPolicy{From: from, Err: err}, maxCachedPolicies)
 		return nil, err
 	}
 	rp.From = from
-	r.policies.put(key, rp)
+	r.policies.put(key, rp, maxCachedPolicies)
 	return rp, nil
 }
 

@@ -362,10 +362,23 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 	}
 	total := len(wv.Clusters)
 	deadline := waveDeadline(fr)
+	// leg observes one leg: every member Ready at rev (ready), or the deadline passed (over, with why),
+	// or what the rollout waits for.
+	leg := func(doing, what string, rev *v1alpha1.RevisionStatus, started *metav1.Time) (ready, over bool, msg string) {
+		n := at(rev)
+		switch {
+		case n == total:
+			return true, true, ""
+		case w.Now.Sub(started.Time) > deadline:
+			return false, true, fmt.Sprintf("%s: only %d/%d clusters Ready at %s %s after %s", doing, n, total, what, rev.Revision, deadline)
+		}
+		return false, false, fmt.Sprintf("rehearsal of wave %s: %s, %d/%d clusters Ready at %s %s", wv.Name, doing, n, total, what, rev.Revision)
+	}
 	switch rh.Phase {
 	case v1alpha1.RehearsalRollingBack:
-		switch n := at(st.LastKnownGood); {
-		case n == total:
+		ready, over, msg := leg("rolling back", "known-good", st.LastKnownGood, rh.BackStartedAt)
+		switch {
+		case ready:
 			if rh.BackReadyAt == nil {
 				rh.BackReadyAt = &now
 			}
@@ -374,22 +387,21 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 				return res
 			}
 			rh.Phase, rh.ForwardStartedAt = v1alpha1.RehearsalRollingForward, &now
-		case w.Now.Sub(rh.BackStartedAt.Time) > deadline:
-			rh.Phase = v1alpha1.RehearsalDone
-			rh.Message = fmt.Sprintf("rolling back: only %d/%d clusters Ready at known-good %s after %s", n, total, st.LastKnownGood.Revision, deadline)
+		case over:
+			rh.Phase, rh.Message = v1alpha1.RehearsalDone, msg
 		default:
-			res.Waiting = fmt.Sprintf("rehearsal of wave %s: rolling back, %d/%d clusters Ready at known-good %s", wv.Name, n, total, st.LastKnownGood.Revision)
+			res.Waiting = msg
 			return res
 		}
 	case v1alpha1.RehearsalRollingForward:
-		switch n := at(st.Candidate); {
-		case n == total:
+		ready, over, msg := leg("rolling forward", "candidate", st.Candidate, rh.ForwardStartedAt)
+		switch {
+		case ready:
 			rh.Phase, rh.ForwardReadyAt = v1alpha1.RehearsalDone, &now
-		case w.Now.Sub(rh.ForwardStartedAt.Time) > deadline:
-			rh.Phase = v1alpha1.RehearsalDone
-			rh.Message = fmt.Sprintf("rolling forward: only %d/%d clusters Ready at candidate %s after %s", n, total, st.Candidate.Revision, deadline)
+		case over:
+			rh.Phase, rh.Message = v1alpha1.RehearsalDone, msg
 		default:
-			res.Waiting = fmt.Sprintf("rehearsal of wave %s: rolling forward, %d/%d clusters Ready at candidate %s", wv.Name, n, total, st.Candidate.Revision)
+			res.Waiting = msg
 			return res
 		}
 	}

@@ -143,17 +143,7 @@ func (s *fleetSetup) policyRepo(t *testing.T, files map[string]string) *localfle
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &sourcev1.GitRepository{
-		ObjectMeta: metav1.ObjectMeta{Name: "policies", Namespace: s.ns},
-		Spec: sourcev1.GitRepositorySpec{
-			URL:       repo.URL,
-			Reference: &sourcev1.GitRepositoryRef{Branch: repo.Branch},
-			Interval:  metav1.Duration{Duration: 2 * time.Second},
-		},
-	}
-	if err := s.f.Hub.Create(context.Background(), src); err != nil {
-		t.Fatal(err)
-	}
+	s.gitSource(t, "policies", repo)
 	return repo
 }
 

@@ -119,18 +119,24 @@ func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts 
 			t.Fatal(err)
 		}
 	}
+	s.gitSource(t, "fleet", repo)
+	return s, sha
+}
+
+// gitSource creates a GitRepository that tracks repo's branch every 2s.
+func (s *fleetSetup) gitSource(t *testing.T, name string, repo *localfleet.GitRepo) {
+	t.Helper()
 	src := &sourcev1.GitRepository{
-		ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: s.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
 		Spec: sourcev1.GitRepositorySpec{
 			URL:       repo.URL,
 			Reference: &sourcev1.GitRepositoryRef{Branch: repo.Branch},
 			Interval:  metav1.Duration{Duration: 2 * time.Second},
 		},
 	}
-	if err := f.Hub.Create(ctx, src); err != nil {
+	if err := s.f.Hub.Create(context.Background(), src); err != nil {
 		t.Fatal(err)
 	}
-	return s, sha
 }
 
 func (s *fleetSetup) rollout(t *testing.T, name string) *v1alpha1.FleetRollout {
