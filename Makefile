@@ -49,3 +49,7 @@ test: testbin vet ## Run every test: unit, envtest and end to end (builds the te
 .PHONY: test-e2e
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
 	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
+
+.PHONY: docs
+docs: ## Regenerate docs/cli.md from the tidegate command tree (a test fails when it is stale).
+	go run ./cmd/tidegate docs

@@ -1,17 +1,25 @@
 // Command tidegate is the command line for tidegate, confidence-gated fleet rollouts on Flux.
-// This version carries the policy commands: `tidegate policy vet` and `tidegate policy eval` let a
-// platform team check a CUE policy edit, locally or in CI, before committing it.
 //
-// Exit codes mean something: 0 success (a policy is valid, a gate passes), 1 the answer is no
-// (an invalid policy, a failed gate), 2 the question could not be asked (usage, unreadable input,
-// a policy that cannot decide).
+// It reads FleetRollouts, FleetClusters and GateReceipts on the hub cluster (`get`, `status`,
+// `tree`, `events`), changes a rollout's spec or annotations the way a Git commit would (`hold`,
+// `resume`, `suspend`, `approve`, `rollback`, `retry`, `reconcile`), checks that a receipt still
+// has the content it was named after (`receipts verify`), and lets a platform team check a CUE
+// policy edit, locally or in CI, before committing it (`policy vet`, `policy eval`).
+//
+// Exit codes mean something: 0 success, 1 the answer is no (a failed gate, a rollout that is not
+// Ready, a receipt that does not verify, a reconcile that timed out, an invalid policy), 2 the
+// question could not be asked (usage, unreadable input, an API error, a policy that cannot decide).
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -24,17 +32,39 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	silenceClientLogs()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runContext(ctx, defaultEnv(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// cliEnv is what the commands take from their surroundings; tests replace it to make the output
+// deterministic and the waits short.
+type cliEnv struct {
+	// now is the clock: ages, "since" durations and the values of rollback, retry and reconcile requests.
+	now func() time.Time
+	// pollInterval is how often `status --watch` and `reconcile` look at the rollout again.
+	pollInterval time.Duration
+}
+
+func defaultEnv() *cliEnv {
+	return &cliEnv{now: time.Now, pollInterval: 2 * time.Second}
 }
 
 // run executes the command line and returns its exit code; tests call it with buffers.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRootCommand()
+	return runContext(context.Background(), defaultEnv(), args, stdin, stdout, stderr)
+}
+
+// runContext is run with a context (cancelled on an interrupt) and an environment.
+func runContext(ctx context.Context, env *cliEnv, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCommand(env)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -63,17 +93,60 @@ func (e *exitError) Error() string {
 	return e.err.Error()
 }
 
+func (e *exitError) Unwrap() error { return e.err }
+
 func usageError(format string, args ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
-func newRootCommand() *cobra.Command {
+// rootLong is the root command's help; docs/cli.md repeats it.
+const rootLong = `tidegate moves one Flux package across a fleet of clusters wave by wave, and lets a wave go only
+when its gates pass (deploySafe, rollbackSafe, rollbackSucceeds, noDisruption). This command line
+reads FleetRollouts, FleetClusters and GateReceipts on the hub cluster, changes a rollout's spec
+the way a Git commit would, verifies receipts, and checks CUE policies.
+
+It reaches the hub like kubectl and flux do: --kubeconfig (else $KUBECONFIG, else ~/.kube/config),
+--context, and -n/--namespace (else the namespace of the kubeconfig context, else "default").
+
+Output: tables for people; -o json or -o yaml on every read command for machines, with the same
+fields unabbreviated (full revisions, timestamps instead of ages).
+
+Writes (hold, resume, suspend, approve, rollback, retry, reconcile) are merge patches of the
+rollout's spec or annotations, with field manager "tidegate-cli"; they never write status.
+
+Exit codes:
+  0  success
+  1  the answer is no: a gate failed, the rollout is not Ready (status, reconcile),
+     a receipt does not verify, a reconcile timed out, a policy is invalid
+  2  the question could not be asked: usage, unreadable input, an API error (not found,
+     forbidden, no connection), a policy that cannot decide`
+
+func newRootCommand(env *cliEnv) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "tidegate",
 		Short:         "Confidence-gated fleet rollouts on Flux",
+		Long:          rootLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newPolicyCommand())
+	root.CompletionOptions.HiddenDefaultCmd = true
+	k := newKubeOptions(env)
+	k.addFlags(root)
+	root.AddCommand(
+		newGetCommand(k),
+		newStatusCommand(k),
+		newTreeCommand(k),
+		newEventsCommand(k),
+		newHoldCommand(k),
+		newResumeCommand(k),
+		newSuspendCommand(k),
+		newApproveCommand(k),
+		newRollbackCommand(k),
+		newRetryCommand(k),
+		newReconcileCommand(k),
+		newReceiptsCommand(k),
+		newPolicyCommand(),
+		newDocsCommand(),
+	)
 	return root
 }

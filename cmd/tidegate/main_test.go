@@ -70,7 +70,8 @@ func TestCLIGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if !written[e.Name()] {
+		// testdata/golden/cli/kube belongs to the kube tests, which check it themselves.
+		if !e.IsDir() && !written[e.Name()] {
 			t.Errorf("testdata/golden/cli/%s is stale: no case writes it", e.Name())
 		}
 	}

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// getOptions are the flags every `get` subcommand shares.
+type getOptions struct {
+	k             *kubeOptions
+	output        string
+	allNamespaces bool
+}
+
+func newGetCommand(k *kubeOptions) *cobra.Command {
+	o := &getOptions{k: k}
+	cmd := &cobra.Command{
+		Use:   "get",
+		Short: "List rollouts, clusters or receipts",
+		Long: `get lists FleetRollouts, FleetClusters or GateReceipts of the namespace (-A: of every namespace),
+or the one named.`,
+		Args: subcommandArgs,
+		RunE: subcommandRun,
+	}
+	for _, sub := range []*cobra.Command{newGetRolloutsCommand(o), newGetClustersCommand(o), newGetReceiptsCommand(o)} {
+		addOutputFlag(sub, &o.output)
+		sub.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the objects of every namespace")
+		cmd.AddCommand(sub)
+	}
+	return cmd
+}
+
+// subcommandArgs rejects an unknown subcommand of a command that only groups others.
+func subcommandArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	return usageError("unknown command %q for %q; the commands are %s", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+}
+
+// subcommandRun prints the help of a command that only groups others when it is run alone.
+func subcommandRun(cmd *cobra.Command, _ []string) error {
+	return cmd.Help()
+}
+
+// maxOneArg accepts an optional NAME.
+func maxOneArg(cmd *cobra.Command, args []string) error {
+	if len(args) > 1 {
+		return usageError("accepts at most one NAME, received %d; usage: %s", len(args), cmd.UseLine())
+	}
+	return nil
+}
+
+// list reads the objects of the namespace, of every namespace with -A, or the one named.
+func (o *getOptions) list(ctx context.Context, c client.Client, ns string, args []string, list client.ObjectList, one client.Object, what string) error {
+	if len(args) == 1 {
+		if o.allNamespaces {
+			return usageError("a %s cannot be read by name across all namespaces: drop -A, or name its namespace with -n", what)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: args[0]}, one); err != nil {
+			return apiError(err, fmt.Sprintf("%s %s/%s", what, ns, args[0]))
+		}
+		return nil
+	}
+	var opts []client.ListOption
+	where := "namespace " + ns
+	if !o.allNamespaces {
+		opts = append(opts, client.InNamespace(ns))
+	} else {
+		where = "any namespace"
+	}
+	if err := c.List(ctx, list, opts...); err != nil {
+		return apiError(err, fmt.Sprintf("listing %ss in %s", what, where))
+	}
+	return nil
+}
+
+// noneFound says on stderr that a list is empty, as kubectl does.
+func (o *getOptions) noneFound(w io.Writer, what, ns string) {
+	if o.allNamespaces {
+		fmt.Fprintf(w, "no %s found in any namespace\n", what)
+		return
+	}
+	fmt.Fprintf(w, "no %s found in namespace %s\n", what, ns)
+}
+
+// withNamespace puts a NAMESPACE column first with -A.
+func (o *getOptions) withNamespace(header []string) []string {
+	if o.allNamespaces {
+		return append([]string{"NAMESPACE"}, header...)
+	}
+	return header
+}
+
+func (o *getOptions) row(ns string, cells ...string) []string {
+	if o.allNamespaces {
+		return append([]string{ns}, cells...)
+	}
+	return cells
+}
+
+func byNamespaceName[T any](key func(T) (string, string)) func(a, b T) int {
+	return func(a, b T) int {
+		an, aname := key(a)
+		bn, bname := key(b)
+		if c := strings.Compare(an, bn); c != 0 {
+			return c
+		}
+		return strings.Compare(aname, bname)
+	}
+}
+
+// items is what -o json and -o yaml print for a list.
+type items[T any] struct {
+	Items []T `json:"items"`
+}
+
+// rolloutRow is one FleetRollout as `get rollouts` shows it.
+type rolloutRow struct {
+	Namespace string                   `json:"namespace"`
+	Name      string                   `json:"name"`
+	Phase     string                   `json:"phase"`
+	Wave      string                   `json:"wave"`
+	Candidate *v1alpha1.RevisionStatus `json:"candidate,omitempty"`
+	KnownGood *v1alpha1.RevisionStatus `json:"knownGood,omitempty"`
+	Ready     string                   `json:"ready"`
+	Reason    string                   `json:"reason"`
+	Message   string                   `json:"message"`
+	Suspended bool                     `json:"suspended"`
+	Hold      *v1alpha1.Hold           `json:"hold,omitempty"`
+}
+
+func newGetRolloutsCommand(o *getOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rollouts [NAME]",
+		Aliases: []string{"rollout", "fleetrollouts", "fleetrollout", "fro"},
+		Short:   "List FleetRollouts: phase, wave, candidate and known-good revisions, Ready",
+		Long: `rollouts lists FleetRollouts like flux get: NAME, PHASE, WAVE (the wave in progress), CANDIDATE
+and KNOWN-GOOD (the first 12 characters of their commit or digest), READY (the Ready condition's
+status) and MESSAGE (its message).`,
+		Example: `  tidegate get rollouts -n fleet
+  tidegate get rollouts -A -o json`,
+		Args: maxOneArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkKubeOutput(o.output); err != nil {
+				return err
+			}
+			c, ns, err := o.k.client()
+			if err != nil {
+				return err
+			}
+			var list v1alpha1.FleetRolloutList
+			var one v1alpha1.FleetRollout
+			if err := o.list(cmd.Context(), c, ns, args, &list, &one, "fleetrollout"); err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				list.Items = []v1alpha1.FleetRollout{one}
+			}
+			rows := make([]rolloutRow, 0, len(list.Items))
+			for i := range list.Items {
+				rows = append(rows, toRolloutRow(&list.Items[i]))
+			}
+			slices.SortFunc(rows, byNamespaceName(func(r rolloutRow) (string, string) { return r.Namespace, r.Name }))
+			if o.output != outputTable {
+				return writeData(cmd.OutOrStdout(), o.output, items[rolloutRow]{Items: rows})
+			}
+			if len(rows) == 0 {
+				o.noneFound(cmd.ErrOrStderr(), "fleetrollouts", ns)
+				return nil
+			}
+			t := &table{header: o.withNamespace([]string{"NAME", "PHASE", "WAVE", "CANDIDATE", "KNOWN-GOOD", "READY", "MESSAGE"})}
+			for _, r := range rows {
+				t.add(o.row(r.Namespace, r.Name, r.Phase, r.Wave, shortRevision(r.Candidate), shortRevision(r.KnownGood), r.Ready, oneLine(r.Message))...)
+			}
+			return t.write(cmd.OutOrStdout())
+		},
+	}
+}
+
+func toRolloutRow(fr *v1alpha1.FleetRollout) rolloutRow {
+	ready, reason, message := readyOf(fr.Status.Conditions)
+	return rolloutRow{
+		Namespace: fr.Namespace,
+		Name:      fr.Name,
+		Phase:     fr.Status.Phase,
+		Wave:      fr.Status.CurrentWave,
+		Candidate: fr.Status.Candidate,
+		KnownGood: fr.Status.LastKnownGood,
+		Ready:     ready,
+		Reason:    reason,
+		Message:   message,
+		Suspended: fr.Spec.Suspend,
+		Hold:      fr.Spec.Hold,
+	}
+}
+
+// clusterRow is one FleetCluster as `get clusters` shows it.
+type clusterRow struct {
+	Namespace     string       `json:"namespace"`
+	Name          string       `json:"name"`
+	ServerVersion string       `json:"serverVersion"`
+	Ready         string       `json:"ready"`
+	Reason        string       `json:"reason"`
+	Message       string       `json:"message"`
+	LastSeen      *metav1.Time `json:"lastSeen,omitempty"`
+	Suspended     bool         `json:"suspended"`
+}
+
+func newGetClustersCommand(o *getOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:     "clusters [NAME]",
+		Aliases: []string{"cluster", "fleetclusters", "fleetcluster", "fc"},
+		Short:   "List FleetClusters: server version, Ready, when last seen",
+		Long: `clusters lists FleetClusters: NAME, VERSION (the member API server's), READY (the Ready condition's
+status), LAST SEEN (how long ago the member API server last answered) and MESSAGE (Ready's message).`,
+		Args: maxOneArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkKubeOutput(o.output); err != nil {
+				return err
+			}
+			c, ns, err := o.k.client()
+			if err != nil {
+				return err
+			}
+			var list v1alpha1.FleetClusterList
+			var one v1alpha1.FleetCluster
+			if err := o.list(cmd.Context(), c, ns, args, &list, &one, "fleetcluster"); err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				list.Items = []v1alpha1.FleetCluster{one}
+			}
+			rows := make([]clusterRow, 0, len(list.Items))
+			for _, fc := range list.Items {
+				ready, reason, message := readyOf(fc.Status.Conditions)
+				rows = append(rows, clusterRow{
+					Namespace: fc.Namespace, Name: fc.Name, ServerVersion: fc.Status.ServerVersion,
+					Ready: ready, Reason: reason, Message: message, LastSeen: fc.Status.LastObservedTime,
+					Suspended: fc.Spec.Suspend,
+				})
+			}
+			slices.SortFunc(rows, byNamespaceName(func(r clusterRow) (string, string) { return r.Namespace, r.Name }))
+			if o.output != outputTable {
+				return writeData(cmd.OutOrStdout(), o.output, items[clusterRow]{Items: rows})
+			}
+			if len(rows) == 0 {
+				o.noneFound(cmd.ErrOrStderr(), "fleetclusters", ns)
+				return nil
+			}
+			now := o.k.env.now()
+			t := &table{header: o.withNamespace([]string{"NAME", "VERSION", "READY", "LAST SEEN", "MESSAGE"})}
+			for _, r := range rows {
+				t.add(o.row(r.Namespace, r.Name, r.ServerVersion, r.Ready, age(now, r.LastSeen), oneLine(r.Message))...)
+			}
+			return t.write(cmd.OutOrStdout())
+		},
+	}
+}
+
+// receiptRow is one GateReceipt as `get receipts` shows it.
+type receiptRow struct {
+	Namespace    string                   `json:"namespace"`
+	Name         string                   `json:"name"`
+	Rollout      string                   `json:"rollout"`
+	Gate         string                   `json:"gate"`
+	Wave         string                   `json:"wave"`
+	Result       string                   `json:"result"`
+	Candidate    v1alpha1.RevisionStatus  `json:"candidate"`
+	KnownGood    *v1alpha1.RevisionStatus `json:"knownGood,omitempty"`
+	Targets      []string                 `json:"targets,omitempty"`
+	PolicyDigest string                   `json:"policyDigest,omitempty"`
+	Reasons      []string                 `json:"reasons,omitempty"`
+	Limits       []string                 `json:"limits,omitempty"`
+	EvaluatedAt  metav1.Time              `json:"evaluatedAt"`
+}
+
+func newGetReceiptsCommand(o *getOptions) *cobra.Command {
+	var rollout string
+	cmd := &cobra.Command{
+		Use:     "receipts [NAME]",
+		Aliases: []string{"receipt", "gatereceipts", "gatereceipt", "grc"},
+		Short:   "List GateReceipts: gate, wave, result, candidate",
+		Long: `receipts lists GateReceipts, of one rollout with --rollout, oldest decision first: NAME, ROLLOUT,
+GATE, WAVE, RESULT, CANDIDATE (the first 12 characters of its commit or digest) and AGE (since the
+decision, spec.evaluatedAt). -o json and -o yaml add the targets, policy digest and reasons.`,
+		Example: `  tidegate get receipts --rollout web
+  tidegate get receipts --rollout web -o json | jq '.items[] | select(.result == "Fail")'`,
+		Args: maxOneArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkKubeOutput(o.output); err != nil {
+				return err
+			}
+			c, ns, err := o.k.client()
+			if err != nil {
+				return err
+			}
+			var list v1alpha1.GateReceiptList
+			var one v1alpha1.GateReceipt
+			if err := o.list(cmd.Context(), c, ns, args, &list, &one, "gatereceipt"); err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				list.Items = []v1alpha1.GateReceipt{one}
+			}
+			rows := make([]receiptRow, 0, len(list.Items))
+			for _, rc := range list.Items {
+				// spec.rollout, not the label, says whose receipt it is.
+				if rollout != "" && rc.Spec.Rollout != rollout {
+					continue
+				}
+				rows = append(rows, receiptRow{
+					Namespace: rc.Namespace, Name: rc.Name, Rollout: rc.Spec.Rollout, Gate: rc.Spec.Gate,
+					Wave: rc.Spec.Wave, Result: rc.Spec.Result, Candidate: rc.Spec.Candidate, KnownGood: rc.Spec.KnownGood,
+					Targets: rc.Spec.Targets, PolicyDigest: rc.Spec.PolicyDigest, Reasons: rc.Spec.Reasons, Limits: rc.Spec.Limits,
+					EvaluatedAt: rc.Spec.EvaluatedAt,
+				})
+			}
+			slices.SortFunc(rows, func(a, b receiptRow) int {
+				if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+					return c
+				}
+				if c := strings.Compare(a.Rollout, b.Rollout); c != 0 {
+					return c
+				}
+				if c := a.EvaluatedAt.Compare(b.EvaluatedAt.Time); c != 0 {
+					return c
+				}
+				return strings.Compare(a.Name, b.Name)
+			})
+			if o.output != outputTable {
+				return writeData(cmd.OutOrStdout(), o.output, items[receiptRow]{Items: rows})
+			}
+			if len(rows) == 0 {
+				what := "gatereceipts"
+				if rollout != "" {
+					what = "gatereceipts of fleetrollout " + rollout
+				}
+				o.noneFound(cmd.ErrOrStderr(), what, ns)
+				return nil
+			}
+			now := o.k.env.now()
+			t := &table{header: o.withNamespace([]string{"NAME", "ROLLOUT", "GATE", "WAVE", "RESULT", "CANDIDATE", "AGE"})}
+			for _, r := range rows {
+				t.add(o.row(r.Namespace, r.Name, r.Rollout, r.Gate, r.Wave, r.Result, shortRevision(&r.Candidate), age(now, &r.EvaluatedAt))...)
+			}
+			return t.write(cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&rollout, "rollout", "", "only the receipts of this FleetRollout")
+	return cmd
+}

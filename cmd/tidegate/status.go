@@ -1,0 +1,457 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// statusView is what `status` shows of a rollout; -o json and -o yaml print it as it is.
+type statusView struct {
+	Namespace     string                      `json:"namespace"`
+	Name          string                      `json:"name"`
+	Phase         string                      `json:"phase"`
+	CurrentWave   string                      `json:"currentWave"`
+	Candidate     *v1alpha1.RevisionStatus    `json:"candidate,omitempty"`
+	LastKnownGood *v1alpha1.RevisionStatus    `json:"lastKnownGood,omitempty"`
+	Ready         conditionView               `json:"ready"`
+	Hold          *v1alpha1.Hold              `json:"hold,omitempty"`
+	Suspended     bool                        `json:"suspended"`
+	Skipped       []v1alpha1.SkippedCluster   `json:"skipped,omitempty"`
+	SkippedCount  int32                       `json:"skippedCount,omitempty"`
+	LateJoiners   []string                    `json:"lateJoiners,omitempty"`
+	Rejected      []v1alpha1.RejectedRevision `json:"rejected,omitempty"`
+	Waves         []waveView                  `json:"waves"`
+}
+
+type conditionView struct {
+	Status             string       `json:"status"`
+	Reason             string       `json:"reason,omitempty"`
+	Message            string       `json:"message,omitempty"`
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+}
+
+type waveView struct {
+	Name       string                 `json:"name"`
+	Phase      string                 `json:"phase"`
+	Clusters   []string               `json:"clusters,omitempty"`
+	Updated    int32                  `json:"updated"`
+	Healthy    int32                  `json:"healthy"`
+	Missing    []string               `json:"missing,omitempty"`
+	StartedAt  *metav1.Time           `json:"startedAt,omitempty"`
+	ReadyAt    *metav1.Time           `json:"readyAt,omitempty"`
+	FinishedAt *metav1.Time           `json:"finishedAt,omitempty"`
+	Gates      []v1alpha1.GateOutcome `json:"gates,omitempty"`
+	Waiting    *waiting               `json:"waiting,omitempty"`
+}
+
+// waiting says what a wave waits for, since when and until when, when status tells.
+type waiting struct {
+	For   string       `json:"for"`
+	Since *metav1.Time `json:"since,omitempty"`
+	Until *metav1.Time `json:"until,omitempty"`
+}
+
+func newStatusCommand(k *kubeOptions) *cobra.Command {
+	var (
+		output string
+		watch  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status ROLLOUT",
+		Short: "Show a rollout wave by wave, with its gates and what it waits for",
+		Long: `status shows a FleetRollout: its phase, candidate and known-good revisions and its Ready
+condition, then one row per wave: WAVE, PHASE, MEMBERS (how many clusters the wave holds),
+UPDATED (members switched to the candidate), HEALTHY (members Ready at the candidate), one column
+per gate (deploySafe, rollbackSafe, rollbackSucceeds, noDisruption) with the latest decision and its
+receipt, and WAITING: what the wave waits for and since when (its turn, an approval, a gate that
+blocks it, members becoming Ready, the soak, the rehearsal).
+
+With --watch it shows the rollout again each time it changes, until it is Completed or RolledBack,
+or until interrupted.
+
+Exit code: 1 when the rollout's Ready condition is False (a wave is blocked by a gate, the rollout
+is held or rolled back, the policy is invalid), else 0; with --watch, that of the last status shown.`,
+		Example: `  tidegate status web -n fleet
+  tidegate status web --watch
+  tidegate status web -o json | jq '.waves[] | {name, waiting}'`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkKubeOutput(output); err != nil {
+				return err
+			}
+			c, ns, err := k.client()
+			if err != nil {
+				return err
+			}
+			if watch {
+				return watchStatus(cmd.Context(), k.env, c, ns, args[0], output, cmd.OutOrStdout())
+			}
+			fr, err := getRollout(cmd.Context(), c, ns, args[0])
+			if err != nil {
+				return err
+			}
+			if err := printStatus(cmd.OutOrStdout(), output, k.env.now(), fr); err != nil {
+				return err
+			}
+			return statusExit(fr)
+		},
+	}
+	addOutputFlag(cmd, &output)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "show the rollout again on every change until it is Completed or RolledBack")
+	return cmd
+}
+
+func getRollout(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.FleetRollout, error) {
+	fr := &v1alpha1.FleetRollout{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, fr); err != nil {
+		return nil, apiError(err, fmt.Sprintf("fleetrollout %s/%s", ns, name))
+	}
+	return fr, nil
+}
+
+// statusExit is exit code 1 when the rollout's Ready condition is False.
+func statusExit(fr *v1alpha1.FleetRollout) error {
+	if ready, _, _ := readyOf(fr.Status.Conditions); ready == string(metav1.ConditionFalse) {
+		return &exitError{code: exitNo}
+	}
+	return nil
+}
+
+// watchStatus prints the rollout each time its resourceVersion changes, until it is Completed or
+// RolledBack or ctx ends.
+func watchStatus(ctx context.Context, env *cliEnv, c client.Client, ns, name, output string, w io.Writer) error {
+	seen := ""
+	var last *v1alpha1.FleetRollout
+	for {
+		fr, err := getRollout(ctx, c, ns, name)
+		if err != nil {
+			if ctx.Err() != nil && last != nil {
+				return statusExit(last)
+			}
+			return err
+		}
+		if fr.ResourceVersion != seen {
+			var buf bytes.Buffer
+			if err := printStatus(&buf, output, env.now(), fr); err != nil {
+				return err
+			}
+			if seen != "" {
+				if isTerminal(w) {
+					fmt.Fprint(w, "\x1b[H\x1b[2J")
+				} else if output == outputTable {
+					fmt.Fprintln(w)
+				} else if output == outputYAML {
+					fmt.Fprintln(w, "---")
+				}
+			}
+			if _, err := w.Write(buf.Bytes()); err != nil {
+				return err
+			}
+			seen, last = fr.ResourceVersion, fr
+		}
+		if p := fr.Status.Phase; p == v1alpha1.PhaseCompleted || p == v1alpha1.PhaseRolledBack {
+			return statusExit(fr)
+		}
+		select {
+		case <-ctx.Done():
+			return statusExit(last)
+		case <-time.After(env.pollInterval):
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func printStatus(w io.Writer, output string, now time.Time, fr *v1alpha1.FleetRollout) error {
+	v := toStatusView(fr)
+	if output != outputTable {
+		return writeData(w, output, v)
+	}
+	fmt.Fprintf(w, "fleetrollout %s/%s\n", v.Namespace, v.Name)
+	phase := v.Phase
+	if phase == "" {
+		phase = "-"
+	}
+	if v.CurrentWave != "" {
+		phase += " (wave " + v.CurrentWave + ")"
+	}
+	lines := [][2]string{
+		{"phase", phase},
+		{"candidate", revisionLine(v.Candidate)},
+		{"known-good", revisionLine(v.LastKnownGood)},
+		{"ready", readyLine(v.Ready)},
+	}
+	if v.Hold != nil {
+		lines = append(lines, [2]string{"held", v.Hold.Reason})
+	}
+	if v.Suspended {
+		lines = append(lines, [2]string{"suspended", "true: tidegate writes nothing for this rollout"})
+	}
+	if len(v.Skipped) > 0 {
+		var s []string
+		for _, sk := range v.Skipped {
+			s = append(s, fmt.Sprintf("%s (%s)", sk.Name, sk.Reason))
+		}
+		line := strings.Join(s, ", ")
+		if n := int(v.SkippedCount) - len(v.Skipped); n > 0 {
+			line += fmt.Sprintf(" and %d more", n)
+		}
+		lines = append(lines, [2]string{"skipped", line})
+	}
+	if len(v.LateJoiners) > 0 {
+		lines = append(lines, [2]string{"late joiners", strings.Join(v.LateJoiners, ", ")})
+	}
+	for _, r := range v.Rejected {
+		line := r.Revision
+		if !r.At.IsZero() {
+			line += " at " + r.At.UTC().Format(time.RFC3339)
+		}
+		if r.Reason != "" {
+			line += ": " + r.Reason
+		}
+		lines = append(lines, [2]string{"rejected", line})
+	}
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l[0]))
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "%-*s  %s\n", width+1, l[0]+":", l[1])
+	}
+	fmt.Fprintln(w)
+	if len(v.Waves) == 0 {
+		fmt.Fprintln(w, "no waves yet: the rollout has no candidate")
+		return nil
+	}
+	header := []string{"WAVE", "PHASE", "MEMBERS", "UPDATED", "HEALTHY"}
+	for _, g := range v1alpha1.Gates {
+		header = append(header, strings.ToUpper(g))
+	}
+	t := &table{header: append(header, "WAITING")}
+	for _, wv := range v.Waves {
+		cells := []string{wv.Name, wv.Phase, strconv.Itoa(len(wv.Clusters)), strconv.Itoa(int(wv.Updated)), strconv.Itoa(int(wv.Healthy))}
+		for _, g := range v1alpha1.Gates {
+			cells = append(cells, gateCell(wv.Gates, g))
+		}
+		cells = append(cells, waitingCell(now, wv.Waiting))
+		t.add(cells...)
+	}
+	return t.write(w)
+}
+
+func revisionLine(r *v1alpha1.RevisionStatus) string {
+	if r == nil || r.Revision == "" {
+		return "-"
+	}
+	s := r.Revision
+	if r.Source != "" {
+		s += " (pinned source " + r.Source + ")"
+	}
+	return s
+}
+
+func readyLine(c conditionView) string {
+	s := c.Status
+	if c.Reason != "" {
+		s += " (" + c.Reason + ")"
+	}
+	if c.Message != "" {
+		s += ": " + oneLine(c.Message)
+	}
+	return s
+}
+
+func gateCell(gates []v1alpha1.GateOutcome, gate string) string {
+	for _, g := range gates {
+		if g.Gate == gate {
+			if g.Receipt == "" {
+				return g.Result
+			}
+			return g.Result + " " + g.Receipt
+		}
+	}
+	return "-"
+}
+
+func waitingCell(now time.Time, w *waiting) string {
+	if w == nil {
+		return "-"
+	}
+	s := w.For
+	if w.Since != nil {
+		s += " since " + since(now, w.Since)
+	}
+	if w.Until != nil {
+		s += ", until " + w.Until.UTC().Format(time.RFC3339)
+		if left := w.Until.Sub(now); left >= 0 {
+			s += " (" + duration.HumanDuration(left) + " left)"
+		} else {
+			s += " (" + duration.HumanDuration(-left) + " ago)"
+		}
+	}
+	return s
+}
+
+func toStatusView(fr *v1alpha1.FleetRollout) statusView {
+	v := statusView{
+		Namespace:     fr.Namespace,
+		Name:          fr.Name,
+		Phase:         fr.Status.Phase,
+		CurrentWave:   fr.Status.CurrentWave,
+		Candidate:     fr.Status.Candidate,
+		LastKnownGood: fr.Status.LastKnownGood,
+		Ready:         conditionView{Status: string(metav1.ConditionUnknown)},
+		Hold:          fr.Spec.Hold,
+		Suspended:     fr.Spec.Suspend,
+		Skipped:       fr.Status.Skipped,
+		SkippedCount:  fr.Status.SkippedCount,
+		LateJoiners:   fr.Status.LateJoiners,
+		Rejected:      fr.Status.Rejected,
+		Waves:         []waveView{},
+	}
+	if c := condition(fr.Status.Conditions, v1alpha1.ReadyCondition); c != nil {
+		v.Ready = conditionView{Status: string(c.Status), Reason: c.Reason, Message: c.Message, LastTransitionTime: &c.LastTransitionTime}
+	}
+	for i, w := range fr.Status.Waves {
+		wv := waveView{
+			Name: w.Name, Phase: w.Phase, Clusters: w.Clusters, Updated: w.Updated, Healthy: w.Healthy,
+			Missing: w.Missing, StartedAt: w.StartedAt, ReadyAt: w.ReadyAt, FinishedAt: w.FinishedAt,
+			Waiting: waitingFor(fr, i),
+		}
+		for _, g := range v1alpha1.Gates {
+			for _, o := range w.Gates {
+				if o.Gate == g {
+					wv.Gates = append(wv.Gates, o)
+				}
+			}
+		}
+		v.Waves = append(v.Waves, wv)
+	}
+	return v
+}
+
+// waitingFor derives from status what wave i waits for, and since when.
+func waitingFor(fr *v1alpha1.FleetRollout, i int) *waiting {
+	st := &fr.Status
+	w := &st.Waves[i]
+	switch st.Phase {
+	case v1alpha1.PhaseRolledBack, v1alpha1.PhaseCompleted:
+		return nil
+	case v1alpha1.PhaseRollingBack:
+		if w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting {
+			return nil
+		}
+		return &waiting{For: "its members Ready at the known-good (rolling back)"}
+	}
+	var prevFinished *metav1.Time
+	if i > 0 {
+		prevFinished = st.Waves[i-1].FinishedAt
+	}
+	switch w.Phase {
+	case v1alpha1.WavePending, v1alpha1.WaveAwaiting:
+		// Only the next wave waits for something of its own; later ones wait for their turn.
+		next := slices.IndexFunc(st.Waves, func(x v1alpha1.WaveStatus) bool {
+			return x.Phase == v1alpha1.WavePending || x.Phase == v1alpha1.WaveAwaiting
+		})
+		if next != i {
+			return &waiting{For: "its turn, after wave " + st.Waves[i-1].Name}
+		}
+		if next > 0 && st.Waves[i-1].Phase != v1alpha1.WaveSucceeded {
+			return &waiting{For: "wave " + st.Waves[i-1].Name + " to succeed"}
+		}
+		if fr.Spec.Hold != nil {
+			wt := &waiting{For: "spec.hold to be cleared (" + fr.Spec.Hold.Reason + ")"}
+			if c := condition(st.Conditions, v1alpha1.HeldCondition); c != nil && c.Status == metav1.ConditionTrue {
+				wt.Since = &c.LastTransitionTime
+			}
+			return wt
+		}
+		if w.Phase == v1alpha1.WaveAwaiting {
+			return &waiting{For: "an approval of " + revisionOf(st.Candidate) + " for this wave", Since: prevFinished}
+		}
+		var blocking []string
+		var decided *metav1.Time
+		for _, g := range w.Gates {
+			if g.Result == v1alpha1.ResultFail {
+				blocking = append(blocking, g.Gate)
+				if g.DecidedAt != nil && (decided == nil || g.DecidedAt.Before(decided)) {
+					decided = g.DecidedAt
+				}
+			}
+		}
+		if len(blocking) > 0 {
+			return &waiting{For: "blocked by " + strings.Join(blocking, ", "), Since: decided}
+		}
+		return &waiting{For: "its pre-wave gates", Since: prevFinished}
+	case v1alpha1.WaveProgressing:
+		return &waiting{For: fmt.Sprintf("members Ready at the candidate (%d/%d)", w.Healthy, len(w.Clusters)), Since: w.StartedAt}
+	case v1alpha1.WaveSoaking:
+		wt := &waiting{For: "the soak", Since: w.ReadyAt}
+		if d := waveSoak(fr, w.Name); d != nil && w.ReadyAt != nil {
+			wt.For = "the soak of " + d.Duration.String()
+			wt.Until = &metav1.Time{Time: w.ReadyAt.Add(d.Duration)}
+		}
+		return wt
+	case v1alpha1.WaveRehearsing:
+		r := w.Rehearsal
+		switch {
+		case r == nil:
+			return &waiting{For: "the rehearsal"}
+		case r.BackReadyAt != nil && r.ForwardStartedAt == nil && fr.Spec.Hold != nil:
+			return &waiting{For: "rehearsal paused at the known-good: spec.hold to be cleared (" + fr.Spec.Hold.Reason + ")", Since: r.BackReadyAt}
+		case r.Phase == v1alpha1.RehearsalRollingBack:
+			return &waiting{For: "rehearsal: members Ready at the known-good", Since: r.BackStartedAt}
+		case r.Phase == v1alpha1.RehearsalRollingForward:
+			return &waiting{For: "rehearsal: members Ready at the candidate again", Since: r.ForwardStartedAt}
+		default:
+			return &waiting{For: "rehearsal: the rollbackSucceeds decision", Since: r.ForwardReadyAt}
+		}
+	case v1alpha1.WaveFailed:
+		var failed []string
+		for _, g := range w.Gates {
+			if g.Result == v1alpha1.ResultFail {
+				failed = append(failed, g.Gate)
+			}
+		}
+		what := "failed"
+		if len(failed) > 0 {
+			what += " (" + strings.Join(failed, ", ") + ")"
+		}
+		if st.Phase == v1alpha1.PhaseHeld {
+			what += ": held until a new revision, spec.retry or spec.rollback.request"
+		}
+		return &waiting{For: what, Since: w.FinishedAt}
+	}
+	return nil
+}
+
+// waveSoak is the soak the spec gives the wave; nil when the policy's settings.soak decides.
+func waveSoak(fr *v1alpha1.FleetRollout, wave string) *metav1.Duration {
+	for _, w := range fr.Spec.Waves {
+		if w.Name == wave {
+			return w.Soak
+		}
+	}
+	return nil
+}

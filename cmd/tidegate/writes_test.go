@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/controllers"
+)
+
+// writesNS holds the rollouts the write tests change; each test deletes its own.
+const writesNS = "writes"
+
+// newRollout creates a rollout in writesNS with a status as the controller writes it, lets edit
+// change it first, and returns it as read back.
+func newRollout(ctx context.Context, t *testing.T, name string, edit func(*v1alpha1.FleetRollout)) *v1alpha1.FleetRollout {
+	t.Helper()
+	if err := namespace(ctx, writesNS); err != nil {
+		t.Fatal(err)
+	}
+	fr := &v1alpha1.FleetRollout{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: writesNS},
+		Spec: v1alpha1.FleetRolloutSpec{
+			SourceRef: v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet-repo"},
+			Waves: []v1alpha1.Wave{
+				{Name: "canary", Count: new(int32(1))},
+				{Name: "everyone", Selector: &metav1.LabelSelector{}, RequireApproval: true},
+			},
+			Approvals: []v1alpha1.Approval{{Revision: webKnownGood.Revision, By: "carol"}},
+		},
+		Status: v1alpha1.FleetRolloutStatus{
+			ObservedGeneration: 1,
+			Phase:              v1alpha1.PhaseProgressing,
+			CurrentWave:        "everyone",
+			Candidate:          webCandidate,
+			LastKnownGood:      webKnownGood,
+			Conditions: []metav1.Condition{
+				cond(v1alpha1.ReadyCondition, metav1.ConditionUnknown, v1alpha1.AwaitingApprovalReason, "wave everyone needs an approval", at(5, 0)),
+			},
+			Waves: []v1alpha1.WaveStatus{
+				{Name: "canary", Phase: v1alpha1.WaveSucceeded, Clusters: []string{"eu-1"}, Updated: 1, Healthy: 1, StartedAt: atp(0, 3), ReadyAt: atp(0, 41), FinishedAt: atp(5, 0)},
+				{Name: "everyone", Phase: v1alpha1.WaveAwaiting},
+			},
+		},
+	}
+	if edit != nil {
+		edit(fr)
+	}
+	if err := createWithStatus(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), fr) })
+	return get(ctx, t, name)
+}
+
+func get(ctx context.Context, t *testing.T, name string) *v1alpha1.FleetRollout {
+	t.Helper()
+	fr := &v1alpha1.FleetRollout{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: writesNS, Name: name}, fr); err != nil {
+		t.Fatal(err)
+	}
+	return fr
+}
+
+// expectRun checks the exit code and what the command printed.
+func expectRun(t *testing.T, r cliResult, code int, stdout, stderr string) {
+	t.Helper()
+	if r.code != code || r.stdout != stdout || r.stderr != stderr {
+		t.Errorf("exit %d, want %d\nstdout:\n%q\nwant:\n%q\nstderr:\n%q\nwant:\n%q", r.code, code, r.stdout, stdout, r.stderr, stderr)
+	}
+}
+
+// expectWritten reads the rollout back and checks that its spec is before's changed by change, its
+// annotations before's changed by annotate, and its status untouched; and that the command line
+// wrote it with its own field manager, which then owns what it set.
+func expectWritten(ctx context.Context, t *testing.T, before *v1alpha1.FleetRollout, change func(*v1alpha1.FleetRolloutSpec), annotate func(map[string]string)) *v1alpha1.FleetRollout {
+	t.Helper()
+	after := expectChanged(ctx, t, before, change, annotate)
+	if !managedBy(after, cliFieldManager) {
+		t.Errorf("no managedFields entry of %q: %+v", cliFieldManager, after.ManagedFields)
+	}
+	return after
+}
+
+// expectCleared is expectWritten for a change that only removes fields: no manager owns them then.
+func expectCleared(ctx context.Context, t *testing.T, before *v1alpha1.FleetRollout, change func(*v1alpha1.FleetRolloutSpec)) *v1alpha1.FleetRollout {
+	t.Helper()
+	after := expectChanged(ctx, t, before, change, nil)
+	if after.Generation == before.Generation {
+		t.Errorf("the spec was not written (generation %d)", after.Generation)
+	}
+	return after
+}
+
+func expectChanged(ctx context.Context, t *testing.T, before *v1alpha1.FleetRollout, change func(*v1alpha1.FleetRolloutSpec), annotate func(map[string]string)) *v1alpha1.FleetRollout {
+	t.Helper()
+	after := get(ctx, t, before.Name)
+	wantSpec := before.Spec.DeepCopy()
+	if change != nil {
+		change(wantSpec)
+	}
+	if !equality.Semantic.DeepEqual(*wantSpec, after.Spec) {
+		t.Errorf("spec (want, got):\n%s", diff(*wantSpec, after.Spec))
+	}
+	wantAnn := map[string]string{}
+	for k, v := range before.Annotations {
+		wantAnn[k] = v
+	}
+	if annotate != nil {
+		annotate(wantAnn)
+	}
+	gotAnn := after.Annotations
+	if gotAnn == nil {
+		gotAnn = map[string]string{}
+	}
+	if !equality.Semantic.DeepEqual(wantAnn, gotAnn) {
+		t.Errorf("annotations (want, got):\n%s", diff(wantAnn, gotAnn))
+	}
+	if !equality.Semantic.DeepEqual(before.Status, after.Status) {
+		t.Errorf("status changed (before, after):\n%s", diff(before.Status, after.Status))
+	}
+	return after
+}
+
+func managedBy(fr *v1alpha1.FleetRollout, manager string) bool {
+	for _, m := range fr.ManagedFields {
+		if m.Manager == manager && m.Subresource == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func expectUnchanged(ctx context.Context, t *testing.T, before *v1alpha1.FleetRollout) {
+	t.Helper()
+	if after := get(ctx, t, before.Name); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the rollout was written (resourceVersion %s, was %s)", after.ResourceVersion, before.ResourceVersion)
+	}
+}
+
+func TestHoldSuspendResume(t *testing.T) {
+	ctx := hub(t)
+	fr := newRollout(ctx, t, "hold", nil)
+	const prefix = "fleetrollout writes/hold: "
+
+	r := tidegate(ctx, "-n", writesNS, "hold", "hold", "--reason", "change freeze")
+	expectRun(t, r, exitOK, prefix+"spec.hold set (reason: change freeze)\n", "")
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Hold = &v1alpha1.Hold{Reason: "change freeze"} }, nil)
+
+	r = tidegate(ctx, "-n", writesNS, "hold", "hold", "--reason", "change freeze")
+	expectRun(t, r, exitOK, prefix+"spec.hold already set (reason: change freeze); nothing changed\n", "")
+	expectUnchanged(ctx, t, fr)
+
+	r = tidegate(ctx, "-n", writesNS, "hold", "hold", "--reason", "incident 42")
+	expectRun(t, r, exitOK, prefix+"spec.hold set (reason: incident 42; was: change freeze)\n", "")
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Hold.Reason = "incident 42" }, nil)
+
+	r = tidegate(ctx, "-n", writesNS, "hold", "hold")
+	expectRun(t, r, exitUsage, "", "error: --reason is required: it tells whoever resumes the rollout why it was held\n")
+	expectUnchanged(ctx, t, fr)
+
+	r = tidegate(ctx, "-n", writesNS, "suspend", "hold")
+	expectRun(t, r, exitOK, prefix+"spec.suspend set to true\n", "")
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Suspend = true }, nil)
+
+	r = tidegate(ctx, "-n", writesNS, "suspend", "hold")
+	expectRun(t, r, exitOK, prefix+"spec.suspend already true; nothing changed\n", "")
+	expectUnchanged(ctx, t, fr)
+
+	r = tidegate(ctx, "-n", writesNS, "resume", "hold")
+	expectRun(t, r, exitOK, prefix+"spec.hold cleared (was: incident 42), spec.suspend cleared\n", "")
+	fr = expectCleared(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Hold, s.Suspend = nil, false })
+
+	r = tidegate(ctx, "-n", writesNS, "resume", "hold")
+	expectRun(t, r, exitOK, prefix+"neither spec.hold nor spec.suspend is set; nothing changed\n", "")
+	expectUnchanged(ctx, t, fr)
+
+	r = tidegate(ctx, "-n", writesNS, "suspend", "hold")
+	expectRun(t, r, exitOK, prefix+"spec.suspend set to true\n", "")
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Suspend = true }, nil)
+	r = tidegate(ctx, "-n", writesNS, "resume", "hold")
+	expectRun(t, r, exitOK, prefix+"spec.suspend cleared\n", "")
+	expectCleared(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Suspend = false })
+
+	for _, args := range [][]string{
+		{"hold", "nope", "--reason", "x"}, {"resume", "nope"}, {"suspend", "nope"}, {"rollback", "nope"},
+		{"retry", "nope"}, {"reconcile", "nope"}, {"approve", "nope", "--revision", "x"},
+	} {
+		r = tidegate(ctx, append([]string{"-n", writesNS}, args...)...)
+		expectRun(t, r, exitUsage, "", "error: fleetrollout writes/nope not found\n")
+	}
+	r = tidegate(ctx, "--context", "nobody", "-n", writesNS, "hold", "hold", "--reason", "x")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `forbidden: User "nobody" cannot get resource "fleetrollouts"`) {
+		t.Errorf("as nobody: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = tidegate(ctx, "-n", writesNS, "hold")
+	expectRun(t, r, exitUsage, "", "error: accepts 1 arg(s), received 0; usage: tidegate hold ROLLOUT --reason REASON [flags]\n")
+}
+
+func TestApprove(t *testing.T) {
+	ctx := hub(t)
+	fr := newRollout(ctx, t, "approve", nil)
+	const prefix = "fleetrollout writes/approve: "
+	cand := webCandidate.Revision
+
+	r := tidegate(ctx, "-n", writesNS, "approve", "approve", "--wave", "everyone")
+	expectRun(t, r, exitUsage, "", "error: --revision is required, as status.candidate.revision shows it (the candidate of fleetrollout writes/approve is "+cand+")\n")
+	expectUnchanged(ctx, t, fr)
+
+	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "everyone", "--by", "alice", "--reason", "canary looked fine")
+	expectRun(t, r, exitOK, prefix+`spec.approvals += {revision: `+cand+`, wave: everyone, by: alice, reason: "canary looked fine"}`+"\n", "")
+	alice := v1alpha1.Approval{Revision: cand, Wave: "everyone", By: "alice", Reason: "canary looked fine"}
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, alice) }, nil)
+
+	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "everyone", "--by", "alice", "--reason", "canary looked fine")
+	expectRun(t, r, exitOK, prefix+`spec.approvals already has {revision: `+cand+`, wave: everyone, by: alice, reason: "canary looked fine"}; nothing changed`+"\n", "")
+	expectUnchanged(ctx, t, fr)
+
+	short := v1alpha1.ShortRevision(cand)
+	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", short, "--irreversible", "--by", "bob")
+	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+cand+", irreversible: true, by: bob}\n", short+" expanded to the candidate "+cand+"\n")
+	bob := v1alpha1.Approval{Revision: cand, Irreversible: true, By: "bob"}
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, bob) }, nil)
+
+	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "ring-9")
+	expectRun(t, r, exitUsage, "", `error: fleetrollout writes/approve has no wave "ring-9"; its waves are canary, everyone`+"\n")
+	expectUnchanged(ctx, t, fr)
+
+	// A revision that is not the candidate is approved ahead of time, with a warning.
+	next := "main@sha1:" + commit("web v2.5.0")
+	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", next)
+	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+next+"}\n", "warning: "+next+" is not the candidate ("+cand+"): the approval applies only once it is\n")
+	expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) {
+		s.Approvals = append(s.Approvals, v1alpha1.Approval{Revision: next})
+	}, nil)
+}
+
+func TestRollbackRetry(t *testing.T) {
+	ctx := hub(t)
+	fr := newRollout(ctx, t, "rollback", nil)
+	const prefix = "fleetrollout writes/rollback: "
+	now := fixedNow.Format(time.RFC3339)
+
+	r := tidegate(ctx, "-n", writesNS, "rollback", "rollback")
+	expectRun(t, r, exitOK, prefix+"spec.rollback.request set to "+now+" (back from "+webCandidate.Revision+" to "+webKnownGood.Revision+")\n", "")
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Rollback.Request = now }, nil)
+
+	// The same clock again: the request still gets a new value, or the controller would not act.
+	r = tidegate(ctx, "-n", writesNS, "rollback", "rollback")
+	expectRun(t, r, exitOK, prefix+"spec.rollback.request set to "+now+"-1 (back from "+webCandidate.Revision+" to "+webKnownGood.Revision+")\n", "")
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Rollback.Request = now + "-1" }, nil)
+
+	r = tidegate(ctx, "-n", writesNS, "retry", "rollback")
+	expectRun(t, r, exitOK, prefix+"spec.retry set to "+now+"\n", "warning: the rollout is Progressing; a retry acts only on a Held or RolledBack rollout\n")
+	expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Retry = now }, nil)
+
+	first := newRollout(ctx, t, "first", func(fr *v1alpha1.FleetRollout) {
+		fr.Status.LastKnownGood = nil
+		fr.Status.Phase = v1alpha1.PhaseRolledBack
+	})
+	r = tidegate(ctx, "-n", writesNS, "rollback", "first")
+	expectRun(t, r, exitOK, "fleetrollout writes/first: spec.rollback.request set to "+now+"\n",
+		"warning: there is no known-good revision to go back to; the controller will refuse the request\n")
+	first = expectWritten(ctx, t, first, func(s *v1alpha1.FleetRolloutSpec) { s.Rollback.Request = now }, nil)
+	r = tidegate(ctx, "-n", writesNS, "retry", "first")
+	expectRun(t, r, exitOK, "fleetrollout writes/first: spec.retry set to "+now+"\n", "")
+	expectWritten(ctx, t, first, func(s *v1alpha1.FleetRolloutSpec) { s.Retry = now }, nil)
+}
+
+// playController plays the controller for the rollouts named: it handles each reconcile request by
+// recording it in status.lastHandledReconcileAt, with Ready set to ready, until ctx ends.
+func playController(ctx context.Context, t *testing.T, ready map[string]metav1.ConditionStatus) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			for name, status := range ready {
+				fr := &v1alpha1.FleetRollout{}
+				if err := k8s.Get(ctx, client.ObjectKey{Namespace: writesNS, Name: name}, fr); err != nil {
+					continue
+				}
+				v, ok := meta.ReconcileAnnotationValue(fr.Annotations)
+				if !ok || v == fr.Status.LastHandledReconcileAt {
+					continue
+				}
+				fr.Status.SetLastHandledReconcileRequest(v)
+				fr.Status.Conditions = []metav1.Condition{cond(v1alpha1.ReadyCondition, status, v1alpha1.GateFailedReason, "wave everyone is blocked", at(10, 0))}
+				if err := k8s.Status().Update(ctx, fr); err != nil && ctx.Err() == nil {
+					t.Logf("playing the controller: %v", err)
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	return &wg
+}
+
+func TestReconcile(t *testing.T) {
+	ctx := hub(t)
+	ok := newRollout(ctx, t, "reconcile-ok", nil)
+	notReady := newRollout(ctx, t, "reconcile-not-ready", nil)
+	ignored := newRollout(ctx, t, "reconcile-ignored", nil)
+	suspended := newRollout(ctx, t, "reconcile-suspended", func(fr *v1alpha1.FleetRollout) { fr.Spec.Suspend = true })
+	pctx, stop := context.WithCancel(ctx)
+	wg := playController(pctx, t, map[string]metav1.ConditionStatus{
+		ok.Name: metav1.ConditionUnknown, notReady.Name: metav1.ConditionFalse,
+	})
+	defer func() { stop(); wg.Wait() }()
+
+	value := fixedNow.Format(time.RFC3339Nano)
+	annotated := func(a map[string]string) { a[meta.ReconcileRequestAnnotation] = value }
+
+	r := tidegate(ctx, "-n", writesNS, "reconcile", ok.Name)
+	expectRun(t, r, exitOK, "fleetrollout writes/reconcile-ok: annotation reconcile.fluxcd.io/requestedAt set to "+value+"\n"+
+		"fleetrollout writes/reconcile-ok: reconciled: phase Progressing, Ready Unknown (GateFailed): wave everyone is blocked\n", "")
+	after := get(ctx, t, ok.Name)
+	if after.Status.LastHandledReconcileAt != value || after.Annotations[meta.ReconcileRequestAnnotation] != value {
+		t.Errorf("annotation %q, lastHandledReconcileAt %q, want both %q", after.Annotations[meta.ReconcileRequestAnnotation], after.Status.LastHandledReconcileAt, value)
+	}
+	if !equality.Semantic.DeepEqual(ok.Spec, after.Spec) {
+		t.Errorf("spec changed (before, after):\n%s", diff(ok.Spec, after.Spec))
+	}
+
+	r = tidegate(ctx, "-n", writesNS, "reconcile", notReady.Name)
+	expectRun(t, r, exitNo, "fleetrollout writes/reconcile-not-ready: annotation reconcile.fluxcd.io/requestedAt set to "+value+"\n"+
+		"fleetrollout writes/reconcile-not-ready: reconciled: phase Progressing, Ready False (GateFailed): wave everyone is blocked\n", "")
+
+	r = tidegate(ctx, "-n", writesNS, "reconcile", ignored.Name, "--timeout", "300ms")
+	expectRun(t, r, exitNo, "fleetrollout writes/reconcile-ignored: annotation reconcile.fluxcd.io/requestedAt set to "+value+"\n",
+		`error: timed out after 300ms waiting for fleetrollout writes/reconcile-ignored to handle the reconcile request `+value+` (status.lastHandledReconcileAt is ""): is tidegate-controller running?`+"\n")
+	expectWritten(ctx, t, ignored, nil, annotated)
+
+	r = tidegate(ctx, "-n", writesNS, "reconcile", suspended.Name)
+	expectRun(t, r, exitUsage, "", "error: fleetrollout writes/reconcile-suspended is suspended: the controller writes nothing for it; run tidegate resume reconcile-suspended first\n")
+	expectUnchanged(ctx, t, suspended)
+}
+
+// firstWrite is a writer safe for a reader in another goroutine, which tells when it was first written.
+type firstWrite struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	written chan struct{}
+	once    sync.Once
+}
+
+func newFirstWrite() *firstWrite { return &firstWrite{written: make(chan struct{})} }
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer w.once.Do(func() { close(w.written) })
+	return w.b.Write(p)
+}
+
+func (w *firstWrite) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func TestStatusWatch(t *testing.T) {
+	ctx := hub(t)
+	fr := newRollout(ctx, t, "watch", nil)
+	e := &cliEnv{now: func() time.Time { return fixedNow }, pollInterval: 50 * time.Millisecond}
+
+	// The rollout completes while it is watched: it is shown again, and the watch ends with 0.
+	out, errOut := newFirstWrite(), newFirstWrite()
+	done := make(chan int)
+	go func() {
+		done <- runContext(ctx, e, []string{"--kubeconfig", kubeconfig, "-n", writesNS, "status", "watch", "--watch"}, strings.NewReader(""), out, errOut)
+	}()
+	select {
+	case <-out.written:
+	case <-time.After(30 * time.Second):
+		t.Fatal("status --watch showed nothing")
+	}
+	fr.Status.Phase, fr.Status.CurrentWave = v1alpha1.PhaseCompleted, ""
+	fr.Status.Waves[1].Phase = v1alpha1.WaveSucceeded
+	fr.Status.Conditions = []metav1.Condition{cond(v1alpha1.ReadyCondition, metav1.ConditionTrue, v1alpha1.SucceededReason, "revision R runs on 2 clusters", at(10, 0))}
+	if err := k8s.Status().Update(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit %d, want 0; stderr %s", code, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("status --watch did not end when the rollout completed")
+	}
+	got := out.String()
+	if n := strings.Count(got, "fleetrollout writes/watch\n"); n != 2 {
+		t.Errorf("the rollout was shown %d times, want 2 (before and after it completed):\n%s", n, got)
+	}
+	if first := got[:strings.LastIndex(got, "fleetrollout writes/watch")]; !strings.Contains(first, "phase:       Progressing (wave everyone)\n") {
+		t.Errorf("the first status shown is not the one in progress:\n%s", first)
+	}
+	if last := got[strings.LastIndex(got, "fleetrollout writes/watch"):]; !strings.Contains(last, "phase:       Completed\n") || !strings.Contains(last, "ready:       True (Succeeded)") {
+		t.Errorf("the last status shown is not the completed one:\n%s", last)
+	}
+
+	// Interrupted: the exit code is that of the last status shown, 1 for a rollout not Ready.
+	held := newRollout(ctx, t, "watch-held", func(fr *v1alpha1.FleetRollout) {
+		fr.Status.Phase = v1alpha1.PhaseHeld
+		fr.Status.Conditions = []metav1.Condition{cond(v1alpha1.ReadyCondition, metav1.ConditionFalse, v1alpha1.HeldReason, "held: incident", at(9, 0))}
+	})
+	wctx, interrupt := context.WithCancel(ctx)
+	out = newFirstWrite()
+	go func() {
+		done <- runContext(wctx, e, []string{"--kubeconfig", kubeconfig, "-n", writesNS, "status", held.Name, "-w"}, strings.NewReader(""), out, errOut)
+	}()
+	<-out.written
+	interrupt()
+	if code := <-done; code != exitNo {
+		t.Errorf("interrupted watch of a held rollout: exit %d, want 1", code)
+	}
+}
+
+// TestReceiptDigestAnnotation checks that the command line reads the annotation the controller writes.
+func TestReceiptDigestAnnotation(t *testing.T) {
+	if receiptDigestAnnotation != controllers.ReceiptDigestAnnotation {
+		t.Fatalf("receiptDigestAnnotation is %q, the controller writes %q", receiptDigestAnnotation, controllers.ReceiptDigestAnnotation)
+	}
+}
+
+// diff shows two values as JSON, one above the other.
+func diff(a, b any) string {
+	ja, _ := json.MarshalIndent(a, "", "  ")
+	jb, _ := json.MarshalIndent(b, "", "  ")
+	return string(ja) + "\n---\n" + string(jb)
+}
