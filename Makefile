@@ -46,6 +46,14 @@ vet: ## Vet Go code and check formatting.
 test: testbin vet ## Run every test: unit, envtest and end to end (builds the test binaries first when missing).
 	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m ./... 2>&1 | tee bin/test.json | go run ./hack/testsummary
 
+.PHONY: test-deploy
+test-deploy: testbin ## Check config/default against a real kube-apiserver: apply, RBAC, Pod Security, the controller under its ServiceAccount.
+	go test $(GO_TEST_FLAGS) -count=1 ./internal/deploy/
+
+.PHONY: deploy
+deploy: ## Install tidegate on the cluster of the current kubeconfig context (kubectl apply -k config/default).
+	kubectl apply --server-side -k config/default
+
 .PHONY: test-e2e
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
 	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
@@ -53,3 +61,10 @@ test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
 .PHONY: docs
 docs: ## Regenerate docs/cli.md from the tidegate command tree (a test fails when it is stale).
 	go run ./cmd/tidegate docs
+
+.PHONY: demo
+demo: ## Start a local sandbox fleet and play the demo (builds the test binaries first: ~20 minutes the first time).
+	@test -x $(TESTBIN)/bin/kube-apiserver || echo "The sandbox runs kube-apiserver, etcd and the Flux controllers built from pinned modules: building them once, about 20 minutes on 2 cores."
+	@$(MAKE) --no-print-directory testbin
+	go build -o bin/tidegate ./cmd/tidegate
+	bin/tidegate sandbox up --demo

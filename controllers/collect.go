@@ -147,7 +147,7 @@ func (r *FleetRolloutReconciler) collectDeploySafe(ctx context.Context, fr *v1al
 	for _, c := range ev.Targets {
 		t := preflight.Target{Name: c}
 		if fc := clusters[c]; fc != nil {
-			if cfg, err := RESTConfigForCluster(ctx, r.Client, r.HubConfig, fc); err == nil {
+			if cfg, err := RESTConfigForCluster(ctx, r.APIReader, r.HubConfig, fc); err == nil {
 				t.Config = cfg
 			}
 		}
@@ -343,7 +343,7 @@ type memberClient struct {
 // memberClient returns a client for the member's API server, built from its kubeconfig Secret and
 // rebuilt when the kubeconfig changes.
 func (r *FleetRolloutReconciler) memberClient(ctx context.Context, fc *v1alpha1.FleetCluster) (client.Client, error) {
-	cfg, err := RESTConfigForCluster(ctx, r.Client, r.HubConfig, fc)
+	cfg, err := RESTConfigForCluster(ctx, r.APIReader, r.HubConfig, fc)
 	if err != nil {
 		return nil, err
 	}

@@ -2,13 +2,16 @@
 //
 // The RBAC markers below are the whole of what the controller may do; config/rbac is generated from them.
 //
-// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts;fleetclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/status;fleetclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/status,verbs=patch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/finalizers,verbs=update
-// +kubebuilder:rbac:groups=tidegate.dev,resources=gatereceipts,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters,verbs=list;watch
+// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters/status,verbs=patch
+// +kubebuilder:rbac:groups=tidegate.dev,resources=gatereceipts,verbs=list;watch;create;delete
+// +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories,verbs=list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=tidegate-system,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=tidegate-system,resources=events,verbs=create;patch
 package controllers

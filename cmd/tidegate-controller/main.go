@@ -1,13 +1,22 @@
 // Command tidegate-controller runs tidegate's FleetRollout and FleetCluster controllers on a hub
 // cluster beside Flux's source-controller and kustomize-controller.
+//
+// config/default deploys it; docs/operations.md describes its flags, RBAC and metrics.
 package main
 
 import (
-	flag "github.com/spf13/pflag"
+	"context"
+	"errors"
+	"net/http"
 	"os"
+	"time"
 
+	fluxclient "github.com/fluxcd/pkg/runtime/client"
 	"github.com/fluxcd/pkg/runtime/logger"
+	flag "github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -15,35 +24,68 @@ import (
 	"github.com/tidegate/tidegate/internal/scheme"
 )
 
-const controllerName = "tidegate-controller"
+const (
+	// leaderElectionID names the Lease the replicas elect their leader on.
+	leaderElectionID = "tidegate-controller-leader"
+	// podNamespaceEnv holds the pod's namespace (the Deployment sets it from the downward API): the
+	// default namespace of the leader election Lease.
+	podNamespaceEnv = "POD_NAMESPACE"
+)
 
 func main() {
 	var (
-		metricsAddr    string
-		healthAddr     string
-		leaderElection bool
-		concurrent     int
-		logOptions     logger.Options
+		metricsAddr     string
+		healthAddr      string
+		leaderElect     bool
+		leaderNamespace string
+		leaseDuration   time.Duration
+		renewDeadline   time.Duration
+		retryPeriod     time.Duration
+		concurrent      int
+		clientOptions   fluxclient.Options
+		logOptions      logger.Options
 	)
-	flag.StringVar(&metricsAddr, "metrics-addr", ":8080", "The address the metrics endpoint binds to.")
-	flag.StringVar(&healthAddr, "health-addr", ":9440", "The address the health endpoints bind to.")
-	flag.BoolVar(&leaderElection, "enable-leader-election", true, "Elect a leader so only one replica acts at a time.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
+		"The address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
+	flag.StringVar(&healthAddr, "health-probe-bind-address", ":8081",
+		"The address the /healthz and /readyz endpoints bind to.")
+	flag.BoolVar(&leaderElect, "leader-elect", false,
+		"Elect a leader on the Lease "+leaderElectionID+", so that only one replica acts at a time.")
+	flag.StringVar(&leaderNamespace, "leader-election-namespace", os.Getenv(podNamespaceEnv),
+		"The namespace of the leader election Lease; defaults to $"+podNamespaceEnv+", else the pod's service account namespace.")
+	flag.DurationVar(&leaseDuration, "leader-election-lease-duration", 35*time.Second,
+		"How long a standby replica waits before it takes over a lease that was not renewed.")
+	flag.DurationVar(&renewDeadline, "leader-election-renew-deadline", 30*time.Second,
+		"How long the leader tries to renew its lease before it gives up leadership (and exits).")
+	flag.DurationVar(&retryPeriod, "leader-election-retry-period", 5*time.Second,
+		"How often replicas try to acquire or renew the lease.")
 	flag.IntVar(&concurrent, "concurrent", 4, "How many FleetRollouts are reconciled at once.")
+	clientOptions.BindFlags(flag.CommandLine)
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 
 	ctrl.SetLogger(logger.NewLogger(logOptions))
 	log := ctrl.Log.WithName("setup")
 
-	restConfig := ctrl.GetConfigOrDie()
+	restConfig := fluxclient.GetConfigOrDie(clientOptions)
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                        scheme.New(),
-		Cache:                         controllers.CacheOptions(),
+		Scheme: scheme.New(),
+		Cache:  controllers.CacheOptions(),
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Kubeconfig Secrets are read from the API server, never cached: a cached read would make
+			// the manager list and watch every Secret of the hub, and need the RBAC to do so. The
+			// controller may only get Secrets (config/rbac).
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
 		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:        healthAddr,
-		LeaderElection:                leaderElection,
-		LeaderElectionID:              "tidegate-controller-leader",
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              leaderElectionID,
+		LeaderElectionNamespace:       leaderNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
 	})
 	if err != nil {
 		log.Error(err, "unable to create manager")
@@ -53,17 +95,34 @@ func main() {
 		log.Error(err, "unable to set up controllers")
 		os.Exit(1)
 	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		log.Error(err, "unable to add health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		log.Error(err, "unable to add ready check")
 		os.Exit(1)
 	}
-	log.Info("starting manager")
+	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr)); err != nil {
+		log.Error(err, "unable to add ready check")
+		os.Exit(1)
+	}
+	log.Info("starting manager", "leaderElection", leaderElect, "leaderElectionNamespace", leaderNamespace, "concurrent", concurrent)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)
+	}
+}
+
+// cacheSynced is ready once the manager's informers have synced: before that the controllers would
+// act on an empty view of the hub. A standby replica syncs too (its caches run without leadership).
+func cacheSynced(mgr ctrl.Manager) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the informer caches have not synced yet")
+		}
+		return nil
 	}
 }
