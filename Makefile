@@ -20,9 +20,21 @@ build: ## Build bin/tidegate and bin/tidegate-controller.
 .PHONY: testbin
 testbin: ## Build and cache kube-apiserver, etcd, Flux controllers and controller-gen from pinned modules (once).
 	@hack/testbin.sh
+	@hack/flux-cli.sh
 
 $(CONTROLLER_GEN):
 	@hack/testbin.sh
+
+.PHONY: flux-cli
+flux-cli: ## Build and cache the Flux CLI from its pinned module (bin/flux-cli/bin/flux; once, part of testbin).
+	@hack/flux-cli.sh
+
+.PHONY: install-plugin
+install-plugin: ## Build bin/tidegate and install it as the Flux CLI plugin flux-fleet (`flux fleet ...`).
+	go build -o bin/tidegate ./cmd/tidegate
+	@dir="$${FLUXCD_PLUGINS:-$$HOME/.fluxcd/plugins}"; \
+		mkdir -p "$$dir" && install -m 0755 bin/tidegate "$$dir/flux-fleet" && \
+		echo "installed $$dir/flux-fleet: run it as 'flux fleet status ROLLOUT' (Flux CLI 2.9 or later finds it there)"
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.

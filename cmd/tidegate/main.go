@@ -18,6 +18,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,7 +36,9 @@ const (
 func main() {
 	silenceClientLogs()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := runContext(ctx, defaultEnv(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	env := defaultEnv()
+	env.displayName = pluginDisplayName(os.Args[0])
+	code := runContext(ctx, env, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -46,10 +50,23 @@ type cliEnv struct {
 	now func() time.Time
 	// pollInterval is how often `status --watch` and `reconcile` look at the rollout again.
 	pollInterval time.Duration
+	// displayName, when set, replaces "tidegate" in usage lines and help: "flux fleet" when the
+	// binary runs as the Flux CLI plugin flux-fleet.
+	displayName string
 }
 
 func defaultEnv() *cliEnv {
 	return &cliEnv{now: time.Now, pollInterval: 2 * time.Second}
+}
+
+// pluginDisplayName is "flux NAME" when the binary is named flux-NAME, as the Flux CLI (2.9 and
+// later) runs its plugins (`flux fleet ...` executes flux-fleet), else "".
+func pluginDisplayName(argv0 string) string {
+	name, ok := strings.CutPrefix(filepath.Base(argv0), "flux-")
+	if !ok || name == "" {
+		return ""
+	}
+	return "flux " + name
 }
 
 // run executes the command line and returns its exit code; tests call it with buffers.
@@ -148,5 +165,21 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newPolicyCommand(),
 		newDocsCommand(),
 	)
+	if env.displayName != "" {
+		renameRoot(root, env.displayName)
+	}
 	return root
+}
+
+// renameRoot makes usage lines, help and examples say name (such as "flux fleet") instead of "tidegate".
+func renameRoot(root *cobra.Command, name string) {
+	root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Example = strings.ReplaceAll("\n"+c.Example, "\n  tidegate ", "\n  "+name+" ")[1:]
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }

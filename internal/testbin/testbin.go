@@ -1,4 +1,5 @@
-// Package testbin finds the test binaries and CRDs that `make testbin` (hack/testbin.sh) builds and caches.
+// Package testbin finds the test binaries and CRDs that `make testbin` (hack/testbin.sh and
+// hack/flux-cli.sh) builds and caches.
 package testbin
 
 import (
@@ -50,4 +51,22 @@ func TidegateCRDDir() string {
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// FluxCLI returns the path of the Flux CLI (`flux`) that `make testbin` (hack/flux-cli.sh) builds:
+// $TIDEGATE_FLUX_CLI when set, else bin/flux-cli/bin/flux in the repository. It fails, naming the
+// fix, when the binary has not been built.
+func FluxCLI() (string, error) {
+	path := os.Getenv("TIDEGATE_FLUX_CLI")
+	if path == "" {
+		path = filepath.Join(RepoRoot(), "bin", "flux-cli", "bin", "flux")
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("the Flux CLI is missing at %s: run `make testbin` first (hack/flux-cli.sh, a few minutes the first time): %w", path, err)
+	}
+	if info.IsDir() || info.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("the Flux CLI at %s is not an executable file: run `make testbin` (hack/flux-cli.sh)", path)
+	}
+	return path, nil
 }
