@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tidegate/tidegate/internal/sandbox"
 )
 
 // Exit codes.
@@ -91,6 +93,12 @@ func runContext(ctx context.Context, env *cliEnv, args []string, stdin io.Reader
 			fmt.Fprintf(stderr, "error: %v\n", ee.err)
 		}
 		return ee.code
+	}
+	// The sandbox's errors carry their own exit code (1: the story failed, 2: usage).
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return coded.ExitCode()
 	}
 	// Cobra's own errors: unknown commands and flags, wrong argument counts.
 	fmt.Fprintf(stderr, "error: %v\nRun '%s --help' for usage.\n", err, root.CommandPath())
@@ -163,6 +171,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newReconcileCommand(k),
 		newReceiptsCommand(k),
 		newPolicyCommand(),
+		sandbox.NewCommand(),
 		newDocsCommand(),
 	)
 	if env.displayName != "" {

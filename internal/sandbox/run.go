@@ -1,0 +1,384 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/internal/simulator"
+)
+
+// keepFleetEnv makes localfleet's Stop keep the fleet's directory: the background process copies
+// the logs out of it first, then removes it.
+const keepFleetEnv = "TIDEGATE_KEEP_FLEET"
+
+// sandboxRun is the background process: it starts the fleet, tidegate and the simulator, commits
+// the demo, and serves the control endpoint until its context ends (SIGTERM from `sandbox down`).
+type sandboxRun struct {
+	dir      string
+	members  int
+	state    *stateWriter
+	out      io.Writer // the process's own log (DIR/sandbox.log)
+	fleet    *localfleet.Fleet
+	sim      *simulator.Simulator
+	repos    map[string]*remoteRepo
+	stopMgr  context.CancelFunc
+	mgrDone  chan struct{} // closed when the manager returned, with mgrErr
+	mgrErr   error
+	ready    atomic.Bool // the control endpoint acts only once everything it needs is there
+	stopSim  context.CancelFunc
+	control  *http.Server
+	stopOnce sync.Once
+}
+
+// runBackground is `sandbox run`: it returns when ctx ends, after stopping everything it started.
+func runBackground(ctx context.Context, dir string, members int, out io.Writer) error {
+	lock, err := acquireLock(dir)
+	if errors.Is(err, errLocked) {
+		return fmt.Errorf("a sandbox already runs in %s (it holds %s)", dir, layout{dir}.lock())
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := recordPID(lock); err != nil {
+		return fmt.Errorf("writing the pid into %s: %w", layout{dir}.lock(), err)
+	}
+
+	l := layout{dir}
+	r := &sandboxRun{dir: dir, members: members, out: out, repos: map[string]*remoteRepo{}}
+	r.state = &stateWriter{dir: dir, now: time.Now, s: State{
+		PID: os.Getpid(), Dir: dir, Namespace: fleetNamespace, StartedAt: time.Now(),
+		LogDir: l.logs(), SandboxLog: l.sandboxLog(), Steps: []Step{},
+	}}
+	for i := 1; i <= members; i++ {
+		r.state.s.Clusters = append(r.state.s.Clusters, memberName(i))
+	}
+	logf(out, "sandbox %d starting in %s with %s", os.Getpid(), dir, count(members, "member cluster"))
+	defer r.stop()
+
+	err = r.start(ctx)
+	if err != nil {
+		stopped := ctx.Err() != nil
+		if stopped {
+			// `sandbox down` (or a Ctrl-C) while starting: say so, not what the cancellation broke.
+			err = fmt.Errorf("stopped while starting: %v", context.Cause(ctx))
+		}
+		logf(out, "start-up failed: %v", err)
+		_ = r.state.update(func(s *State) {
+			if s.Error == "" || stopped {
+				s.Error = err.Error()
+			}
+		})
+		return err
+	}
+	logf(out, "sandbox ready")
+	select {
+	case <-ctx.Done():
+		logf(out, "stopping: %v", context.Cause(ctx))
+	case <-r.mgrDone:
+		err := fmt.Errorf("the tidegate controller stopped: %v", r.mgrErr)
+		logf(out, "%v", err)
+		_ = r.state.update(func(s *State) { s.Ready, s.Error = false, err.Error() })
+		return err
+	}
+	r.stop()
+	// A clean stop leaves no state: the sandbox is gone. (After a failed start the state stays, with
+	// its error, for `sandbox up` to report.)
+	_ = os.Remove(l.state())
+	_ = os.Remove(l.kubeconfig())
+	return nil
+}
+
+func logf(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "%s %s\n", time.Now().Format(time.RFC3339), fmt.Sprintf(format, args...))
+}
+
+func (r *sandboxRun) start(ctx context.Context) error {
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	ln, err := listenControl()
+	if err != nil {
+		return err
+	}
+	r.control = &http.Server{Handler: newControlHandler(token, r), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = r.control.Serve(ln) }()
+	if err := r.state.update(func(s *State) { s.Control = &Control{URL: "http://" + ln.Addr().String(), Token: token} }); err != nil {
+		return fmt.Errorf("writing %s: %w", layout{r.dir}.state(), err)
+	}
+
+	st := r.state
+	if err := st.step(fmt.Sprintf("starting the hub and %s (an API server and etcd each), Flux and a Git server", count(r.members, "member cluster")), func() error {
+		return r.startFleet(ctx)
+	}); err != nil {
+		return err
+	}
+	if err := st.step("starting tidegate and the workload simulator", func() error { return r.startTidegate(ctx) }); err != nil {
+		return err
+	}
+	if err := st.step("committing the demo repositories fleet, podinfo and platform-policies", r.commitDemo); err != nil {
+		return err
+	}
+	if err := st.step("bootstrapping Flux on the hub: Kustomization flux-system/fleet applies ./hub of the fleet repository", func() error {
+		return r.bootstrap(ctx)
+	}); err != nil {
+		return err
+	}
+	r.ready.Store(true)
+	return st.update(func(s *State) { s.Ready = true })
+}
+
+func (r *sandboxRun) startFleet(ctx context.Context) error {
+	// Keep the fleet's directory on Stop, so its logs can be copied out of it (also after a failed start).
+	os.Setenv(keepFleetEnv, "1")
+	startCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	f, err := localfleet.Start(startCtx, localfleet.Options{Members: r.members})
+	if f != nil {
+		r.fleet = f
+		_ = r.state.update(func(s *State) { s.FleetDir = f.Dir })
+		r.linkLogs()
+	}
+	if err != nil {
+		return err
+	}
+	// The Git server logs every request with the standard logger.
+	log.SetOutput(f.OpenLog("git-server.log"))
+
+	kc, err := kubeconfigFor(f.HubKubeConfigPath, fleetNamespace)
+	if err != nil {
+		return err
+	}
+	path := layout{r.dir}.kubeconfig()
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		return err
+	}
+	return r.state.update(func(s *State) { s.Kubeconfig, s.Hub = path, f.HubConfig.Host })
+}
+
+// kubeconfigFor returns the kubeconfig file at path with every context's namespace set to ns, so
+// that `tidegate` and kubectl work in the sandbox's namespace without -n.
+func kubeconfigFor(path, ns string) ([]byte, error) {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the hub's kubeconfig: %w", err)
+	}
+	for _, c := range cfg.Contexts {
+		c.Namespace = ns
+	}
+	return clientcmd.Write(*cfg)
+}
+
+// linkLogs makes DIR/logs point at the fleet's log directory while the fleet runs.
+func (r *sandboxRun) linkLogs() {
+	logs := layout{r.dir}.logs()
+	_ = os.RemoveAll(logs)
+	if err := os.Symlink(filepath.Join(r.fleet.Dir, "logs"), logs); err != nil {
+		logf(r.out, "linking %s: %v", logs, err)
+	}
+}
+
+// keepLogs replaces the DIR/logs link by a copy of the fleet's logs, which outlive the fleet.
+func (r *sandboxRun) keepLogs() {
+	logs := layout{r.dir}.logs()
+	src := filepath.Join(r.fleet.Dir, "logs")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		logf(r.out, "keeping the logs: %v", err)
+		return
+	}
+	_ = os.RemoveAll(logs)
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		logf(r.out, "keeping the logs: %v", err)
+		return
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(logs, e.Name()), b, 0o644)
+		}
+		if err != nil {
+			logf(r.out, "keeping log %s: %v", e.Name(), err)
+		}
+	}
+}
+
+func (r *sandboxRun) startTidegate(ctx context.Context) error {
+	f := r.fleet
+	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger.WithName("client-go"))
+	mgr, err := ctrl.NewManager(f.HubConfig, ctrl.Options{
+		Logger:  logger,
+		Scheme:  f.Scheme,
+		Cache:   controllers.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the tidegate manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, f.HubConfig, controllers.Options{}); err != nil {
+		return fmt.Errorf("setting up the tidegate controllers: %w", err)
+	}
+	mgrCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopMgr, r.mgrDone = stop, make(chan struct{})
+	go func() {
+		r.mgrErr = mgr.Start(mgrCtx)
+		close(r.mgrDone)
+	}()
+
+	members := map[string]client.Client{}
+	for _, m := range f.Members {
+		members[m.Name] = m.Client
+	}
+	r.sim = simulator.New(members, simulator.Options{})
+	simLogger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("simulator.log")))
+	simCtx, stopSim := context.WithCancel(ctrllog.IntoContext(context.WithoutCancel(ctx), simLogger))
+	r.stopSim = stopSim
+	r.sim.Start(simCtx)
+	return nil
+}
+
+// commitDemo creates the demo's repositories on the Git server with their first commit.
+func (r *sandboxRun) commitDemo() error {
+	urls, initial := map[string]string{}, map[string]string{}
+	for _, name := range demoRepos {
+		files, err := repoFiles(name, r.members)
+		if err != nil {
+			return err
+		}
+		repo, sha, err := r.fleet.NewRepo(name, files)
+		if err != nil {
+			return fmt.Errorf("creating repository %s: %w", name, err)
+		}
+		r.repos[name] = &remoteRepo{url: repo.URL, branch: repo.Branch}
+		urls[name], initial[name] = repo.URL, repo.Revision(sha)
+	}
+	return r.state.update(func(s *State) { s.Git, s.Initial = urls, initial })
+}
+
+// bootstrap does what `flux bootstrap` would: a GitRepository for the fleet repository and a
+// Kustomization applying its ./hub to the hub, with the Git server's address substituted.
+func (r *sandboxRun) bootstrap(ctx context.Context) error {
+	f := r.fleet
+	if err := f.EnsureNamespace(ctx, bootstrapNS); err != nil {
+		return err
+	}
+	fleetURL := r.repos[repoFleet].url
+	server := strings.TrimSuffix(fleetURL, "/"+repoFleet+".git")
+	src := &sourcev1.GitRepository{
+		ObjectMeta: metav1.ObjectMeta{Name: bootstrapName, Namespace: bootstrapNS},
+		Spec: sourcev1.GitRepositorySpec{
+			URL:       fleetURL,
+			Reference: &sourcev1.GitRepositoryRef{Branch: "main"},
+			Interval:  metav1.Duration{Duration: 5 * time.Second},
+		},
+	}
+	ks := &kustomizev1.Kustomization{
+		ObjectMeta: metav1.ObjectMeta{Name: bootstrapName, Namespace: bootstrapNS},
+		Spec: kustomizev1.KustomizationSpec{
+			Interval:  metav1.Duration{Duration: time.Minute},
+			Path:      "./hub",
+			Prune:     true,
+			Timeout:   &metav1.Duration{Duration: time.Minute},
+			SourceRef: kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.GitRepositoryKind, Name: bootstrapName},
+			PostBuild: &kustomizev1.PostBuild{Substitute: map[string]string{gitServerVar: server}},
+		},
+	}
+	for _, obj := range []client.Object{src, ks} {
+		if err := f.Hub.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T %s/%s on the hub: %w", obj, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// stop stops what start started, in reverse order, and keeps the fleet's logs. Safe to call twice.
+func (r *sandboxRun) stop() {
+	r.stopOnce.Do(func() {
+		if r.control != nil {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = r.control.Shutdown(shutdownCtx)
+			cancel()
+		}
+		if r.sim != nil {
+			r.stopSim()
+			r.sim.Stop()
+		}
+		if r.stopMgr != nil {
+			r.stopMgr()
+			select {
+			case <-r.mgrDone:
+				if r.mgrErr != nil && !errors.Is(r.mgrErr, context.Canceled) {
+					logf(r.out, "the tidegate manager stopped with: %v", r.mgrErr)
+				}
+			case <-time.After(30 * time.Second):
+				logf(r.out, "the tidegate manager did not stop within 30s")
+			}
+		}
+		if r.fleet != nil {
+			r.fleet.Stop()
+			r.keepLogs()
+			if err := os.RemoveAll(r.fleet.Dir); err != nil {
+				logf(r.out, "removing %s: %v", r.fleet.Dir, err)
+			}
+		}
+		logf(r.out, "stopped")
+	})
+}
+
+// The control endpoint's backend. Until the sandbox is ready its repositories and simulator may not
+// exist yet, and it refuses.
+
+var errStarting = errors.New("the sandbox is still starting")
+
+func (r *sandboxRun) Commit(ctx context.Context, repo, message string, files map[string]string, remove []string) (string, error) {
+	if !r.ready.Load() {
+		return "", errStarting
+	}
+	return r.repos[repo].Commit(ctx, message, files, remove)
+}
+
+func (r *sandboxRun) ReadFile(ctx context.Context, repo, path string) (string, error) {
+	if !r.ready.Load() {
+		return "", errStarting
+	}
+	return r.repos[repo].ReadFile(ctx, path)
+}
+
+// Clusters is empty until the sandbox is ready, so that no fault reaches a simulator not there yet.
+func (r *sandboxRun) Clusters() []string {
+	if !r.ready.Load() {
+		return nil
+	}
+	return r.sim.Clusters()
+}
+
+func (r *sandboxRun) SetFault(cluster string, f simulator.Fault) { r.sim.SetFault(cluster, f) }
+
+func (r *sandboxRun) ClearFault(cluster, workload string) { r.sim.ClearFault(cluster, workload) }

@@ -1,0 +1,319 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/scheme"
+)
+
+// mainEnv makes the test binary run the sandbox command instead of the tests: `sandbox up` re-executes
+// the running binary as `sandbox run`, and in this package's tests that binary is the test binary.
+const mainEnv = "TIDEGATE_SANDBOX_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(executeTo(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// executeTo runs the sandbox command under a root command, as cmd/tidegate wires it, and returns
+// the exit code.
+func executeTo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := &cobra.Command{Use: "tidegate", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(NewCommand())
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 2
+}
+
+// lineLogger writes each line to the test's log as it comes, so a slow or stuck run shows where it is.
+type lineLogger struct {
+	t   *testing.T
+	buf bytes.Buffer
+	all bytes.Buffer
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.all.Write(p)
+	l.buf.Write(p)
+	for {
+		i := bytes.IndexByte(l.buf.Bytes(), '\n')
+		if i < 0 {
+			break
+		}
+		l.t.Log(string(l.buf.Next(i + 1)[:i]))
+	}
+	return len(p), nil
+}
+
+// The whole story, through the commands: up --demo starts a sandbox of three clusters in the
+// background and plays v2 (passes), v3 (rolled back), v4 (blocked, approved, completes); the hub then
+// shows v4 known-good everywhere, v3 rejected, a receipt for every gate; status shows it running;
+// down leaves no process of it behind, and a second down has nothing to do.
+func TestSandboxDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a fleet of four API servers and plays the demo (about 5 minutes)")
+	}
+	t.Setenv(mainEnv, "1")
+	// A killed test binary must not leave a sandbox behind.
+	t.Setenv(watchPIDEnv, strconv.Itoa(os.Getpid()))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "sandbox")
+	var fleetDir string
+	var pid int
+	t.Cleanup(func() {
+		var out bytes.Buffer
+		if err := down(context.Background(), &out, dir); err != nil {
+			t.Errorf("down in cleanup: %v\n%s", err, out.String())
+		}
+	})
+
+	log := &lineLogger{t: t}
+	root := &cobra.Command{Use: "tidegate"}
+	sb := NewCommand()
+	root.AddCommand(sb)
+	run, _, err := root.Find([]string{"sandbox", "run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, err := up(ctx, log, upOptions{clusters: 3, demo: true, dir: dir, runArgs: commandArgs(run), cli: "tidegate"})
+	t.Logf("up --demo took %s", time.Since(start).Round(time.Second))
+	if st, serr := readState(dir); serr == nil {
+		fleetDir, pid = st.FleetDir, st.PID
+	}
+	if err != nil {
+		t.Fatalf("up --demo: %v", err)
+	}
+	output := log.all.String()
+
+	// The story's releases and their outcomes.
+	if len(res.Releases) != 4 {
+		t.Fatalf("releases %+v", res.Releases)
+	}
+	rev := map[string]string{}
+	for _, r := range res.Releases {
+		rev[r.Label] = r.Revision
+	}
+	for label, outcome := range map[string]string{"v1": "Completed (first rollout)", "v2": "Completed", "v3": "RolledBack (rejected)", "v4": "Completed after approval"} {
+		found := false
+		for _, r := range res.Releases {
+			found = found || (r.Label == label && r.Outcome == outcome)
+		}
+		if !found {
+			t.Errorf("release %s should be %q: %+v", label, outcome, res.Releases)
+		}
+	}
+
+	st, err := readState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := hubOf(t, st)
+	var fr v1alpha1.FleetRollout
+	if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: rolloutName}, &fr); err != nil {
+		t.Fatal(err)
+	}
+	if fr.Status.Phase != v1alpha1.PhaseCompleted || knownGoodOf(&fr) != rev["v4"] || !fr.IsRejected(rev["v3"]) {
+		t.Errorf("the rollout should end Completed at v4 with v3 rejected: %s, rejected %+v", describeRollout(&fr, func(s string) string { return s }), fr.Status.Rejected)
+	}
+
+	// Every cluster runs v4, with db's bigger volume.
+	for _, member := range st.Clusters {
+		var ks kustomizev1.Kustomization
+		if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: v1alpha1.KustomizationName(rolloutName, member)}, &ks); err != nil {
+			t.Fatal(err)
+		}
+		if ks.Status.LastAppliedRevision != rev["v4"] {
+			t.Errorf("%s's Kustomization applied %s, want v4 %s", member, ks.Status.LastAppliedRevision, rev["v4"])
+		}
+		mc := memberClient(ctx, t, hub, member)
+		var cm corev1.ConfigMap
+		if err := mc.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "podinfo"}, &cm); err != nil || cm.Data["version"] != "v4" || cm.Data["logLevel"] != "info" {
+			t.Errorf("%s: ConfigMap podinfo %v (%v), want version v4 and logLevel info", member, cm.Data, err)
+		}
+		var db appsv1.StatefulSet
+		if err := mc.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "db"}, &db); err != nil {
+			t.Errorf("%s: StatefulSet db: %v", member, err)
+		} else if got := db.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String(); got != "2Gi" {
+			t.Errorf("%s: db's volume is %s, want 2Gi", member, got)
+		}
+	}
+
+	// A receipt for every gate: each wave of v2 passed all of its gates; v3 failed noDisruption on
+	// the canary; v4 failed rollbackSafe, then passed it with the demo's approval. The summary
+	// names every one of them.
+	var receipts v1alpha1.GateReceiptList
+	if err := hub.List(ctx, &receipts, client.InNamespace(fleetNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	decided := map[string]int{}
+	for _, rc := range receipts.Items {
+		s := rc.Spec
+		decided[s.Candidate.Revision+" "+s.Wave+" "+s.Gate+" "+s.Result]++
+		for _, r := range res.Releases {
+			if r.Revision == s.Candidate.Revision && !strings.Contains(res.Summary, rc.Name) {
+				t.Errorf("the summary does not list receipt %s", rc.Name)
+			}
+		}
+		if s.Gate == v1alpha1.GateRollbackSafe && s.Candidate.Revision == rev["v4"] && s.Result == v1alpha1.ResultPass &&
+			(len(s.Approvals) != 1 || s.Approvals[0].By != "demo" || !s.Approvals[0].Irreversible) {
+			t.Errorf("v4's passing rollbackSafe receipt should record the demo's approval: %+v", s.Approvals)
+		}
+	}
+	for _, want := range []string{
+		"v2 canary deploySafe Pass", "v2 canary rollbackSafe Pass", "v2 canary rollbackSucceeds Pass", "v2 canary noDisruption Pass",
+		"v2 ring deploySafe Pass", "v2 ring rollbackSucceeds Pass", "v2 ring noDisruption Pass",
+		"v2 rest deploySafe Pass", "v2 rest rollbackSucceeds Pass", "v2 rest noDisruption Pass",
+		"v3 canary noDisruption Fail",
+		"v4 canary rollbackSafe Fail", "v4 canary rollbackSafe Pass", "v4 rest noDisruption Pass",
+	} {
+		f := strings.Fields(want)
+		if decided[rev[f[0]]+" "+f[1]+" "+f[2]+" "+f[3]] == 0 {
+			t.Errorf("no receipt: %s", want)
+		}
+	}
+	for _, want := range []string{"REVISION", "v3", "RolledBack (rejected)", "approved by demo", "Completed after approval",
+		"rollbackSafe failed in wave canary", "noDisruption failed in wave canary", "tidegate status podinfo --kubeconfig " + st.Kubeconfig} {
+		if !strings.Contains(output, want) {
+			t.Errorf("the output should say %q", want)
+		}
+	}
+	if strings.Contains(output, "FAILED") {
+		t.Errorf("the output reports a failure")
+	}
+
+	// A second sandbox in the same directory is refused while this one runs.
+	var again bytes.Buffer
+	if _, err := up(ctx, &again, upOptions{clusters: 1, dir: dir, runArgs: commandArgs(run), cli: "tidegate"}); err == nil || !strings.Contains(err.Error(), "already runs") {
+		t.Errorf("a second up in %s: %v", dir, err)
+	}
+
+	var out bytes.Buffer
+	if code := executeTo(ctx, []string{"sandbox", "status", "--dir", dir}, &out, &out); code != 0 ||
+		!strings.Contains(out.String(), "running: pid "+strconv.Itoa(pid)) || !regexpMatch(`podinfo\s+Completed`, out.String()) {
+		t.Errorf("status exited %d:\n%s", code, out.String())
+	}
+	t.Logf("status:\n%s", out.String())
+
+	out.Reset()
+	start = time.Now()
+	if code := executeTo(ctx, []string{"sandbox", "down", "--dir", dir}, &out, &out); code != 0 || !strings.Contains(out.String(), "stopping the sandbox (pid "+strconv.Itoa(pid)) {
+		t.Errorf("down exited %d:\n%s", code, out.String())
+	}
+	t.Logf("down took %s:\n%s", time.Since(start).Round(time.Second), out.String())
+	if running(dir) {
+		t.Errorf("the sandbox still holds its lock after down")
+	}
+	if !waitUntil(ctx, 10*time.Second, func() bool { return !alive(pid) }) {
+		t.Errorf("the sandbox process %d is alive after down", pid)
+	}
+	if fleetDir == "" {
+		t.Errorf("the state did not name the fleet's directory")
+	} else if left := fleetProcesses(fleetDir); len(left) > 0 {
+		t.Errorf("processes of the fleet left after down: %v", left)
+	} else if _, err := os.Stat(fleetDir); err == nil {
+		t.Errorf("the fleet's directory %s is left after down", fleetDir)
+	}
+	for _, p := range []string{layout{dir}.state(), layout{dir}.kubeconfig()} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is left after down", p)
+		}
+	}
+	for _, name := range []string{"tidegate-controller.log", "kustomize-controller.log", "source-controller.log", "simulator.log", "hub-kube-apiserver.log"} {
+		if info, err := os.Stat(filepath.Join(dir, logsDirName, name)); err != nil || info.Size() == 0 {
+			t.Errorf("log %s should be kept after down: %v", name, err)
+		}
+	}
+
+	// The background process stopped cleanly: no panic, no data race under -race.
+	if b, err := os.ReadFile(layout{dir}.sandboxLog()); err != nil || !strings.Contains(string(b), " stopped\n") ||
+		strings.Contains(string(b), "DATA RACE") || strings.Contains(string(b), "panic:") {
+		t.Errorf("the sandbox process's log (%v):\n%s", err, b)
+	}
+
+	out.Reset()
+	if code := executeTo(ctx, []string{"sandbox", "down", "--dir", dir}, &out, &out); code != 0 || !strings.Contains(out.String(), "nothing to do") {
+		t.Errorf("a second down exited %d:\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := executeTo(ctx, []string{"sandbox", "status", "--dir", dir}, &out, &out); code != 1 || !strings.Contains(out.String(), "no sandbox runs") {
+		t.Errorf("status without a sandbox exited %d:\n%s", code, out.String())
+	}
+}
+
+func hubOf(t *testing.T, st *State) client.Client {
+	t.Helper()
+	c, _, err := hubClient(st.Kubeconfig, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// memberClient reaches a member cluster through its kubeconfig Secret on the hub, as Flux does.
+func memberClient(ctx context.Context, t *testing.T, hub client.Client, member string) client.Client {
+	t.Helper()
+	var s corev1.Secret
+	if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: member + "-kubeconfig"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data["value"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// alive tells whether pid is a running process (a zombie is not).
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses: "pid (comm) S ...".
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

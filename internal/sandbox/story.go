@@ -1,0 +1,278 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/simulator"
+)
+
+// release is one revision of the package the demo rolled out, and what became of it.
+type release struct {
+	Label    string
+	Revision string
+	Outcome  string
+}
+
+// demoResult is what the story did: its releases, in order, and the summary table it printed.
+type demoResult struct {
+	Releases []release
+	Summary  string
+}
+
+// demoFieldManager writes the demo's approval, as `tidegate approve` would with its own.
+const demoFieldManager = "tidegate-sandbox-demo"
+
+// The v3 fault: the pods of image :v3 lose readiness this long after they became ready. Long
+// enough for kustomize-controller to see the canary healthy, short enough to happen in the 10s soak.
+const v3After = 8 * time.Second
+
+// story plays the demo against the running sandbox: v2 passes every gate, v3 loses availability
+// and is rolled back, v4 needs an approval of its irreversible change. v1 is the known-good.
+func (d *driver) story(ctx context.Context) (*demoResult, error) {
+	res := &demoResult{Releases: []release{{Label: "v1", Revision: d.st.Initial[repoPodinfo], Outcome: "Completed (first rollout)"}}}
+	fmt.Fprintf(d.out, "\nThe demo: three releases of podinfo, each a commit to the podinfo repository.\n")
+
+	// v2: a healthy release.
+	fmt.Fprintf(d.out, "\nv2: a healthy release. It goes wave by wave, and every gate passes.\n")
+	start := d.watch.reset()
+	rev2, err := d.commitRelease(ctx, "v2", nil)
+	if err != nil {
+		return res, d.fail("v2: committing the release", err)
+	}
+	if _, err := d.waitRollout(ctx, completes(rev2, "v2")); err != nil {
+		return res, d.fail("v2: a healthy release should complete", err)
+	}
+	fmt.Fprintf(d.out, "  v2 runs everywhere (%s)\n", roundDuration(time.Since(start)))
+	res.Releases = append(res.Releases, release{Label: "v2", Revision: rev2, Outcome: "Completed"})
+
+	// v3: pods that lose readiness on the canary.
+	fmt.Fprintf(d.out, "\nv3: a bad release. The workload simulator makes the pods of image :v3 lose readiness %s after\n"+
+		"they start; noDisruption fails on the canary, and the policy (onFail: Rollback) rolls it back.\n", v3After)
+	if err := d.ctl.setFault(ctx, faultRequest{Workload: webWorkload, Mode: string(simulator.LoseAvailability), Image: ":v3", After: v3After.String()}); err != nil {
+		return res, d.fail("v3: setting the simulator fault", err)
+	}
+	start = d.watch.reset()
+	rev3, err := d.commitRelease(ctx, "v3", nil)
+	if err != nil {
+		return res, d.fail("v3: committing the release", err)
+	}
+	fr, err := d.waitRollout(ctx, func(fr *v1alpha1.FleetRollout) (bool, error) {
+		if candidateOf(fr) != rev3 {
+			return false, nil
+		}
+		switch fr.Status.Phase {
+		case v1alpha1.PhaseRolledBack:
+			return true, nil
+		case v1alpha1.PhaseCompleted:
+			return false, fmt.Errorf("v3 completed, but its canary should have lost availability and failed noDisruption")
+		case v1alpha1.PhaseHeld:
+			return false, fmt.Errorf("v3 is held instead of rolled back: the policy in platform-policies should say onFail: \"Rollback\"")
+		}
+		return false, nil
+	})
+	if err != nil {
+		return res, d.fail("v3: a release that loses availability should be rolled back", err)
+	}
+	if !fr.IsRejected(rev3) {
+		return res, d.fail("v3: a rolled-back release should be rejected", fmt.Errorf("status.rejected is %+v", fr.Status.Rejected))
+	}
+	why := d.failedGate(ctx, rev3, v1alpha1.GateNoDisruption)
+	fmt.Fprintf(d.out, "  v3 was rolled back and is rejected (%s)\n  %s\n", roundDuration(time.Since(start)), why)
+	if err := d.ctl.clearFault(ctx, "", webWorkload); err != nil {
+		return res, d.fail("v3: clearing the simulator fault", err)
+	}
+	res.Releases = append(res.Releases, release{Label: "v3", Revision: rev3, Outcome: "RolledBack (rejected)"})
+
+	// v4: a change that going back cannot undo.
+	fmt.Fprintf(d.out, "\nv4: a release that grows db's volume (volumeClaimTemplates 1Gi → 2Gi), which going back to v2\n"+
+		"would not undo. rollbackSafe blocks it before the first wave, with nothing applied, until its\n"+
+		"irreversible changes are approved.\n")
+	start = d.watch.reset()
+	rev4, err := d.commitRelease(ctx, "v4", func(ctx context.Context, files map[string]string) error {
+		db, err := d.ctl.readFile(ctx, repoPodinfo, dbFile)
+		if err == nil {
+			files[dbFile], err = setStorage(db, "1Gi", "2Gi")
+		}
+		return err
+	})
+	if err != nil {
+		return res, d.fail("v4: committing the release", err)
+	}
+	_, err = d.waitRollout(ctx, func(fr *v1alpha1.FleetRollout) (bool, error) {
+		if candidateOf(fr) != rev4 || len(fr.Status.Waves) == 0 {
+			return false, nil
+		}
+		first := fr.Status.Waves[0]
+		if first.StartedAt != nil {
+			return false, fmt.Errorf("wave %s of v4 started: rollbackSafe should have blocked it", first.Name)
+		}
+		for _, g := range first.Gates {
+			if g.Gate == v1alpha1.GateRollbackSafe && g.Result == v1alpha1.ResultFail {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return res, d.fail("v4: rollbackSafe should block the first wave", err)
+	}
+	fmt.Fprintf(d.out, "  v4 is blocked before its first wave, nothing applied.\n  %s\n", d.failedGate(ctx, rev4, v1alpha1.GateRollbackSafe))
+	approval := v1alpha1.Approval{Revision: rev4, Irreversible: true, By: "demo", Reason: "db's volume grows; reviewed by the demo"}
+	fmt.Fprintf(d.out, "  approving its irreversible changes, as `%s approve %s --revision %s --irreversible --by demo` would:\n"+
+		"  spec.approvals += {revision: %s, irreversible: true, by: demo}\n", d.cli, rolloutName, shortRevision(rev4), shortRevision(rev4))
+	if err := d.approve(ctx, approval); err != nil {
+		return res, d.fail("v4: approving the irreversible change", err)
+	}
+	if _, err := d.waitRollout(ctx, completes(rev4, "v4")); err != nil {
+		return res, d.fail("v4: an approved release should complete", err)
+	}
+	fmt.Fprintf(d.out, "  v4 runs everywhere (%s)\n", roundDuration(time.Since(start)))
+	res.Releases = append(res.Releases, release{Label: "v4", Revision: rev4, Outcome: "Completed after approval"})
+
+	summary, err := d.summary(ctx, res.Releases)
+	if err != nil {
+		return res, d.fail("the summary", err)
+	}
+	res.Summary = summary
+	fmt.Fprintf(d.out, "\nEvery gate decision of the demo, with its receipt (kubectl get gatereceipts NAME -o yaml):\n\n%s", summary)
+	return res, nil
+}
+
+// completes is done when rev runs everywhere, and fails when it is held or rolled back.
+func completes(rev, label string) func(*v1alpha1.FleetRollout) (bool, error) {
+	return func(fr *v1alpha1.FleetRollout) (bool, error) {
+		if candidateOf(fr) != rev {
+			return false, nil
+		}
+		switch fr.Status.Phase {
+		case v1alpha1.PhaseCompleted:
+			return true, nil
+		case v1alpha1.PhaseHeld, v1alpha1.PhaseRolledBack, v1alpha1.PhaseRollingBack:
+			return false, fmt.Errorf("%s is %s: %s", label, fr.Status.Phase, failedGates(fr))
+		}
+		return false, nil
+	}
+}
+
+const noGateFailed = "no gate failed"
+
+// failedGates names the gates that failed in a rollout's waves.
+func failedGates(fr *v1alpha1.FleetRollout) string {
+	var out []string
+	for _, w := range fr.Status.Waves {
+		for _, g := range w.Gates {
+			if g.Result == v1alpha1.ResultFail {
+				out = append(out, fmt.Sprintf("%s failed in wave %s (receipt %s)", g.Gate, w.Name, g.Receipt))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return noGateFailed
+	}
+	return strings.Join(out, "; ")
+}
+
+// commitRelease commits version of the package (its kustomization.yaml, and what change adds) and
+// returns the new revision.
+func (d *driver) commitRelease(ctx context.Context, version string, change func(context.Context, map[string]string) error) (string, error) {
+	k, err := d.ctl.readFile(ctx, repoPodinfo, releaseFile)
+	if err != nil {
+		return "", err
+	}
+	if k, err = setVersion(k, version); err != nil {
+		return "", err
+	}
+	files := map[string]string{releaseFile: k}
+	if change != nil {
+		if err := change(ctx, files); err != nil {
+			return "", err
+		}
+	}
+	rev, err := d.ctl.commit(ctx, repoPodinfo, "podinfo "+version, files)
+	if err != nil {
+		return "", err
+	}
+	d.labels[rev] = version
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(d.out, "  committed %s to the podinfo repository: %s\n", strings.Join(names, " and "), shortRevision(rev))
+	return rev, nil
+}
+
+// failedGate says which receipt failed gate for rev, and its first reason.
+func (d *driver) failedGate(ctx context.Context, rev, gate string) string {
+	receipts, err := d.receipts(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	for i := len(receipts) - 1; i >= 0; i-- {
+		rc := receipts[i]
+		if rc.Spec.Candidate.Revision != rev || rc.Spec.Gate != gate || rc.Spec.Result != v1alpha1.ResultFail {
+			continue
+		}
+		reason := "no reason recorded"
+		if len(rc.Spec.Reasons) > 0 {
+			reason = rc.Spec.Reasons[0]
+			if n := len(rc.Spec.Reasons) - 1; n > 0 {
+				reason += fmt.Sprintf(" (and %d more)", n)
+			}
+		}
+		return fmt.Sprintf("%s failed in wave %s on %s (receipt %s): %s", gate, rc.Spec.Wave, strings.Join(rc.Spec.Targets, ", "), rc.Name, clip(reason, 300))
+	}
+	return fmt.Sprintf("no failed %s receipt of %s found", gate, d.label(rev))
+}
+
+// receipts lists the rollout's receipts, oldest first.
+func (d *driver) receipts(ctx context.Context) ([]v1alpha1.GateReceipt, error) {
+	var list v1alpha1.GateReceiptList
+	if err := d.c.List(ctx, &list, client.InNamespace(d.st.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: rolloutName}); err != nil {
+		return nil, fmt.Errorf("listing the gate receipts of %s: %w", rolloutName, err)
+	}
+	sort.SliceStable(list.Items, func(i, j int) bool {
+		return list.Items[i].Spec.EvaluatedAt.Before(&list.Items[j].Spec.EvaluatedAt)
+	})
+	return list.Items, nil
+}
+
+// approve appends a to the rollout's spec.approvals with a merge patch that fails on a concurrent
+// change (and is then read and applied again), as `tidegate approve` does.
+func (d *driver) approve(ctx context.Context, a v1alpha1.Approval) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var fr v1alpha1.FleetRollout
+		if err := d.c.Get(ctx, types.NamespacedName{Namespace: d.st.Namespace, Name: rolloutName}, &fr); err != nil {
+			return err
+		}
+		before := fr.DeepCopy()
+		fr.Spec.Approvals = append(fr.Spec.Approvals, a)
+		return d.c.Patch(ctx, &fr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(demoFieldManager))
+	})
+}
+
+// summary is the table of every gate decision of the releases.
+func (d *driver) summary(ctx context.Context, releases []release) (string, error) {
+	receipts, err := d.receipts(ctx)
+	if err != nil {
+		return "", err
+	}
+	var fr v1alpha1.FleetRollout
+	if err := d.c.Get(ctx, types.NamespacedName{Namespace: d.st.Namespace, Name: rolloutName}, &fr); err != nil {
+		return "", err
+	}
+	waves := make([]string, 0, len(fr.Spec.Waves))
+	for _, w := range fr.Spec.Waves {
+		waves = append(waves, w.Name)
+	}
+	return summaryTable(receipts, waves, releases), nil
+}

@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/scheme"
+)
+
+func ready(status metav1.ConditionStatus, reason, msg string) []metav1.Condition {
+	return []metav1.Condition{{Type: "Ready", Status: status, Reason: reason, Message: msg}}
+}
+
+// A failure report names what is not Ready, with its reason and message, and nothing that is.
+func TestDescribeTroubleNamesWhatIsNotReady(t *testing.T) {
+	meta := func(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
+	objs := []client.Object{
+		&sourcev1.GitRepository{ObjectMeta: meta("fleet", "podinfo"), Status: sourcev1.GitRepositoryStatus{Conditions: ready("False", "GitOperationFailed", "failed to checkout and determine revision: unable to clone")}},
+		&sourcev1.GitRepository{ObjectMeta: meta("flux-system", "fleet"), Status: sourcev1.GitRepositoryStatus{Conditions: ready("True", "Succeeded", "stored artifact")}},
+		&kustomizev1.Kustomization{ObjectMeta: meta("fleet", "podinfo-member-1"), Status: kustomizev1.KustomizationStatus{Conditions: ready("False", "HealthCheckFailed", "timeout waiting for: [Deployment/podinfo/web status: 'InProgress']")}},
+		&v1alpha1.FleetCluster{ObjectMeta: meta("fleet", "member-1")},
+		&v1alpha1.FleetRollout{ObjectMeta: meta("fleet", "podinfo"), Status: v1alpha1.FleetRolloutStatus{
+			Phase:      v1alpha1.PhaseProgressing,
+			Conditions: ready("False", v1alpha1.GateFailedReason, "wave canary is blocked"),
+			Waves:      []v1alpha1.WaveStatus{{Name: "canary", Gates: []v1alpha1.GateOutcome{{Gate: "rollbackSafe", Result: "Fail", Receipt: "podinfo-rollbacksafe-1"}}}},
+		}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).WithStatusSubresource(objs...).Build()
+	got := describeTrouble(context.Background(), c, "fleet")
+	for _, want := range []string{
+		"GitRepository fleet/podinfo: Ready=False (GitOperationFailed): failed to checkout",
+		"Kustomization fleet/podinfo-member-1: Ready=False (HealthCheckFailed): timeout waiting for",
+		"FleetCluster fleet/member-1: Ready=no condition yet",
+		"FleetRollout fleet/podinfo (phase Progressing; rollbackSafe failed in wave canary (receipt podinfo-rollbacksafe-1)): Ready=False (GateFailed): wave canary is blocked",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report should say %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "flux-system/fleet") {
+		t.Errorf("a Ready object is not trouble:\n%s", got)
+	}
+}
+
+// Without the test binaries, up says how to build them and starts nothing.
+func TestUpWithoutTestBinariesSaysHowToBuildThem(t *testing.T) {
+	t.Setenv("TIDEGATE_TESTBIN", t.TempDir())
+	dir := t.TempDir()
+	var out bytes.Buffer
+	_, err := up(context.Background(), &out, upOptions{clusters: 1, dir: dir, runArgs: []string{"sandbox", "run"}, cli: "tidegate"})
+	var e *Error
+	if err == nil || !strings.Contains(err.Error(), "make testbin") || !errors.As(err, &e) || e.Code != 1 {
+		t.Fatalf("up without test binaries: %v", err)
+	}
+	if running(dir) {
+		t.Errorf("nothing should run")
+	}
+}
+
+// The command line: usage errors exit 2, run is hidden and is what up re-executes.
+func TestCommandLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"sandbox", "up", "--clusters", "0"},
+		{"sandbox", "up", "--clusters", "11"},
+		{"sandbox", "up", "--dir", ""},
+	} {
+		var out bytes.Buffer
+		if code := executeTo(context.Background(), args, &out, &out); code != 2 {
+			t.Errorf("%v exited %d, want 2:\n%s", args, code, out.String())
+		}
+	}
+	root := &cobra.Command{Use: "flux-fleet"}
+	root.AddCommand(NewCommand())
+	run, _, err := root.Find([]string{"sandbox", "run"})
+	if err != nil || !run.Hidden {
+		t.Fatalf("sandbox run: %v, hidden %v", err, run != nil && run.Hidden)
+	}
+	if got := commandArgs(run); strings.Join(got, " ") != "sandbox run" {
+		t.Errorf("up would re-execute %v", got)
+	}
+	var help bytes.Buffer
+	executeTo(context.Background(), []string{"sandbox", "--help"}, &help, &help)
+	for _, sub := range []string{"up", "status", "down"} {
+		if !strings.Contains(help.String(), "  "+sub+" ") {
+			t.Errorf("sandbox --help should list %s:\n%s", sub, help.String())
+		}
+	}
+	if strings.Contains(help.String(), "  run ") {
+		t.Errorf("sandbox --help should not list the hidden run:\n%s", help.String())
+	}
+}
