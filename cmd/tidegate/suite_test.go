@@ -43,19 +43,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	envErr = startHub(dir)
-	if envErr != nil {
-		fmt.Fprintf(os.Stderr, "envtest not started, the tests that need it will fail: %v\n", envErr)
-	}
-	code := m.Run()
-	if env != nil {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
+	code := testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+		envErr = startHub(dir)
+		return env, envErr
+	})
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

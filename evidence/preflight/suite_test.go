@@ -38,20 +38,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	envErr = startAPIServer()
-	if envErr != nil {
-		fmt.Fprintf(os.Stderr, "envtest not started, the tests that need it will fail: %v\n", envErr)
-	}
-	code := m.Run()
-	if env != nil {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
+	os.Exit(testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+		envErr = startAPIServer()
+		return env, envErr
+	}))
 }
 
 func startAPIServer() error {

@@ -15,11 +15,23 @@ import (
 // from starting: tests that need it must then fail with that error, never skip. It returns the exit
 // code for os.Exit, 1 when stopping the API server failed.
 func RunWithAPIServer(m *testing.M, scheme *runtime.Scheme, crdDirs []string, ready func(client.Client, error)) int {
-	env, c, err := startAPIServer(scheme, crdDirs)
+	return RunWithEnvironment(m, func() (*envtest.Environment, error) {
+		env, c, err := startAPIServer(scheme, crdDirs)
+		ready(c, err)
+		return env, err
+	})
+}
+
+// RunWithEnvironment runs a package's tests around an envtest environment that start brings up (for
+// suites that need more than RunWithAPIServer gives: a rest.Config, API server flags, users). An
+// error from start is reported, and the tests still run: those that need the environment must fail
+// with that error, never skip. The environment start returns, if any, is stopped afterwards; the exit
+// code is m.Run's, or 1 when stopping failed.
+func RunWithEnvironment(m *testing.M, start func() (*envtest.Environment, error)) int {
+	env, err := start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "envtest not started, the tests that need it will fail: %v\n", err)
 	}
-	ready(c, err)
 	code := m.Run()
 	if env != nil {
 		if err := env.Stop(); err != nil {
