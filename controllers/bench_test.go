@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
 )
 
@@ -51,11 +52,11 @@ func benchFleet(b *testing.B) (*v1alpha1.FleetRollout, *world, map[string]*kusto
 		}
 		fr.Status.Waves = append(fr.Status.Waves, ws)
 	}
-	w := &world{Target: "main@sha1:2", Inventory: inv, Plan: plan, Now: now, Kustomizations: map[string]ksObservation{},
-		Candidate: sourceState{Exists: true, Ready: true, Revision: "main@sha1:2", Digest: "sha256:2"}}
+	w := &world{Rollout: fr, Target: "main@sha1:2", Inventory: inv, Plan: plan, Now: now, Kustomizations: map[string]collector.Observation{},
+		Candidate: collector.SourceState{Exists: true, Ready: true, Revision: "main@sha1:2", Digest: "sha256:2"}}
 	existing := map[string]*kustomizev1.Kustomization{}
 	for _, c := range inv {
-		w.Kustomizations[c.Name] = ksObservation{Exists: true, Source: "web-2", Current: true, ReadyCurrent: true,
+		w.Kustomizations[c.Name] = collector.Observation{Exists: true, Source: "web-2", Current: true, ReadyCurrent: true,
 			Ready: metav1.ConditionTrue, LastApplied: "main@sha1:2", LastAttempted: "main@sha1:2"}
 		existing[c.Name] = &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
 	}
@@ -78,8 +79,8 @@ func BenchmarkStep1000Clusters(b *testing.B) {
 	fr, w, _ := benchFleet(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		c := fr.DeepCopy()
-		step(c, w)
+		w.Rollout = fr.DeepCopy()
+		step(w)
 	}
 }
 

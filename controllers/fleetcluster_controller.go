@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/member"
 )
 
 // DefaultProbeTimeout bounds one reachability check of a member API server.
@@ -45,7 +46,9 @@ const fleetClusterKustomizationIndex = "fleetcluster.tidegate.dev/kustomizations
 // revision its Kustomization should run and the one it runs.
 type FleetClusterReconciler struct {
 	client.Client
-	EventRecorder record.EventRecorder // k8s.io/client-go/tools/record; may be nil in tests
+	// EventRecorder emits Kubernetes events (fluxcd/pkg/runtime/events in the manager, as for
+	// FleetRollouts); may be nil in tests.
+	EventRecorder events.EventRecorder
 	// HubConfig reaches the hub API server; FleetClusters without spec.kubeConfig are probed with it.
 	HubConfig *rest.Config
 	// ProbeTimeout bounds one reachability check; defaults to 10s.
@@ -159,9 +162,9 @@ func (r *FleetClusterReconciler) probe(ctx context.Context, obj *v1alpha1.FleetC
 	if secrets == nil {
 		secrets = r.Client
 	}
-	cfg, err := RESTConfigForCluster(ctx, secrets, r.HubConfig, obj)
+	cfg, err := member.RESTConfig(ctx, secrets, r.HubConfig, obj)
 	switch {
-	case IsKubeConfigError(err):
+	case member.IsKubeConfigError(err):
 		markReachable(obj, metav1.ConditionFalse, v1alpha1.KubeConfigErrorReason, err.Error())
 		return nil
 	case err != nil:
@@ -245,7 +248,7 @@ func (r *FleetClusterReconciler) recordTransition(ctx context.Context, obj *v1al
 	}
 	ctrl.LoggerFrom(ctx).Info("cluster readiness changed", "ready", after.Status, "reason", after.Reason, "message", after.Message)
 	if r.EventRecorder != nil {
-		r.EventRecorder.Event(obj, eventType, after.Reason, after.Message)
+		r.EventRecorder.Eventf(obj, nil, eventType, after.Reason, after.Reason, "%s", after.Message)
 	}
 }
 
@@ -360,10 +363,7 @@ func (clusterRolloutViewChanged) Generic(e event.GenericEvent) bool {
 }
 
 func (clusterRolloutViewChanged) Update(e event.UpdateEvent) bool {
-	if e.ObjectOld == nil || e.ObjectNew == nil {
-		return false
-	}
-	return viewOf(e.ObjectOld) != viewOf(e.ObjectNew)
+	return viewChanged[clusterRolloutView]{view: viewOf}.Update(e)
 }
 
 // fleetClusterForKustomization maps a Kustomization to the FleetCluster in its cluster label. On an

@@ -330,18 +330,11 @@ func (e *fcEnv) recorded() (events, logs string) {
 	return strings.Join(e.events, "\n"), e.logs.String()
 }
 
-func (e *fcEnv) Event(_ runtime.Object, eventtype, reason, message string) {
+// Eventf records an event as the events.EventRecorder the controller is given.
+func (e *fcEnv) Eventf(_, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.events = append(e.events, eventtype+" "+reason+" "+message)
-}
-
-func (e *fcEnv) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
-	e.Event(obj, eventtype, reason, fmt.Sprintf(messageFmt, args...))
-}
-
-func (e *fcEnv) AnnotatedEventf(obj runtime.Object, _ map[string]string, eventtype, reason, messageFmt string, args ...any) {
-	e.Eventf(obj, eventtype, reason, messageFmt, args...)
+	e.events = append(e.events, eventtype+" "+reason+" "+fmt.Sprintf(note, args...))
 }
 
 func fcStartManager(t *testing.T, f *localfleet.Fleet) *fcEnv {

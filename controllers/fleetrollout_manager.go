@@ -31,8 +31,10 @@ type FleetRolloutOptions struct {
 }
 
 // SetupWithManager registers the controller: FleetRollouts on spec change or reconcile request;
-// their Kustomizations and pinned sources on any change (health and artifacts arrive in status);
-// tracked sources on a new artifact; FleetClusters of the namespace on any change.
+// their Kustomizations when their spec, applied revision, Ready or Healthy changes
+// (kustomizationChanged); tracked, pinned and policy sources when their artifact or Ready changes
+// (sourceChanged); FleetClusters of the namespace when their spec, labels or reachability change
+// (fleetClusterChanged). Status writes that change none of these trigger nothing.
 func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRolloutOptions) error {
 	ctx := context.Background()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.FleetRollout{}, sourceIndexKey, func(o client.Object) []string {
@@ -51,10 +53,13 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.FleetRollout{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
-		Owns(&kustomizev1.Kustomization{}).
-		Watches(&sourcev1.GitRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.GitRepositoryKind))).
-		Watches(&sourcev1.OCIRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.OCIRepositoryKind))).
-		Watches(&v1alpha1.FleetCluster{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsInNamespace)).
+		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(kustomizationChanged)).
+		Watches(&sourcev1.GitRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.GitRepositoryKind)),
+			builder.WithPredicates(sourceChanged)).
+		Watches(&sourcev1.OCIRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.OCIRepositoryKind)),
+			builder.WithPredicates(sourceChanged)).
+		Watches(&v1alpha1.FleetCluster{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsInNamespace),
+			builder.WithPredicates(fleetClusterChanged)).
 		WithOptions(controllerOptions(opts.MaxConcurrentReconciles, opts.SkipNameValidation)).
 		Complete(r)
 }

@@ -23,7 +23,7 @@ const maxConditionMessage = 1024
 // ownedConditions are the conditions the FleetRollout controller sets; the patcher resolves
 // conflicts on them in its favour.
 var ownedConditions = []string{
-	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition, v1alpha1.HeldCondition,
+	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition, v1alpha1.HeldCondition, v1alpha1.RollingOutCondition,
 	v1alpha1.GateDeploySafe, v1alpha1.GateNoDisruption, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds,
 }
 
@@ -53,29 +53,47 @@ func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha
 	)
 }
 
-// setRolloutConditions derives Ready, Reconciling and Held from the phase and what the step waits for.
-func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting, policyOnFail string) {
+// setConditions derives Ready, Reconciling, Stalled, Held and RollingOut, the one place that sets
+// them, from what the pass ended on and from status: the phase, what the rollout waits for and the
+// gate conditions the decisions set; policyOnFail is the policy's settings.onFail. It is pure.
+func setConditions(fr *v1alpha1.FleetRollout, out outcome, policyOnFail string) {
 	st := &fr.Status
-	if fr.Spec.Hold != nil {
-		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.HeldReason, "%s", capMessage("spec.hold: "+fr.Spec.Hold.Reason))
-	} else if st.Phase == v1alpha1.PhaseHeld {
-		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.GateFailedReason, "%s", capMessage(failedWaveMessage(fr)))
-	} else {
-		conditions.Delete(fr, v1alpha1.HeldCondition)
+	setHeld(fr)
+	setRollingOut(fr)
+	conditions.Delete(fr, meta.StalledCondition)
+	switch out.kind {
+	case stalling:
+		conditions.MarkStalled(fr, out.reason, "%s", out.message)
+		conditions.MarkFalse(fr, meta.ReadyCondition, out.reason, "%s", out.message)
+		conditions.Delete(fr, meta.ReconcilingCondition)
+		return
+	case generic:
+		msg := capMessage(out.err.Error())
+		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.ReconciliationFailedReason, "%s", msg)
+		conditions.MarkReconciling(fr, v1alpha1.ProgressingWithRetryReason, "%s", msg)
+		return
+	case waiting:
+		conditions.MarkFalse(fr, meta.ReadyCondition, out.reason, "%s", out.message)
+		conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", out.message)
+		return
 	}
 
+	waiting := ""
+	if st.WaitingFor != nil {
+		waiting = st.WaitingFor.Message
+	}
 	switch st.Phase {
 	case v1alpha1.PhaseCompleted:
 		n := 0
 		for _, w := range st.Waves {
 			n += len(w.Clusters)
 		}
-		conditions.MarkTrue(fr, meta.ReadyCondition, v1alpha1.SucceededReason, "revision %s runs on %d clusters", st.LastKnownGood.Revision, n)
+		msg := fmt.Sprintf("revision %s runs on %d clusters", st.LastKnownGood.Revision, n)
 		if waiting != "" {
 			// Completed, but something newer waits (a rejected revision, a source without artifact).
-			conditions.MarkTrue(fr, meta.ReadyCondition, v1alpha1.SucceededReason, "%s", capMessage(fmt.Sprintf(
-				"revision %s runs on %d clusters; %s", st.LastKnownGood.Revision, n, waiting)))
+			msg += "; " + waiting
 		}
+		conditions.MarkTrue(fr, meta.ReadyCondition, v1alpha1.SucceededReason, "%s", capMessage(msg))
 		conditions.Delete(fr, meta.ReconcilingCondition)
 	case v1alpha1.PhaseRolledBack:
 		msg := fmt.Sprintf("revision %s was rolled back to %s", st.Candidate.Revision, st.LastKnownGood.Revision)
@@ -100,6 +118,12 @@ func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting, policyOnFail strin
 		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.HeldReason, "%s", capMessage(msg))
 		conditions.Delete(fr, meta.ReconcilingCondition)
 	default:
+		if st.WaitingFor != nil && st.WaitingFor.Reason == v1alpha1.WaitingForGateBlocked && st.Phase == v1alpha1.PhaseProgressing {
+			// A failed gate stops the rollout until something changes: not Ready, with the gates' reasons.
+			conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.GateFailedReason, "%s", capMessage(waiting+blockingGates(fr)))
+			conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
+			return
+		}
 		if waiting == "" {
 			waiting = "rolling out"
 			if st.Candidate != nil {
@@ -109,6 +133,52 @@ func setRolloutConditions(fr *v1alpha1.FleetRollout, waiting, policyOnFail strin
 		conditions.MarkUnknown(fr, meta.ReadyCondition, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
 		conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
 	}
+}
+
+// setHeld says whether spec.hold or a failed gate holds the rollout.
+func setHeld(fr *v1alpha1.FleetRollout) {
+	switch {
+	case fr.Spec.Hold != nil:
+		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.HeldReason, "%s", capMessage("spec.hold: "+fr.Spec.Hold.Reason))
+	case fr.Status.Phase == v1alpha1.PhaseHeld:
+		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.GateFailedReason, "%s", capMessage(failedWaveMessage(fr)))
+	default:
+		conditions.Delete(fr, v1alpha1.HeldCondition)
+	}
+}
+
+// setRollingOut is the lifecycle condition: True while a candidate is in flight (going forward,
+// held, or going back), False once the rollout rests.
+func setRollingOut(fr *v1alpha1.FleetRollout) {
+	st := &fr.Status
+	switch {
+	case st.Candidate != nil && st.Phase == v1alpha1.PhaseRollingBack:
+		conditions.MarkTrue(fr, v1alpha1.RollingOutCondition, v1alpha1.RollingBackReason, "rolling %s back to %s", st.Candidate.Revision, st.LastKnownGood.Revision)
+	case st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || st.Phase == v1alpha1.PhaseHeld):
+		msg := "rolling out " + st.Candidate.Revision
+		if st.CurrentWave != "" {
+			msg += " in wave " + st.CurrentWave
+		}
+		conditions.MarkTrue(fr, v1alpha1.RollingOutCondition, st.Phase, "%s", msg)
+	default:
+		conditions.MarkFalse(fr, v1alpha1.RollingOutCondition, v1alpha1.NotRollingOutReason, "no candidate in flight")
+	}
+}
+
+// blockingGates lists the current wave's failed gates with their conditions' messages.
+func blockingGates(fr *v1alpha1.FleetRollout) string {
+	var msg string
+	for _, wv := range fr.Status.Waves {
+		if wv.Name != fr.Status.CurrentWave {
+			continue
+		}
+		for _, o := range wv.Gates {
+			if c := conditions.Get(fr, o.Gate); o.Result == v1alpha1.ResultFail && c != nil {
+				msg += "; " + o.Gate + ": " + c.Message
+			}
+		}
+	}
+	return msg
 }
 
 // failedWaveMessage names the failed wave, its gate and receipt, with the gate's reasons.

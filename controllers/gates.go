@@ -2,6 +2,11 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
@@ -59,4 +64,63 @@ func waveName(w *v1alpha1.WaveStatus) string {
 		return ""
 	}
 	return w.Name
+}
+
+// decide collects the evidence of each gate for wave i, decides it with the policy and writes its
+// receipt. Evidence that could not be collected, and an evaluation that failed, fail the gate:
+// gates fail closed. A policy that cannot decide returns a *tgcue.PolicyError (wrapped) and
+// nothing is decided.
+func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gates []string) ([]decidedGate, error) {
+	fr := p.Rollout
+	wv := &fr.Status.Waves[i]
+	pol := p.policy
+	evaluator := r.Gates
+	if evaluator == nil {
+		evaluator = CUEGates{}
+	}
+	decided := make([]decidedGate, 0, len(gates))
+	for _, gate := range gates {
+		ev, err := r.Evidence.Collect(ctx, p.world, gate, i)
+		var d GateDecision
+		if err != nil {
+			d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": collecting the evidence failed: " + err.Error()},
+				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
+		} else {
+			d, err = safeEvaluate(ctx, evaluator, GateRequest{Gate: gate, Rollout: fr, Wave: wv, Policy: pol.Policy, Evidence: ev.Evidence})
+			var perr *tgcue.PolicyError
+			if errors.As(err, &perr) {
+				return nil, fmt.Errorf("deciding %s with the policy from %s: %w", gate, pol.From, err)
+			}
+			if err != nil {
+				d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": evaluation failed: " + err.Error()},
+					Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
+			}
+		}
+		rc, err := buildReceipt(fr, wv, wv.Clusters, gate, d, ev.Approvals, metav1.NewTime(p.Now))
+		if err != nil {
+			return nil, err
+		}
+		if err := writeReceipt(ctx, r.Client, fr, rc); err != nil {
+			return nil, err
+		}
+		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name})
+		eventType := corev1.EventTypeNormal
+		if d.Result != v1alpha1.ResultPass {
+			eventType = corev1.EventTypeWarning
+		}
+		_, reason := metav1ConditionFor(d.Result)
+		r.event(fr, eventType, reason, "%s %s for wave %s of %s: %s", gate, d.Result, wv.Name, fr.Status.Candidate.Revision, summarize(d))
+	}
+	return decided, nil
+}
+
+// safeEvaluate runs an evaluator and turns a panic into an error, so a broken evaluator fails the gate
+// instead of the controller.
+func safeEvaluate(ctx context.Context, g GateEvaluator, req GateRequest) (d GateDecision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("gate evaluator panicked: %v", p)
+		}
+	}()
+	return g.Evaluate(ctx, req)
 }

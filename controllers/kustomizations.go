@@ -9,15 +9,12 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
-	"github.com/fluxcd/pkg/apis/meta"
-	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 )
 
 // specHashAnnotation records a hash of what tidegate last wrote to a Kustomization, so a reconcile
@@ -98,95 +95,6 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 		return false, fmt.Errorf("applying kustomization %s/%s: %w", ks.Namespace, ks.Name, err)
 	}
 	return true, nil
-}
-
-// ksObservation is what one cluster's Kustomization says about the revision it runs.
-type ksObservation struct {
-	Exists        bool
-	Source        string // sourceRef.name
-	Current       bool   // status.observedGeneration == metadata.generation
-	ReadyCurrent  bool   // the Ready condition was written for the current generation
-	Ready         metav1.ConditionStatus
-	Reason        string
-	Message       string
-	LastApplied   string
-	LastAttempted string
-	// Health is the outcome of the Kustomization's health checks (tgcue.HealthChecks*): None when it
-	// asks for none (no wait, no healthChecks), else its Healthy condition.
-	Health string
-}
-
-func observe(ks *kustomizev1.Kustomization) ksObservation {
-	if ks == nil {
-		return ksObservation{}
-	}
-	o := ksObservation{
-		Exists:        true,
-		Source:        ks.Spec.SourceRef.Name,
-		Current:       ks.Status.ObservedGeneration == ks.Generation,
-		Ready:         metav1.ConditionUnknown,
-		LastApplied:   ks.Status.LastAppliedRevision,
-		LastAttempted: ks.Status.LastAttemptedRevision,
-	}
-	if c := conditions.Get(ks, meta.ReadyCondition); c != nil {
-		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
-		o.ReadyCurrent = c.ObservedGeneration == ks.Generation
-	}
-	o.Health = tgcue.HealthChecksNone
-	if ks.Spec.Wait || len(ks.Spec.HealthChecks) > 0 {
-		o.Health = tgcue.HealthChecksUnknown
-		if c := conditions.Get(ks, meta.HealthyCondition); c != nil {
-			switch c.Status {
-			case metav1.ConditionTrue:
-				o.Health = tgcue.HealthChecksPassed
-			case metav1.ConditionFalse:
-				o.Health = tgcue.HealthChecksFailed
-			}
-		}
-	}
-	return o
-}
-
-// readyAt tells whether the Kustomization has applied revision from source and is healthy.
-func (o ksObservation) readyAt(source, revision string) bool {
-	return o.Exists && o.Source == source && o.Current && o.Ready == metav1.ConditionTrue && sameRevision(o.LastApplied, revision)
-}
-
-// stillAt tells whether a Kustomization that was ready at revision still is: kustomize-controller
-// marks Ready Unknown at the start of every reconcile of the same revision, which is not a loss of
-// health; only a failure is.
-func (o ksObservation) stillAt(source, revision string) bool {
-	return o.Exists && o.Source == source && o.Ready != metav1.ConditionFalse && sameRevision(o.LastApplied, revision)
-}
-
-// sameRevision compares two Flux revisions by the commit or digest they name: a source pinned by
-// commit or digest alone reports "sha1:<commit>" where the tracked source said "main@sha1:<commit>".
-func sameRevision(a, b string) bool {
-	if a == b {
-		return true
-	}
-	_, da, errA := splitRevision(a)
-	_, db, errB := splitRevision(b)
-	return errA == nil && errB == nil && da == db
-}
-
-// failedAt tells whether the Kustomization failed with the spec that points at source: the apply, the
-// build or the health check. Dependency and source waits are not failures of the revision.
-// kustomize-controller moves status.observedGeneration only on success, so a failure of the current
-// spec is recognised by the Ready condition's own observedGeneration; the pinned source's name is
-// unique to the revision, so the spec points at nothing else.
-func (o ksObservation) failedAt(source string) bool {
-	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse {
-		return false
-	}
-	switch o.Reason {
-	case meta.HealthCheckFailedReason, meta.ReconciliationFailedReason, meta.BuildFailedReason,
-		// Waves start only once the pinned source serves the revision, so an artifact failure here is
-		// the revision's own (kustomize-controller reports a path missing from it this way).
-		meta.ArtifactFailedReason:
-		return true
-	}
-	return false
 }
 
 func contentHash(parts ...any) (string, error) {

@@ -7,99 +7,25 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fluxcd/pkg/apis/meta"
-	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence/collector"
 )
 
 // pinnedSourceInterval is how often source-controller re-checks a pinned source. The pinned commit or
 // digest never changes; the interval only bounds how long a lost artifact (storage wiped) stays lost.
 const pinnedSourceInterval = 10 * time.Minute
 
-// sourceState is what the engine knows of a Flux source: the tracked one or a pinned one.
-type sourceState struct {
-	Name     string
-	Exists   bool
-	Ready    bool
-	Message  string
-	Revision string // artifact revision, "" when there is no artifact
-	Digest   string
-	URL      string // where source-controller serves the artifact
-	// Verification is the provider the source asks to verify its artifact with ("" for none), and
-	// Verified and VerifyMessage are its SourceVerified condition.
-	Verification  string
-	Verified      bool
-	VerifyMessage string
-}
-
-func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) sourceState {
-	s := sourceState{Name: name, Exists: true, Ready: conditions.IsReady(getter)}
-	if c := conditions.Get(getter, meta.ReadyCondition); c != nil {
-		s.Message = c.Message
-	}
-	if a := obj.GetArtifact(); a != nil {
-		s.Revision, s.Digest, s.URL = a.Revision, a.Digest, a.URL
-	}
-	if c := conditions.Get(getter, sourcev1.SourceVerifiedCondition); c != nil {
-		s.Verified, s.VerifyMessage = c.Status == metav1.ConditionTrue, c.Message
-	}
-	return s
-}
-
-// getSource reads a Flux source of the rollout's namespace and returns its object and state.
-func getSource(ctx context.Context, c client.Reader, ns, kind, name string) (client.Object, sourceState, error) {
-	key := types.NamespacedName{Namespace: ns, Name: name}
-	switch kind {
-	case sourcev1.GitRepositoryKind:
-		var o sourcev1.GitRepository
-		if err := c.Get(ctx, key, &o); err != nil {
-			return nil, sourceState{Name: name}, err
-		}
-		s := stateOf(&o, name, &o)
-		if o.Spec.Verification != nil {
-			s.Verification = "openpgp" // the one provider GitRepository verifies commits and tags with
-		}
-		return &o, s, nil
-	case sourcev1.OCIRepositoryKind:
-		var o sourcev1.OCIRepository
-		if err := c.Get(ctx, key, &o); err != nil {
-			return nil, sourceState{Name: name}, err
-		}
-		s := stateOf(&o, name, &o)
-		if o.Spec.Verify != nil {
-			s.Verification = o.Spec.Verify.Provider
-		}
-		return &o, s, nil
-	}
-	return nil, sourceState{Name: name}, fmt.Errorf("source kind %q is not supported: use GitRepository or OCIRepository", kind)
-}
-
-// splitRevision splits a Flux artifact revision "<ref>@<algo>:<hash>" into its ref and "<algo>:<hash>".
-// A revision without "@" ("sha1:<hash>") has an empty ref.
-func splitRevision(revision string) (ref, digest string, err error) {
-	ref, digest = "", revision
-	if i := strings.LastIndex(revision, "@"); i >= 0 {
-		ref, digest = revision[:i], revision[i+1:]
-	}
-	algo, hash, ok := strings.Cut(digest, ":")
-	if !ok || algo == "" || hash == "" {
-		return "", "", fmt.Errorf("revision %q is not a Flux artifact revision like main@sha1:<commit> or latest@sha256:<digest>", revision)
-	}
-	return ref, digest, nil
-}
-
 // pinnedSource builds the source that pins revision of the rollout's tracked source: a copy of the
 // tracked source with the same URL, credentials and verification, whose ref names exactly that commit
 // (Git) or digest (OCI).
 func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, revision string) (client.Object, error) {
-	ref, digest, err := splitRevision(revision)
+	ref, digest, err := collector.SplitRevision(revision)
 	if err != nil {
 		return nil, fmt.Errorf("fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
 	}

@@ -18,25 +18,6 @@ import (
 	"github.com/tidegate/tidegate/internal/scheme"
 )
 
-func TestSplitRevision(t *testing.T) {
-	for _, tc := range []struct{ in, ref, digest string }{
-		{"main@sha1:abc", "main", "sha1:abc"},
-		{"refs/heads/release@sha1:abc", "refs/heads/release", "sha1:abc"},
-		{"latest@sha256:0123", "latest", "sha256:0123"},
-		{"sha1:abc", "", "sha1:abc"},
-	} {
-		ref, digest, err := splitRevision(tc.in)
-		if err != nil || ref != tc.ref || digest != tc.digest {
-			t.Errorf("splitRevision(%q) = %q, %q, %v; want %q, %q", tc.in, ref, digest, err, tc.ref, tc.digest)
-		}
-	}
-	for _, bad := range []string{"", "main", "main@", "main@sha1:", "main@:abc"} {
-		if _, _, err := splitRevision(bad); err == nil {
-			t.Errorf("splitRevision(%q) should fail", bad)
-		}
-	}
-}
-
 func TestPinnedSourceKeepsURLAuthAndVerifyAndPinsTheRevision(t *testing.T) {
 	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
 	git := &sourcev1.GitRepository{Spec: sourcev1.GitRepositorySpec{

@@ -2,39 +2,25 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
 )
 
 // maxRejected bounds status.rejected.
 const maxRejected = 10
 
-// world is everything one reconcile observed, read before the step and never written by it.
-type world struct {
-	// Target is the revision to roll out: spec.revision, else the tracked source's artifact revision.
-	Target string
-	// TargetWhy says why Target is empty.
-	TargetWhy string
-	// Inventory is the FleetClusters of the rollout's namespace.
-	Inventory fleets.Inventory
-	// Plan is the wave plan over today's inventory.
-	Plan fleets.WavePlan
-	// Candidate and KnownGood are the states of the pinned sources named in status.
-	Candidate sourceState
-	KnownGood sourceState
-	// Kustomizations are the rollout's per-cluster Kustomizations, by cluster name.
-	Kustomizations map[string]ksObservation
-	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
-	Settings tgcue.Settings
-	Now      time.Time
-}
+// world is everything one reconcile observed (collector.Scope): the step reads it and writes only
+// the rollout's status.
+type world = collector.Scope
 
 // stepResult is what a step leaves for the reconciler to do or say.
 type stepResult struct {
@@ -42,22 +28,45 @@ type stepResult struct {
 	GateWave int
 	// Gates are the gates to decide for GateWave, in order.
 	Gates []string
-	// Waiting says what the rollout waits for, for the Ready condition; empty when nothing.
-	Waiting string
+	// Wait is what the rollout waits for (status.waitingFor); nil when nothing.
+	Wait *v1alpha1.WaitingFor
 	// RequeueAfter asks to be called again then (a soak ending, a deadline); zero means the interval.
 	RequeueAfter time.Duration
 	// Refused says why a request in the spec could not be carried out; the reconciler reports it as an event.
 	Refused string
 	// Blocked is true when a wave cannot start because a gate decided before it failed.
 	Blocked bool
+	// Decided is the index of the wave whose noDisruption or rehearsal was decided (its samples can
+	// go), or -1.
+	Decided int
+	// Next is true when the step recorded an intent (a phase moved, a candidate was chosen): the
+	// status is written, then the next pass acts on it at once.
+	Next bool
+	// Notes explain a new candidate's plan or a change of it to people; the reconciler emits them
+	// as events.
+	Notes []string
+}
+
+// waitFor records what the rollout waits for.
+func (r *stepResult) waitFor(reason, wave string, since, until *metav1.Time, format string, args ...any) {
+	r.Wait = &v1alpha1.WaitingFor{Reason: reason, Wave: wave, Message: fmt.Sprintf(format, args...), Since: since, Until: until}
+}
+
+// waiting is the message of what the rollout waits for, "" when nothing.
+func (r stepResult) waiting() string {
+	if r.Wait == nil {
+		return ""
+	}
+	return r.Wait.Message
 }
 
 // step moves the rollout's status one decision forward from what was recorded and what is observed.
 // It is pure: the reconciler writes what the new status asks for on its next pass, so every write
 // follows a recorded intent and a crash between the two repeats the write, never the decision.
-func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
+func step(w *world) stepResult {
+	fr := w.Rollout
 	st := &fr.Status
-	res := stepResult{GateWave: -1}
+	res := stepResult{GateWave: -1, Decided: -1}
 	now := metav1.NewTime(w.Now)
 	if fr.Spec.Retry != st.LastHandledRetry {
 		st.LastHandledRetry = fr.Spec.Retry
@@ -80,7 +89,7 @@ func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
 	}
 
 	if w.Target == "" {
-		res.Waiting = w.TargetWhy
+		res.waitFor(v1alpha1.WaitingForSource, "", nil, nil, "%s", w.TargetWhy)
 		return res
 	}
 	if st.Candidate == nil || st.Candidate.Revision != w.Target {
@@ -89,24 +98,26 @@ func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
 			// A rollout in progress finishes (or fails) before a newer revision starts, so no cluster
 			// is left between two candidates; the newer one is picked up right after. A hold keeps
 			// the candidate too: nothing new starts while held.
-			res.Waiting = fmt.Sprintf("revision %s waits for %s to finish", w.Target, st.Candidate.Revision)
+			res.waitFor(v1alpha1.WaitingForRevision, "", nil, nil, "revision %s waits for %s to finish", w.Target, st.Candidate.Revision)
 		case st.LastKnownGood != nil && st.LastKnownGood.Revision == w.Target && !anyStarted(st):
 			st.Phase = v1alpha1.PhaseCompleted
 			return res
 		case fr.IsRejected(w.Target):
-			res.Waiting = fmt.Sprintf("revision %s was rejected; change spec.retry to roll it out again", w.Target)
+			res.waitFor(v1alpha1.WaitingForRetry, "", nil, nil, "revision %s was rejected; change spec.retry to roll it out again", w.Target)
 			return res
 		default:
 			newCandidate(fr, w)
+			res.Next, res.Notes = true, w.Plan.Notes
 			return res
 		}
 	}
 
-	if !w.Candidate.Exists || !sameRevision(w.Candidate.Revision, st.Candidate.Revision) {
-		res.Waiting = fmt.Sprintf("waiting for pinned source %s to fetch revision %s", st.Candidate.Source, st.Candidate.Revision)
+	if !w.Candidate.Exists || !collector.SameRevision(w.Candidate.Revision, st.Candidate.Revision) {
+		msg := fmt.Sprintf("waiting for pinned source %s to fetch revision %s", st.Candidate.Source, st.Candidate.Revision)
 		if w.Candidate.Message != "" {
-			res.Waiting += ": " + w.Candidate.Message
+			msg += ": " + w.Candidate.Message
 		}
+		res.waitFor(v1alpha1.WaitingForPinnedSource, "", nil, nil, "%s", msg)
 		return res
 	}
 	st.Candidate.Digest = w.Candidate.Digest
@@ -114,6 +125,10 @@ func step(fr *v1alpha1.FleetRollout, w *world) stepResult {
 	switch st.Phase {
 	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack:
 		return res
+	}
+	if st.PlanHash != w.Plan.Hash {
+		res.Notes = append(res.Notes, fmt.Sprintf("the waves of spec changed during the rollout of %s: started waves keep their members, waves not started yet are planned from the new spec", st.Candidate.Revision))
+		st.PlanHash = w.Plan.Hash
 	}
 	return stepWaves(fr, w, now, res)
 }
@@ -123,18 +138,18 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 	st := &fr.Status
 	for i := range st.Waves {
 		wv := &st.Waves[i]
-		spec := waveSpec(fr, wv.Name)
+		spec := fr.WaveSpec(wv.Name)
 		switch wv.Phase {
 		case v1alpha1.WaveSucceeded:
 			continue
 		case v1alpha1.WaveFailed:
 			onFailure(fr, w)
-			res.Waiting = fmt.Sprintf("wave %s failed", wv.Name)
+			res.waitFor(v1alpha1.WaitingForFailedWave, wv.Name, wv.FinishedAt, nil, "wave %s failed", wv.Name)
 			return res
 		case v1alpha1.WavePending, v1alpha1.WaveAwaiting:
 			if fr.Spec.Hold != nil {
 				st.Phase = v1alpha1.PhaseHeld
-				res.Waiting = "held: " + fr.Spec.Hold.Reason
+				res.waitFor(v1alpha1.WaitingForHold, wv.Name, nil, nil, "held: %s", fr.Spec.Hold.Reason)
 				return res
 			}
 			st.Phase = v1alpha1.PhaseProgressing
@@ -142,14 +157,14 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			needsApproval := spec.RequireApproval || w.Settings.Approvals.NeedsApproval(fr.Spec.Class, wv.Name)
 			if needsApproval && !fr.Approved(st.Candidate.Revision, wv.Name) {
 				wv.Phase = v1alpha1.WaveAwaiting
-				res.Waiting = fmt.Sprintf("wave %s needs an approval: add {revision: %q, wave: %q} to spec.approvals",
-					wv.Name, st.Candidate.Revision, wv.Name)
+				res.waitFor(v1alpha1.WaitingForApproval, wv.Name, previousFinished(st, i), nil,
+					"wave %s needs an approval: add {revision: %q, wave: %q} to spec.approvals", wv.Name, st.Candidate.Revision, wv.Name)
 				return res
 			}
 			wv.Phase = v1alpha1.WavePending
 			members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
 			if err != nil {
-				res.Waiting = err.Error()
+				res.waitFor(v1alpha1.WaitingForGates, wv.Name, nil, nil, "%s", err.Error())
 				return res
 			}
 			wv.Clusters = members
@@ -185,9 +200,9 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 			updated++
 		}
 		switch {
-		case contains(wv.Missing, c) || o.failedAt(cand.Source):
+		case slices.Contains(wv.Missing, c) || o.FailedAt(cand.Source):
 			failed++
-		case o.readyAt(cand.Source, cand.Revision), soaking && o.stillAt(cand.Source, cand.Revision):
+		case o.ReadyAt(cand.Source, cand.Revision), soaking && o.StillAt(cand.Source, cand.Revision):
 			healthy++
 		}
 	}
@@ -197,7 +212,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		budget = *spec.MaxFailures
 	}
 	total := int32(len(wv.Clusters))
-	soak := waveSoak(spec, w.Settings)
+	soak := collector.WaveSoak(spec, w.Settings)
 	res.Gates = []string{v1alpha1.GateNoDisruption}
 
 	switch {
@@ -207,6 +222,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		wv.Phase = v1alpha1.WaveSoaking
 		wv.ReadyAt = &now
 		res.RequeueAfter = soak
+		res.waitFor(v1alpha1.WaitingForSoak, wv.Name, wv.ReadyAt, &metav1.Time{Time: wv.ReadyAt.Add(soak)}, "wave %s soaking for %s", wv.Name, soak)
 	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed < total && budget == 0:
 		// A member lost readiness during the soak and the wave allows no failure: decide now, the
 		// gate will say why. (With a failure budget the soak runs its course and the policy counts.)
@@ -214,7 +230,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	case wv.Phase == v1alpha1.WaveSoaking:
 		if left := soak - w.Now.Sub(wv.ReadyAt.Time); left > 0 {
 			res.RequeueAfter = left
-			res.Waiting = fmt.Sprintf("wave %s soaking, %s left", wv.Name, left.Round(time.Second))
+			res.waitFor(v1alpha1.WaitingForSoak, wv.Name, wv.ReadyAt, &metav1.Time{Time: wv.ReadyAt.Add(soak)}, "wave %s soaking for %s", wv.Name, soak)
 		} else {
 			res.GateWave = i
 		}
@@ -223,7 +239,8 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		if w.Now.Sub(wv.StartedAt.Time) > deadline {
 			res.GateWave = i
 		} else {
-			res.Waiting = fmt.Sprintf("wave %s: %d/%d clusters Ready at %s", wv.Name, healthy, total, cand.Revision)
+			res.waitFor(v1alpha1.WaitingForMembers, wv.Name, wv.StartedAt, &metav1.Time{Time: wv.StartedAt.Add(deadline)},
+				"wave %s: %d/%d clusters Ready at %s", wv.Name, healthy, total, cand.Revision)
 		}
 	}
 	return res
@@ -242,6 +259,7 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 	}
 	var undecided, failed []string
 	var recheck time.Duration
+	var decided *metav1.Time
 	for _, g := range gates {
 		o := gateOutcome(wv, g)
 		switch {
@@ -250,6 +268,9 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 		case o.Result == v1alpha1.ResultPass:
 		default:
 			failed = append(failed, fmt.Sprintf("%s (receipt %s)", g, o.Receipt))
+			if decided == nil || o.DecidedAt.Before(decided) {
+				decided = o.DecidedAt
+			}
 			if left := fr.GetRequeueAfter() - w.Now.Sub(o.DecidedAt.Time); left > 0 {
 				if recheck == 0 || left < recheck {
 					recheck = left
@@ -263,13 +284,15 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 	case len(undecided) > 0:
 		res.GateWave, res.Gates = i, gates
 	case len(failed) > 0:
-		res.Waiting = fmt.Sprintf("wave %s is blocked before it starts by %s; nothing of it is applied; decided again in %s or when the spec changes",
+		res.waitFor(v1alpha1.WaitingForGateBlocked, wv.Name, decided, &metav1.Time{Time: w.Now.Add(recheck)},
+			"wave %s is blocked before it starts by %s; nothing of it is applied; decided again in %s or when the spec changes",
 			wv.Name, strings.Join(failed, ", "), recheck.Round(time.Second))
 		res.RequeueAfter = recheck
 		res.Blocked = true
 	default:
 		wv.Phase = v1alpha1.WaveProgressing
 		wv.StartedAt = &now
+		res.Next = true
 	}
 	return res
 }
@@ -293,6 +316,55 @@ func recordGate(fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus, gate string,
 		return
 	}
 	wv.Gates = append(wv.Gates, o)
+}
+
+// advance applies the gate decisions a step asked for to the status: each gate's outcome and
+// condition on the wave, then the wave moves (applyGates). A pre-wave gate that failed says so at
+// once, as the next pass would. It records what the rollout waits for; GateWave and Gates stay what
+// the step asked for. It is pure, and the one transition both the controller and the narrative
+// tests run.
+func advance(w *world, res stepResult, decided []decidedGate) stepResult {
+	fr := w.Rollout
+	res.Decided = -1
+	if i := res.GateWave; i >= 0 && len(decided) > 0 {
+		wv := &fr.Status.Waves[i]
+		for _, g := range decided {
+			status, reason := metav1ConditionFor(g.Decision.Result)
+			conditions.Set(fr, &metav1.Condition{Type: g.Gate, Status: status, Reason: reason,
+				Message: capMessage(fmt.Sprintf("wave %s: %s (receipt %s)", wv.Name, summarize(g.Decision), g.Receipt))})
+		}
+		applyGates(fr, w, i, decided)
+		switch wv.Phase {
+		case v1alpha1.WavePending:
+			asked := res
+			res = preWaveGates(fr, w, i, metav1.NewTime(w.Now), stepResult{GateWave: -1, Decided: -1})
+			res.GateWave, res.Gates, res.Next, res.Notes = asked.GateWave, asked.Gates, res.Next || asked.Next, asked.Notes
+		case v1alpha1.WaveSucceeded, v1alpha1.WaveFailed:
+			res.Decided = i
+		}
+	}
+	fr.Status.WaitingFor = res.Wait
+	return res
+}
+
+// progressOf sums up where the rollout is: its phase, candidate and the phase of each wave and
+// rehearsal. A step that changes it recorded an intent to act on.
+func progressOf(st *v1alpha1.FleetRolloutStatus) string {
+	var b strings.Builder
+	b.WriteString(st.Phase)
+	if st.Candidate != nil {
+		b.WriteString(" " + st.Candidate.Revision)
+	}
+	if st.LastKnownGood != nil {
+		b.WriteString(" " + st.LastKnownGood.Revision)
+	}
+	for _, wv := range st.Waves {
+		b.WriteString(" " + wv.Name + "=" + wv.Phase)
+		if wv.Rehearsal != nil {
+			b.WriteString("/" + wv.Rehearsal.Phase)
+		}
+	}
+	return b.String()
 }
 
 // applyGates records the decisions of the gates a step asked for on wave i and moves the wave: a
@@ -354,7 +426,7 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 	at := func(rev *v1alpha1.RevisionStatus) int {
 		n := 0
 		for _, c := range wv.Clusters {
-			if w.Kustomizations[c].readyAt(rev.Source, rev.Revision) {
+			if w.Kustomizations[c].ReadyAt(rev.Source, rev.Revision) {
 				n++
 			}
 		}
@@ -383,14 +455,15 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 				rh.BackReadyAt = &now
 			}
 			if fr.Spec.Hold != nil {
-				res.Waiting = "held: " + fr.Spec.Hold.Reason
+				res.waitFor(v1alpha1.WaitingForHold, wv.Name, rh.BackReadyAt, nil, "held: %s", fr.Spec.Hold.Reason)
 				return res
 			}
 			rh.Phase, rh.ForwardStartedAt = v1alpha1.RehearsalRollingForward, &now
+			res.Next = true
 		case over:
 			rh.Phase, rh.Message = v1alpha1.RehearsalDone, msg
 		default:
-			res.Waiting = msg
+			res.waitFor(v1alpha1.WaitingForRehearsal, wv.Name, rh.BackStartedAt, nil, "%s", msg)
 			return res
 		}
 	case v1alpha1.RehearsalRollingForward:
@@ -401,7 +474,7 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 		case over:
 			rh.Phase, rh.Message = v1alpha1.RehearsalDone, msg
 		default:
-			res.Waiting = msg
+			res.waitFor(v1alpha1.WaitingForRehearsal, wv.Name, rh.ForwardStartedAt, nil, "%s", msg)
 			return res
 		}
 	}
@@ -409,17 +482,6 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 		res.GateWave, res.Gates = i, []string{v1alpha1.GateRollbackSucceeds}
 	}
 	return res
-}
-
-// waveSoak is the wave's soak: its spec's, else the policy's.
-func waveSoak(spec v1alpha1.Wave, s tgcue.Settings) time.Duration {
-	if spec.Soak != nil {
-		return spec.Soak.Duration
-	}
-	if s.Soak > 0 {
-		return s.Soak
-	}
-	return time.Minute
 }
 
 // onFailure holds or rolls back after a failed wave: spec.rollback.onFailure, else the policy's onFail.
@@ -437,7 +499,7 @@ func onFailure(fr *v1alpha1.FleetRollout, w *world) {
 // stepRollback waits for every cluster the rollout manages to be Ready at the known-good revision.
 func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResult {
 	st := &fr.Status
-	res := stepResult{GateWave: -1}
+	res := stepResult{GateWave: -1, Decided: -1}
 	kg := st.LastKnownGood
 	present := map[string]bool{}
 	for _, c := range w.Inventory {
@@ -455,12 +517,12 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 			continue
 		}
 		total++
-		if o.readyAt(kg.Source, kg.Revision) {
+		if o.ReadyAt(kg.Source, kg.Revision) {
 			back++
 		}
 	}
 	if back < total {
-		res.Waiting = fmt.Sprintf("rolling back: %d/%d clusters Ready at known-good %s", back, total, kg.Revision)
+		res.waitFor(v1alpha1.WaitingForRollback, "", nil, nil, "rolling back: %d/%d clusters Ready at known-good %s", back, total, kg.Revision)
 		return res
 	}
 	if len(gone) > 0 {
@@ -488,8 +550,13 @@ func beginRollback(fr *v1alpha1.FleetRollout) {
 	fr.Status.Phase = v1alpha1.PhaseRollingBack
 }
 
+// newCandidate starts w.Target from its first wave. The gate conditions of the previous candidate
+// go: they are about another revision.
 func newCandidate(fr *v1alpha1.FleetRollout, w *world) {
 	st := &fr.Status
+	for _, g := range v1alpha1.Gates {
+		conditions.Delete(fr, g)
+	}
 	st.Candidate = &v1alpha1.RevisionStatus{Revision: w.Target, Source: v1alpha1.PinnedSourceName(fr.Name, w.Target)}
 	st.Phase = v1alpha1.PhaseProgressing
 	st.CurrentWave = ""
@@ -570,20 +637,10 @@ func waveDeadline(fr *v1alpha1.FleetRollout) time.Duration {
 	return 2*durationOr(fr.Spec.Template.Timeout, defaultKustomizationTimeout).Duration + time.Minute
 }
 
-func waveSpec(fr *v1alpha1.FleetRollout, name string) v1alpha1.Wave {
-	for _, w := range fr.Spec.Waves {
-		if w.Name == name {
-			return w
-		}
+// previousFinished is when the wave before wave i finished, nil for the first.
+func previousFinished(st *v1alpha1.FleetRolloutStatus, i int) *metav1.Time {
+	if i == 0 {
+		return nil
 	}
-	return v1alpha1.Wave{Name: name}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return st.Waves[i-1].FinishedAt
 }

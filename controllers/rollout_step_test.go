@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
 )
 
@@ -20,7 +21,7 @@ type sim struct {
 	t      *testing.T
 	fr     *v1alpha1.FleetRollout
 	inv    fleets.Inventory
-	ks     map[string]ksObservation
+	ks     map[string]collector.Observation
 	broken map[string]bool // cluster → the candidate fails there
 	// failGate makes a gate fail: the pre-wave gates always, noDisruption on top of broken clusters.
 	failGate map[string]bool
@@ -35,7 +36,7 @@ type sim struct {
 func newSim(t *testing.T, clusters ...string) *sim {
 	one := int32(1)
 	soak := &metav1.Duration{Duration: 10 * time.Second}
-	s := &sim{t: t, ks: map[string]ksObservation{}, broken: map[string]bool{}, failGate: map[string]bool{}, decisions: map[string]int{},
+	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, decisions: map[string]int{},
 		now: time.Unix(1_000_000, 0), settings: tgcue.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
@@ -53,26 +54,33 @@ func newSim(t *testing.T, clusters ...string) *sim {
 	return s
 }
 
-// run steps until the phase is want (or 200 turns), deciding gates as decide says.
+// turn is one pass of the engine over the pure world, as the controller runs it: step, the gate
+// decisions it asks for (decide stands in for collecting and evaluating), then advance.
+func (s *sim) turn(target string) (stepResult, fleets.WavePlan) {
+	s.t.Helper()
+	plan, err := fleets.Plan(fleets.Input{Rollout: s.fr, Inventory: s.inv})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	w := &world{Rollout: s.fr, Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings}
+	if c := s.fr.Status.Candidate; c != nil {
+		w.Candidate = collector.SourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
+	}
+	res := step(w)
+	var decided []decidedGate
+	if res.GateWave >= 0 {
+		for _, g := range res.Gates {
+			decided = append(decided, decidedGate{Gate: g, Decision: s.decide(g, &s.fr.Status.Waves[res.GateWave]), Receipt: "receipt-" + g})
+		}
+	}
+	return advance(w, res, decided), plan
+}
+
+// run takes turns until the phase is want (or 200 turns), deciding gates as decide says.
 func (s *sim) run(target, want string) {
 	s.t.Helper()
 	for turn := 0; turn < 200; turn++ {
-		plan, err := fleets.Plan(fleets.Input{Rollout: s.fr, Inventory: s.inv})
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		w := &world{Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings}
-		if c := s.fr.Status.Candidate; c != nil {
-			w.Candidate = sourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
-		}
-		res := step(s.fr, w)
-		if res.GateWave >= 0 {
-			var decided []decidedGate
-			for _, g := range res.Gates {
-				decided = append(decided, decidedGate{Gate: g, Decision: s.decide(g, &s.fr.Status.Waves[res.GateWave]), Receipt: "receipt-" + g})
-			}
-			applyGates(s.fr, w, res.GateWave, decided)
-		}
+		_, plan := s.turn(target)
 		s.note()
 		if s.fr.Status.Phase == want {
 			return
@@ -90,7 +98,7 @@ func (s *sim) decide(gate string, wv *v1alpha1.WaveStatus) GateDecision {
 	fail := s.failGate[gate]
 	if gate == v1alpha1.GateNoDisruption {
 		for _, c := range wv.Clusters {
-			if !s.ks[c].readyAt(s.fr.Status.Candidate.Source, s.fr.Status.Candidate.Revision) {
+			if !s.ks[c].ReadyAt(s.fr.Status.Candidate.Source, s.fr.Status.Candidate.Revision) {
 				fail = true
 			}
 		}
@@ -110,7 +118,7 @@ func (s *sim) flux(plan fleets.WavePlan) {
 		}
 	}
 	for c, tg := range desiredTargets(s.fr, plan, existing) {
-		o := ksObservation{Exists: true, Source: tg.Source, Current: true, ReadyCurrent: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue, LastApplied: tg.Revision}
+		o := collector.Observation{Exists: true, Source: tg.Source, Current: true, ReadyCurrent: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue, LastApplied: tg.Revision}
 		if s.broken[c] && s.fr.Status.Candidate != nil && tg.Revision == s.fr.Status.Candidate.Revision {
 			o.Ready, o.Reason, o.LastApplied = metav1.ConditionFalse, "HealthCheckFailed", s.ks[c].LastApplied
 		}
@@ -275,17 +283,7 @@ func TestStepGates(t *testing.T) {
 		s.failGate[v1alpha1.GateRollbackSafe] = true
 		s.fr.Generation = 1
 		step := func() stepResult {
-			plan := mustPlan(t, s)
-			w := &world{Target: "r2", Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings,
-				Candidate: sourceState{Exists: true, Ready: true, Revision: "r2", Digest: "sha256:r2"}}
-			res := step(s.fr, w)
-			if res.GateWave >= 0 {
-				var decided []decidedGate
-				for _, g := range res.Gates {
-					decided = append(decided, decidedGate{Gate: g, Decision: s.decide(g, &s.fr.Status.Waves[res.GateWave])})
-				}
-				applyGates(s.fr, w, res.GateWave, decided)
-			}
+			res, plan := s.turn("r2")
 			s.flux(plan)
 			s.now = s.now.Add(time.Second)
 			return res
@@ -309,7 +307,7 @@ func TestStepGates(t *testing.T) {
 		}
 		decided := s.decisions[v1alpha1.GateRollbackSafe]
 		res = step()
-		if s.decisions[v1alpha1.GateRollbackSafe] != decided || res.RequeueAfter <= 0 || !strings.Contains(res.Waiting, "blocked before it starts by rollbackSafe (receipt ") || !res.Blocked {
+		if s.decisions[v1alpha1.GateRollbackSafe] != decided || res.RequeueAfter <= 0 || !strings.Contains(res.waiting(), "blocked before it starts by rollbackSafe (receipt ") || !res.Blocked {
 			t.Fatalf("a blocked gate must wait for the interval or a spec change: decisions %d→%d, %+v", decided, s.decisions[v1alpha1.GateRollbackSafe], res)
 		}
 		// After the interval it is decided again.

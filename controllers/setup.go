@@ -7,6 +7,9 @@ import (
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
 	"github.com/fluxcd/pkg/runtime/metrics"
+
+	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/internal/member"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
@@ -23,8 +26,8 @@ type Options struct {
 	SkipNameValidation bool
 }
 
-// Setup registers the FleetRollout and FleetCluster controllers with mgr, with Flux's event recorder
-// and metrics. The manager binary and the tests use this same wiring.
+// Setup registers the FleetRollout and FleetCluster controllers with mgr, with one Flux event
+// recorder for both and Flux's metrics. The manager binary and the tests use this same wiring.
 func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 	recorder, err := fluxevents.NewRecorder(ctrl.Log.WithName("events"), "", controllerName, fluxevents.WithManager(mgr))
 	if err != nil {
@@ -36,16 +39,20 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: recorder,
 		Metrics:       &m,
-		HubConfig:     hubConfig,
-		Gates:         opts.Gates,
-		TestHook:      opts.TestHook,
+		Evidence: &collector.Collector{
+			// Kubeconfig Secrets are read uncached: the manager does not list and watch every Secret.
+			Members: &member.Clients{Secrets: mgr.GetAPIReader(), Hub: hubConfig, Scheme: mgr.GetScheme()},
+			Sources: mgr.GetClient(),
+		},
+		Gates:    opts.Gates,
+		TestHook: opts.TestHook,
 	}
 	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)
 	}
 	clusters := &FleetClusterReconciler{
 		Client:        mgr.GetClient(),
-		EventRecorder: mgr.GetEventRecorderFor(controllerName),
+		EventRecorder: recorder,
 		HubConfig:     hubConfig,
 
 		SkipNameValidation: opts.SkipNameValidation,

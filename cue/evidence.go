@@ -82,6 +82,7 @@ type PreflightEvidence struct {
 type ClusterPreflight struct {
 	Name          string   `json:"name"`
 	Reachable     bool     `json:"reachable"`
+	Unreachable   string   `json:"unreachable,omitempty"`
 	ServerVersion string   `json:"serverVersion"`
 	MissingAPIs   []string `json:"missingAPIs,omitempty"`
 	DryRunErrors  []string `json:"dryRunErrors,omitempty"`

@@ -29,6 +29,9 @@ const (
 	ReachableCondition = "Reachable"
 	// HeldCondition on a FleetRollout is True while spec.hold or a failed gate holds it.
 	HeldCondition = "Held"
+	// RollingOutCondition on a FleetRollout is its lifecycle, as cluster-api's: True while a candidate
+	// moves through its waves or back to the known-good, False (NotRollingOut) once it rests.
+	RollingOutCondition = "RollingOut"
 )
 
 // Reasons used in conditions and events.
@@ -51,4 +54,9 @@ const (
 	KubeConfigErrorReason     = "KubeConfigError"
 	UnreachableReason         = "Unreachable"
 	ReachableReason           = "Reachable"
+	NotRollingOutReason       = "NotRollingOut"
+	// ProgressingWithRetryReason and ReconciliationFailedReason are Flux's (fluxcd/pkg/apis/meta):
+	// a pass failed on something transient and is retried with backoff.
+	ProgressingWithRetryReason = "ProgressingWithRetry"
+	ReconciliationFailedReason = "ReconciliationFailed"
 )

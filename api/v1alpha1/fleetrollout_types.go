@@ -292,17 +292,57 @@ type RollbackSpec struct {
 	Request string `json:"request,omitempty"`
 }
 
-// Rollout phases.
+// Rollout phases. A suspended rollout keeps the phase it had (spec.suspend writes nothing, status
+// included), and a failed wave ends Held or RolledBack, so neither has a phase of its own.
 const (
 	PhaseIdle        = "Idle"
 	PhaseProgressing = "Progressing"
 	PhaseHeld        = "Held"
-	PhaseSuspended   = "Suspended"
 	PhaseCompleted   = "Completed"
 	PhaseRollingBack = "RollingBack"
 	PhaseRolledBack  = "RolledBack"
-	PhaseFailed      = "Failed"
 )
+
+// What a rollout waits for (WaitingFor.reason).
+const (
+	WaitingForSource       = "Source"
+	WaitingForPinnedSource = "PinnedSource"
+	WaitingForRevision     = "RevisionInFlight"
+	WaitingForRetry        = "Retry"
+	WaitingForHold         = "Hold"
+	WaitingForApproval     = "Approval"
+	WaitingForGates        = "PreWaveGates"
+	WaitingForGateBlocked  = "GateBlocked"
+	WaitingForMembers      = "MembersReady"
+	WaitingForSoak         = "Soak"
+	WaitingForRehearsal    = "Rehearsal"
+	WaitingForRollback     = "RollingBack"
+	WaitingForFailedWave   = "FailedWave"
+)
+
+// WaitingFor says what a rollout waits for before its next step, as the controller decided it.
+type WaitingFor struct {
+	// reason is one word for what it waits for: Source, PinnedSource, RevisionInFlight, Retry, Hold,
+	// Approval, PreWaveGates, GateBlocked, MembersReady, Soak, Rehearsal, RollingBack or FailedWave.
+	// +required
+	Reason string `json:"reason"`
+
+	// wave it waits in; empty when the wait is not about one wave.
+	// +optional
+	Wave string `json:"wave,omitempty"`
+
+	// message says it for people.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// since is when the wait began, when known.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+
+	// until is when the wait ends by itself (a soak's end, a deadline), when it does.
+	// +optional
+	Until *metav1.Time `json:"until,omitempty"`
+}
 
 // FleetRolloutStatus is the compact state of a rollout; gate details live in GateReceipts.
 type FleetRolloutStatus struct {
@@ -317,9 +357,13 @@ type FleetRolloutStatus struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// phase: Idle, Progressing, Held, Suspended, Completed, RollingBack, RolledBack or Failed.
+	// phase: Idle, Progressing, Held, Completed, RollingBack or RolledBack.
 	// +optional
 	Phase string `json:"phase,omitempty"`
+
+	// waitingFor is what the rollout waits for before its next step; absent when it waits for nothing.
+	// +optional
+	WaitingFor *WaitingFor `json:"waitingFor,omitempty"`
 
 	// currentWave is the name of the wave in progress.
 	// +optional
@@ -338,7 +382,8 @@ type FleetRolloutStatus struct {
 	// +optional
 	Rejected []RejectedRevision `json:"rejected,omitempty"`
 
-	// planHash is a hash of the wave plan of the candidate, to notice edits mid-rollout.
+	// planHash is a hash of the waves of spec the candidate's plan was made from; a different hash
+	// mid-rollout is an edit of the waves, reported by the PlanChanged condition.
 	// +optional
 	PlanHash string `json:"planHash,omitempty"`
 

@@ -198,3 +198,14 @@ func EvidenceDigest(raw []byte) (string, error) {
 	sum := sha256.Sum256(canonical)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
+
+// WaveSpec returns the spec of the wave named name; a wave the spec no longer has is returned with
+// its name alone.
+func (fr *FleetRollout) WaveSpec(name string) Wave {
+	for _, w := range fr.Spec.Waves {
+		if w.Name == name {
+			return w
+		}
+	}
+	return Wave{Name: name}
+}

@@ -72,8 +72,11 @@ func (o Options) withDefaults() Options {
 type Target struct {
 	Name string
 	// Config reaches the cluster's API server, built from its kubeconfig. nil when the caller could
-	// not build it: the cluster is then unreachable.
+	// not build it: the cluster is then unreachable, and Err says why.
 	Config *rest.Config
+	// Err is why there is no Config (the FleetCluster is gone, its kubeconfig Secret is missing or
+	// unusable). Its message must hold no credential.
+	Err error
 }
 
 // CheckAll checks every target with Check, at most parallel at once (DefaultParallel when
@@ -88,7 +91,10 @@ func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstru
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		if t.Config == nil {
-			results[i] = tgcue.ClusterPreflight{Name: t.Name}
+			results[i] = tgcue.ClusterPreflight{Name: t.Name, Unreachable: "no client for the cluster"}
+			if t.Err != nil {
+				results[i].Unreachable = t.Err.Error()
+			}
 			continue
 		}
 		sem <- struct{}{}
@@ -127,7 +133,7 @@ func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstru
 // "the preflight did not finish within <timeout>: <ctx error>".
 func Check(ctx context.Context, name string, cfg *rest.Config, objs []*unstructured.Unstructured, opts Options) tgcue.ClusterPreflight {
 	if cfg == nil {
-		return tgcue.ClusterPreflight{Name: name}
+		return tgcue.ClusterPreflight{Name: name, Unreachable: "no client for the cluster"}
 	}
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
@@ -169,7 +175,7 @@ func (c *check) abandoned(err error) tgcue.ClusterPreflight {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.version == "" {
-		return tgcue.ClusterPreflight{Name: c.name}
+		return tgcue.ClusterPreflight{Name: c.name, Unreachable: fmt.Sprintf("the API server did not answer within %s: %v", c.opts.Timeout, err)}
 	}
 	return tgcue.ClusterPreflight{Name: c.name, Reachable: true, ServerVersion: c.version,
 		DryRunErrors: []string{fmt.Sprintf("the preflight did not finish within %s: %v", c.opts.Timeout, err)}}
@@ -199,15 +205,18 @@ func (c *check) run(ctx context.Context) tgcue.ClusterPreflight {
 	cfg.WarningHandler = rest.NoWarnings{}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
+		res.Unreachable = c.redact.clean("building an HTTP client: " + err.Error())
 		return res
 	}
 	defer httpClient.CloseIdleConnections()
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
 	if err != nil {
+		res.Unreachable = c.redact.clean("building a discovery client: " + err.Error())
 		return res
 	}
 	v, err := dc.ServerVersionWithContext(ctx)
 	if err != nil {
+		res.Unreachable = c.redact.clean("asking the server version: " + err.Error())
 		return res
 	}
 	res.Reachable, res.ServerVersion = true, v.GitVersion

@@ -1,4 +1,5 @@
-package controllers
+package member
+
 
 import (
 	"context"
@@ -37,7 +38,7 @@ func IsKubeConfigError(err error) bool {
 	return errors.As(err, &kce)
 }
 
-// RESTConfigForCluster returns a rest.Config for a FleetCluster: from spec.kubeConfig.secretRef (keys: the
+// RESTConfig returns a rest.Config for a FleetCluster: from spec.kubeConfig.secretRef (keys: the
 // ref's key, else "value", else "value.yaml", as Flux does) in the FleetCluster's namespace, or hubConfig
 // when spec.kubeConfig is nil.
 //
@@ -46,7 +47,7 @@ func IsKubeConfigError(err error) bool {
 // Kubeconfigs that reference local files or run exec or auth-provider plugins are refused: the
 // kubeconfig comes from a Secret that any fleet author may write, and must not make the controller read
 // its own files or run programs.
-func RESTConfigForCluster(ctx context.Context, c client.Reader, hubConfig *rest.Config, fc *v1alpha1.FleetCluster) (*rest.Config, error) {
+func RESTConfig(ctx context.Context, c client.Reader, hubConfig *rest.Config, fc *v1alpha1.FleetCluster) (*rest.Config, error) {
 	if fc.Spec.KubeConfig == nil {
 		if hubConfig == nil {
 			return nil, fmt.Errorf("fleetcluster %s/%s: no kubeConfig and no hub config to fall back to", fc.Namespace, fc.Name)

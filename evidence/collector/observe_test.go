@@ -1,4 +1,4 @@
-package controllers
+package collector
 
 import (
 	"testing"
@@ -19,8 +19,8 @@ func TestSameRevision(t *testing.T) {
 		{"main@sha1:abc", "main@sha1:abd", false},
 		{"", "main@sha1:abc", false},
 	} {
-		if got := sameRevision(tc.a, tc.b); got != tc.want {
-			t.Errorf("sameRevision(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		if got := SameRevision(tc.a, tc.b); got != tc.want {
+			t.Errorf("SameRevision(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
 	}
 }
@@ -36,26 +36,45 @@ func ks(generation int64, source, applied string, ready metav1.ConditionStatus, 
 
 func TestObservations(t *testing.T) {
 	// kustomize-controller failed the current spec: status.observedGeneration lags, the condition does not.
-	failed := observe(ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.HealthCheckFailedReason, 2))
-	if !failed.failedAt("web-2") {
+	failed := Observe(ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.HealthCheckFailedReason, 2))
+	if !failed.FailedAt("web-2") {
 		t.Errorf("a health check failure of the current spec is a failure: %+v", failed)
 	}
-	stale := observe(ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.HealthCheckFailedReason, 1))
-	if stale.failedAt("web-2") {
+	stale := Observe(ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.HealthCheckFailedReason, 1))
+	if stale.FailedAt("web-2") {
 		t.Errorf("a failure written for the previous generation is not this spec's: %+v", stale)
 	}
-	waiting := observe(ks(2, "web-2", "", metav1.ConditionFalse, meta.DependencyNotReadyReason, 2))
-	if waiting.failedAt("web-2") {
+	waiting := Observe(ks(2, "web-2", "", metav1.ConditionFalse, meta.DependencyNotReadyReason, 2))
+	if waiting.FailedAt("web-2") {
 		t.Errorf("waiting on a dependency is not a failure of the revision")
 	}
 	// Mid-soak, kustomize-controller re-reconciles the same revision and marks Ready Unknown.
 	ok := ks(2, "web-2", "main@sha1:2", metav1.ConditionUnknown, meta.ProgressingReason, 2)
 	ok.Status.ObservedGeneration = 2
-	o := observe(ok)
-	if o.readyAt("web-2", "main@sha1:2") || !o.stillAt("web-2", "main@sha1:2") {
+	o := Observe(ok)
+	if o.ReadyAt("web-2", "main@sha1:2") || !o.StillAt("web-2", "main@sha1:2") {
 		t.Errorf("Unknown while re-reconciling the applied revision: not newly ready, but still at it: %+v", o)
 	}
-	if observe(nil).Exists {
+	if Observe(nil).Exists {
 		t.Errorf("a missing Kustomization does not exist")
+	}
+}
+
+func TestSplitRevision(t *testing.T) {
+	for _, tc := range []struct{ in, ref, digest string }{
+		{"main@sha1:abc", "main", "sha1:abc"},
+		{"refs/heads/release@sha1:abc", "refs/heads/release", "sha1:abc"},
+		{"latest@sha256:0123", "latest", "sha256:0123"},
+		{"sha1:abc", "", "sha1:abc"},
+	} {
+		ref, digest, err := SplitRevision(tc.in)
+		if err != nil || ref != tc.ref || digest != tc.digest {
+			t.Errorf("SplitRevision(%q) = %q, %q, %v; want %q, %q", tc.in, ref, digest, err, tc.ref, tc.digest)
+		}
+	}
+	for _, bad := range []string{"", "main", "main@", "main@sha1:", "main@:abc"} {
+		if _, _, err := SplitRevision(bad); err == nil {
+			t.Errorf("SplitRevision(%q) should fail", bad)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package member
 
 import (
 	"context"
@@ -107,7 +107,7 @@ func TestRESTConfigForFleetClusterKeySelection(t *testing.T) {
 			wantErr: []string{"fleet/no-context", "missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := RESTConfigForCluster(context.Background(), c, hub, fc(tc.kc))
+			cfg, err := RESTConfig(context.Background(), c, hub, fc(tc.kc))
 			if tc.wantErr != nil {
 				if err == nil {
 					t.Fatalf("got config for %s, want an error", cfg.Host)
@@ -139,7 +139,7 @@ func TestRESTConfigForFleetClusterKeySelection(t *testing.T) {
 	}
 
 	t.Run("hub config is copied, not shared", func(t *testing.T) {
-		cfg, err := RESTConfigForCluster(context.Background(), c, hub, fc(nil))
+		cfg, err := RESTConfig(context.Background(), c, hub, fc(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestRESTConfigForFleetClusterKeySelection(t *testing.T) {
 				return errors.New("connection reset")
 			},
 		})
-		_, err := RESTConfigForCluster(context.Background(), failing, hub, fc(ref("both", "")))
+		_, err := RESTConfig(context.Background(), failing, hub, fc(ref("both", "")))
 		if err == nil || IsKubeConfigError(err) {
 			t.Fatalf("err = %v, want a transient error", err)
 		}

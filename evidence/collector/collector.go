@@ -1,20 +1,16 @@
-package controllers
+package collector
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"net/http"
 	"path"
 	"slices"
 	"sync"
 	"time"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -23,12 +19,13 @@ import (
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/evidence/install"
 	"github.com/tidegate/tidegate/evidence/preflight"
+	"github.com/tidegate/tidegate/internal/member"
 )
 
 // Evidence collection bounds.
 const (
-	// collectTimeout bounds the collection of one gate's evidence.
-	collectTimeout = 2 * time.Minute
+	// Timeout bounds the collection of one gate's evidence.
+	Timeout = 2 * time.Minute
 	// preflightParallel and sampleParallel bound how many member API servers are asked at once.
 	preflightParallel = 10
 	sampleParallel    = 20
@@ -37,6 +34,62 @@ const (
 	// installSchemaFile is where a package keeps its install-time schema, relative to its path.
 	installSchemaFile = "tidegate/install.cue"
 )
+
+// Collector gathers the evidence the gates decide over: it fetches and renders artifacts from
+// source-controller, asks member API servers (preflight, availability samples) and loads policies.
+// What it computes from content addressed by digest (renders, compiled policies) it keeps; samples
+// live in its samplers. One Collector serves every rollout of a controller; it is safe for
+// concurrent use.
+type Collector struct {
+	// Members reaches member clusters.
+	Members *member.Clients
+	// Sources reads Flux sources on the hub (the manager's cached client).
+	Sources client.Reader
+	// HTTPClient fetches artifacts from source-controller; nil means http.DefaultClient.
+	HTTPClient *http.Client
+
+	policies   digestCache[*RolloutPolicy]
+	renders    digestCache[*renderedPackage]
+	samplersMu sync.Mutex
+	samplers   map[time.Duration]*availability.Sampler
+}
+
+// Collected is one gate's evidence, with the approvals it relied on (for the receipt).
+type Collected struct {
+	// Evidence is the gate's evidence document, one of the tgcue evidence types.
+	Evidence any
+	// Approvals are the spec.approvals the evidence counted.
+	Approvals []v1alpha1.Approval
+}
+
+// Collect gathers the evidence of gate for wave i of the scope's rollout, within Timeout. An error
+// means the evidence could not be collected; the gate then fails closed, and Evidence holds what was
+// gathered before the error.
+func (c *Collector) Collect(ctx context.Context, sc *Scope, gate string, i int) (Collected, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	wv := &sc.Rollout.Status.Waves[i]
+	var (
+		out Collected
+		err error
+	)
+	switch gate {
+	case v1alpha1.GateDeploySafe:
+		out.Evidence = c.deploySafe(ctx, sc, wv)
+	case v1alpha1.GateRollbackSafe:
+		out.Evidence, out.Approvals, err = c.rollbackSafe(ctx, sc, wv)
+	case v1alpha1.GateRollbackSucceeds:
+		out.Evidence = c.rollbackSucceeds(ctx, sc, wv)
+	case v1alpha1.GateNoDisruption:
+		out.Evidence = c.noDisruption(sc, wv)
+	default:
+		return out, fmt.Errorf("no collector for gate %q", gate)
+	}
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("collecting the evidence took longer than %s", Timeout)
+	}
+	return out, err
+}
 
 // renderedPackage is one revision of the package at the rollout's path, fetched and built once.
 type renderedPackage struct {
@@ -51,7 +104,7 @@ type renderedPackage struct {
 // revision (digest), and builds the package at the rollout's path. An error means the artifact could
 // not be fetched or is not the recorded content; a package that does not build comes back with RenderErr.
 // fresh fetches the artifact even when its render is cached: the fetch is the proof that it is served.
-func (r *FleetRolloutReconciler) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollout, src sourceState, digest string, fresh bool) (*renderedPackage, error) {
+func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollout, src SourceState, digest string, fresh bool) (*renderedPackage, error) {
 	if !src.Exists {
 		return nil, fmt.Errorf("pinned source %s is gone", src.Name)
 	}
@@ -62,11 +115,11 @@ func (r *FleetRolloutReconciler) renderRevision(ctx context.Context, fr *v1alpha
 		digest = src.Digest
 	}
 	key := digest + ":" + path.Clean("/"+fr.Spec.Path)
-	cached, _ := r.renders.get(key)
+	cached, _ := c.renders.get(key)
 	if cached != nil && !fresh {
 		return cached, nil
 	}
-	art, err := r.fetchArtifact(ctx, src.URL, digest)
+	art, err := c.fetchArtifact(ctx, src.URL, digest)
 	if err != nil {
 		return nil, fmt.Errorf("pinned source %s: %w", src.Name, err)
 	}
@@ -78,7 +131,7 @@ func (r *FleetRolloutReconciler) renderRevision(ctx context.Context, fr *v1alpha
 	if b, err := art.FS.ReadFile(path.Join("/", fr.Spec.Path, installSchemaFile)); err == nil {
 		p.InstallSchema = b
 	}
-	r.renders.put(key, p, maxCachedRenders)
+	c.renders.put(key, p, maxCachedRenders)
 	return p, nil
 }
 
@@ -97,13 +150,14 @@ func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now 
 	return e
 }
 
-// collectDeploySafe gathers the candidate's provenance, its render, its install-time values against
+// deploySafe gathers the candidate's provenance, its render, its install-time values against
 // its install schema, and a preflight of every target of the wave.
-func (r *FleetRolloutReconciler) collectDeploySafe(ctx context.Context, fr *v1alpha1.FleetRollout, w *world, wv *v1alpha1.WaveStatus, clusters map[string]*v1alpha1.FleetCluster) tgcue.DeploySafeEvidence {
-	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, w.Now)}
-	ev.Source = tgcue.SourceEvidence{Verified: w.Candidate.Verified, Verification: w.Candidate.Verification, Message: w.Candidate.VerifyMessage}
+func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) tgcue.DeploySafeEvidence {
+	fr := sc.Rollout
+	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
+	ev.Source = tgcue.SourceEvidence{Verified: sc.Candidate.Verified, Verification: sc.Candidate.Verification, Message: sc.Candidate.VerifyMessage}
 
-	pkg, err := r.renderRevision(ctx, fr, w.Candidate, fr.Status.Candidate.Digest, false)
+	pkg, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
 	var objs []*unstructured.Unstructured
 	switch {
 	case err != nil:
@@ -144,12 +198,12 @@ func (r *FleetRolloutReconciler) collectDeploySafe(ctx context.Context, fr *v1al
 		ev.Render.OK, ev.Render.Error = false, "postBuild substitution: "+err.Error()
 	}
 	targets := make([]preflight.Target, 0, len(ev.Targets))
-	for _, c := range ev.Targets {
-		t := preflight.Target{Name: c}
-		if fc := clusters[c]; fc != nil {
-			if cfg, err := RESTConfigForCluster(ctx, r.APIReader, r.HubConfig, fc); err == nil {
-				t.Config = cfg
-			}
+	for _, name := range ev.Targets {
+		t := preflight.Target{Name: name}
+		if fc := sc.Clusters[name]; fc != nil {
+			t.Config, t.Err = c.Members.Config(ctx, fc)
+		} else {
+			t.Err = fmt.Errorf("fleetcluster %s/%s is gone", fr.Namespace, name)
 		}
 		targets = append(targets, t)
 	}
@@ -158,11 +212,12 @@ func (r *FleetRolloutReconciler) collectDeploySafe(ctx context.Context, fr *v1al
 	return ev
 }
 
-// collectRollbackSafe classifies the diff between the rendered known-good and candidate. The
+// rollbackSafe classifies the diff between the rendered known-good and candidate. The
 // approvals of the candidate's irreversible changes are returned for the receipt.
-func (r *FleetRolloutReconciler) collectRollbackSafe(ctx context.Context, fr *v1alpha1.FleetRollout, w *world, wv *v1alpha1.WaveStatus) (tgcue.RollbackSafeEvidence, []v1alpha1.Approval, error) {
-	ev := tgcue.RollbackSafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, w.Now)}
-	cand, err := r.renderRevision(ctx, fr, w.Candidate, fr.Status.Candidate.Digest, false)
+func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (tgcue.RollbackSafeEvidence, []v1alpha1.Approval, error) {
+	fr := sc.Rollout
+	ev := tgcue.RollbackSafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
+	cand, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
 	if err != nil {
 		return ev, nil, fmt.Errorf("the candidate: %w", err)
 	}
@@ -171,7 +226,7 @@ func (r *FleetRolloutReconciler) collectRollbackSafe(ctx context.Context, fr *v1
 	}
 	var good []*unstructured.Unstructured
 	if kg := fr.Status.LastKnownGood; kg != nil {
-		pkg, err := r.renderRevision(ctx, fr, w.KnownGood, kg.Digest, false)
+		pkg, err := c.renderRevision(ctx, fr, sc.KnownGood, kg.Digest, false)
 		if err != nil {
 			return ev, nil, fmt.Errorf("the known-good %s: %w", kg.Revision, err)
 		}
@@ -183,10 +238,10 @@ func (r *FleetRolloutReconciler) collectRollbackSafe(ctx context.Context, fr *v1
 			good = []*unstructured.Unstructured{}
 		}
 	}
-	c := evidence.ClassifyRollback(good, cand.Objects)
-	ev.FirstRollout = c.FirstRollout
+	diff := evidence.ClassifyRollback(good, cand.Objects)
+	ev.FirstRollout = diff.FirstRollout
 	ev.PrunedStateful, ev.ChangedStateful, ev.CRDChanges, ev.ImmutableRecreates, ev.Irreversible =
-		c.PrunedStateful, c.ChangedStateful, c.CRDChanges, c.ImmutableRecreates, c.Irreversible
+		diff.PrunedStateful, diff.ChangedStateful, diff.CRDChanges, diff.ImmutableRecreates, diff.Irreversible
 	var used []v1alpha1.Approval
 	for _, a := range fr.Spec.Approvals {
 		if a.Revision == fr.Status.Candidate.Revision && a.Irreversible {
@@ -204,10 +259,11 @@ func (r *FleetRolloutReconciler) collectRollbackSafe(ctx context.Context, fr *v1
 	return ev, used, nil
 }
 
-// collectRollbackSucceeds checks that the known-good's pinned source still serves its recorded
+// rollbackSucceeds checks that the known-good's pinned source still serves its recorded
 // content and that it renders, and reports the wave's rehearsal when there was one.
-func (r *FleetRolloutReconciler) collectRollbackSucceeds(ctx context.Context, fr *v1alpha1.FleetRollout, w *world, wv *v1alpha1.WaveStatus, required bool) tgcue.RollbackSucceedsEvidence {
-	ev := tgcue.RollbackSucceedsEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, w.Now)}
+func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) tgcue.RollbackSucceedsEvidence {
+	fr, w := sc.Rollout, sc
+	ev := tgcue.RollbackSucceedsEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	kg := fr.Status.LastKnownGood
 	if kg == nil {
 		ev.FirstRollout = true
@@ -217,7 +273,7 @@ func (r *FleetRolloutReconciler) collectRollbackSucceeds(ctx context.Context, fr
 		Name: kg.Source, Exists: w.KnownGood.Exists, Ready: w.KnownGood.Ready,
 		ServedDigest: w.KnownGood.Digest, RecordedDigest: kg.Digest,
 	}
-	if pkg, err := r.renderRevision(ctx, fr, w.KnownGood, kg.Digest, true); err != nil {
+	if pkg, err := c.renderRevision(ctx, fr, w.KnownGood, kg.Digest, true); err != nil {
 		src.RenderError = err.Error()
 	} else if pkg.RenderErr != nil {
 		src.RenderError = pkg.RenderErr.Error()
@@ -226,7 +282,7 @@ func (r *FleetRolloutReconciler) collectRollbackSucceeds(ctx context.Context, fr
 	}
 	ev.KnownGoodSource = src
 	if rh := wv.Rehearsal; rh != nil {
-		re := &tgcue.RehearsalEvidence{Required: required, Done: rh.Phase == v1alpha1.RehearsalDone}
+		re := &tgcue.RehearsalEvidence{Required: w.Settings.Rehearsal, Done: rh.Phase == v1alpha1.RehearsalDone}
 		re.Rollback = rehearsalLeg(rh.BackStartedAt, rh.BackReadyAt, w.Now)
 		re.Forward = rehearsalLeg(rh.ForwardStartedAt, rh.ForwardReadyAt, w.Now)
 		if rh.Message != "" {
@@ -252,12 +308,18 @@ func rehearsalLeg(started, ready *metav1.Time, now time.Time) *tgcue.RehearsalLe
 	return &tgcue.RehearsalLeg{OK: true, Seconds: ready.Sub(started.Time).Seconds()}
 }
 
-// collectNoDisruption summarises the wave's soak per cluster: the Kustomization's readiness and health
+// noDisruption summarises the wave's soak per cluster: the Kustomization's readiness and health
 // checks at the candidate, and the workload availability sampled since the wave was Ready.
-func (r *FleetRolloutReconciler) collectNoDisruption(fr *v1alpha1.FleetRollout, w *world, wv *v1alpha1.WaveStatus, soak time.Duration, maxFailures int) tgcue.NoDisruptionEvidence {
+func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDisruptionEvidence {
+	fr, w := sc.Rollout, sc
+	spec := fr.WaveSpec(wv.Name)
+	maxFailures := 0
+	if spec.MaxFailures != nil {
+		maxFailures = int(*spec.MaxFailures)
+	}
 	ev := tgcue.NoDisruptionEvidence{
 		Evidence:       baseEvidence(fr, wv.Name, wv.Clusters, w.Now),
-		Soak:           soak.String(),
+		Soak:           WaveSoak(spec, w.Settings).String(),
 		SampleInterval: w.Settings.SampleInterval.String(),
 		MaxFailures:    maxFailures,
 	}
@@ -269,16 +331,16 @@ func (r *FleetRolloutReconciler) collectNoDisruption(fr *v1alpha1.FleetRollout, 
 		since = wv.StartedAt.Time
 	}
 	summaries := make([]availability.ClusterSummary, 0, len(ev.Targets))
-	for _, c := range ev.Targets {
-		o := w.Kustomizations[c]
-		cc := tgcue.ClusterContinuity{Name: c, Revision: o.LastApplied, HealthChecks: o.Health}
+	for _, name := range ev.Targets {
+		o := w.Kustomizations[name]
+		cc := tgcue.ClusterContinuity{Name: name, Revision: o.LastApplied, HealthChecks: o.Health}
 		if cc.HealthChecks == "" {
 			cc.HealthChecks = tgcue.HealthChecksUnknown
 		}
-		cc.Ready = !slices.Contains(wv.Missing, c) &&
-			(o.readyAt(cand.Source, cand.Revision) || (wv.Phase == v1alpha1.WaveSoaking && o.stillAt(cand.Source, cand.Revision)))
-		s := r.samples(w.Settings.SampleInterval).Summary(sampleKey(fr, c), since, w.Now)
-		s.Cluster = c
+		cc.Ready = !slices.Contains(wv.Missing, name) &&
+			(o.ReadyAt(cand.Source, cand.Revision) || (wv.Phase == v1alpha1.WaveSoaking && o.StillAt(cand.Source, cand.Revision)))
+		s := c.samples(w.Settings.SampleInterval).Summary(sampleKey(fr, name), since, w.Now)
+		s.Cluster = name
 		summaries = append(summaries, s)
 		cc.Samples, cc.MinAvailableRatio, cc.UnavailableSeconds = s.Samples, s.MinAvailableRatio, s.UnavailableSeconds
 		ev.Clusters = append(ev.Clusters, cc)
@@ -292,15 +354,16 @@ func sampleKey(fr *v1alpha1.FleetRollout, cluster string) string {
 	return fr.Namespace + "/" + fr.Name + "/" + cluster
 }
 
-// sampleWave takes one availability sample of every member of a soaking wave, in parallel, from the
-// workloads its Kustomization applied (status.inventory).
-func (r *FleetRolloutReconciler) sampleWave(ctx context.Context, fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus,
-	clusters map[string]*v1alpha1.FleetCluster, existing map[string]*kustomizev1.Kustomization, interval time.Duration, now time.Time) {
-	sampler := r.samples(interval)
+// Sample takes one availability sample of every member of wave i, in parallel, from the workloads
+// its Kustomization applied (status.inventory). A member that cannot be read is sampled as
+// unavailable, with the error recorded.
+func (c *Collector) Sample(ctx context.Context, sc *Scope, i int) {
+	fr, wv := sc.Rollout, &sc.Rollout.Status.Waves[i]
+	sampler := c.samples(sc.Settings.SampleInterval)
 	sem := make(chan struct{}, sampleParallel)
 	var wg sync.WaitGroup
-	for _, c := range wv.Clusters {
-		fc, ks := clusters[c], existing[c]
+	for _, name := range wv.Clusters {
+		fc, ks := sc.Clusters[name], sc.Objects[name]
 		if fc == nil || ks == nil {
 			continue // a missing member has no samples, and its evidence says so
 		}
@@ -309,16 +372,40 @@ func (r *FleetRolloutReconciler) sampleWave(ctx context.Context, fr *v1alpha1.Fl
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			workloads, _ := availability.WorkloadsFromInventory(ks.Status.Inventory)
-			mc, err := r.memberClient(ctx, fc)
+			var reader client.Reader
+			mc, err := c.Members.Client(ctx, fc)
 			if err != nil {
-				// Unreadable: an empty reading list with the error recorded counts as unavailable.
-				_ = sampler.Observe(ctx, sampleKey(fr, c), errReader{err}, workloads, now)
-				return
+				reader = errReader{err}
+			} else {
+				reader = mc
 			}
-			_ = sampler.Observe(ctx, sampleKey(fr, c), mc, workloads, now)
+			_ = sampler.Observe(ctx, sampleKey(fr, name), reader, workloads, sc.Now)
 		}()
 	}
 	wg.Wait()
+}
+
+// Forget drops the samples of wave i's members: its noDisruption is decided.
+func (c *Collector) Forget(sc *Scope, i int) {
+	for _, name := range sc.Rollout.Status.Waves[i].Clusters {
+		c.samples(sc.Settings.SampleInterval).Forget(sampleKey(sc.Rollout, name))
+	}
+}
+
+// samples returns the availability sampler for a sample interval (policies may differ), made on
+// first use. Samples are keyed by rollout and cluster (sampleKey).
+func (c *Collector) samples(interval time.Duration) *availability.Sampler {
+	c.samplersMu.Lock()
+	defer c.samplersMu.Unlock()
+	if c.samplers == nil {
+		c.samplers = map[time.Duration]*availability.Sampler{}
+	}
+	s := c.samplers[interval]
+	if s == nil {
+		s = availability.New(availability.Options{Interval: interval})
+		c.samplers[interval] = s
+	}
+	return s
 }
 
 // errReader is a client.Reader that fails every read with err: a member whose client cannot be built.
@@ -329,49 +416,13 @@ func (e errReader) Get(context.Context, client.ObjectKey, client.Object, ...clie
 }
 func (e errReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return e.err }
 
-// memberClients caches one client per member cluster and kubeconfig content.
-type memberClients struct {
-	mu      sync.Mutex
-	clients map[types.NamespacedName]memberClient
-}
-
-type memberClient struct {
-	key string
-	c   client.Client
-}
-
-// memberClient returns a client for the member's API server, built from its kubeconfig Secret and
-// rebuilt when the kubeconfig changes.
-func (r *FleetRolloutReconciler) memberClient(ctx context.Context, fc *v1alpha1.FleetCluster) (client.Client, error) {
-	cfg, err := RESTConfigForCluster(ctx, r.APIReader, r.HubConfig, fc)
-	if err != nil {
-		return nil, err
+// WaveSoak is the wave's soak: its spec's, else the policy's, else a minute.
+func WaveSoak(spec v1alpha1.Wave, s tgcue.Settings) time.Duration {
+	if spec.Soak != nil {
+		return spec.Soak.Duration
 	}
-	key := configKey(cfg)
-	name := types.NamespacedName{Namespace: fc.Namespace, Name: fc.Name}
-	r.members.mu.Lock()
-	defer r.members.mu.Unlock()
-	if m, ok := r.members.clients[name]; ok && m.key == key {
-		return m.c, nil
+	if s.Soak > 0 {
+		return s.Soak
 	}
-	cfg.Timeout = 10 * time.Second
-	c, err := client.New(cfg, client.Options{Scheme: r.Client.Scheme()})
-	if err != nil {
-		return nil, fmt.Errorf("building a client for cluster %s: %w", fc.Name, err)
-	}
-	if r.members.clients == nil {
-		r.members.clients = map[types.NamespacedName]memberClient{}
-	}
-	r.members.clients[name] = memberClient{key: key, c: c}
-	return c, nil
-}
-
-// configKey identifies a rest.Config's endpoint and credentials without keeping them.
-func configKey(cfg *rest.Config) string {
-	h := sha256.New()
-	for _, b := range [][]byte{[]byte(cfg.Host), []byte(cfg.BearerToken), cfg.CertData, cfg.KeyData, cfg.CAData, []byte(cfg.CertFile), []byte(cfg.KeyFile)} {
-		h.Write(b)
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return time.Minute
 }

@@ -1,4 +1,4 @@
-package controllers
+package collector
 
 import (
 	"context"
@@ -25,8 +25,8 @@ const (
 	maxCachedPolicies = 32
 )
 
-// rolloutPolicy is the policy that decides a rollout's gates, with its settings read once.
-type rolloutPolicy struct {
+// RolloutPolicy is the policy that decides a rollout's gates, with its settings read once.
+type RolloutPolicy struct {
 	Policy   *tgcue.Policy
 	Settings tgcue.Settings
 	// From says where it came from, for messages: "built-in" or "<kind>/<name> path <path> at <revision>".
@@ -36,64 +36,65 @@ type rolloutPolicy struct {
 	Err error
 }
 
-// errPolicyPending means the policy's source has no artifact yet: the rollout waits, it is not stalled.
-var errPolicyPending = errors.New("policy source has no artifact yet")
+// ErrPolicyPending means the policy's source has no artifact yet: the rollout waits, it is not stalled.
+var ErrPolicyPending = errors.New("policy source has no artifact yet")
 
-var builtinPolicy = sync.OnceValues(func() (*rolloutPolicy, error) {
+// BuiltinPolicy is the embedded default policy, compiled once.
+var BuiltinPolicy = sync.OnceValues(func() (*RolloutPolicy, error) {
 	p := tgcue.DefaultPolicy()
 	s, err := p.Settings()
 	if err != nil {
 		return nil, fmt.Errorf("the built-in policy's settings: %w", err)
 	}
-	return &rolloutPolicy{Policy: p, Settings: s, From: "built-in"}, nil
+	return &RolloutPolicy{Policy: p, Settings: s, From: "built-in"}, nil
 })
 
-// loadPolicy returns the rollout's policy: the built-in one when spec.policy is empty, else the CUE
-// package at spec.policy.path in the named source's artifact. It returns errPolicyPending (wrapped)
+// Policy returns the rollout's policy: the built-in one when spec.policy is empty, else the CUE
+// package at spec.policy.path in the named source's artifact. It returns ErrPolicyPending (wrapped)
 // while the source has no artifact, and a *tgcue.PolicyError (wrapped) for a policy that does not
 // compile, does not fit the evidence schemas, or whose settings are not concrete.
-func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, fr *v1alpha1.FleetRollout) (*rolloutPolicy, error) {
+func (c *Collector) Policy(ctx context.Context, fr *v1alpha1.FleetRollout) (*RolloutPolicy, error) {
 	ref := fr.Spec.Policy
 	if ref == nil {
-		return builtinPolicy()
+		return BuiltinPolicy()
 	}
-	_, src, err := getSource(ctx, r.Client, fr.Namespace, ref.SourceRef.Kind, ref.SourceRef.Name)
+	_, src, err := GetSource(ctx, c.Sources, fr.Namespace, ref.SourceRef.Kind, ref.SourceRef.Name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: %s %s/%s named by spec.policy.sourceRef is not found", errPolicyPending, ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name)
+			return nil, fmt.Errorf("%w: %s %s/%s named by spec.policy.sourceRef is not found", ErrPolicyPending, ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name)
 		}
 		return nil, err
 	}
 	if src.URL == "" || src.Digest == "" {
-		return nil, fmt.Errorf("%w: %s %s/%s: %s", errPolicyPending, ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name, src.Message)
+		return nil, fmt.Errorf("%w: %s %s/%s: %s", ErrPolicyPending, ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name, src.Message)
 	}
 	dir := path.Clean("/" + ref.Path)
 	key := src.Digest + ":" + dir
-	if p, ok := r.policies.get(key); ok {
+	if p, ok := c.policies.get(key); ok {
 		if p.Err != nil {
 			return nil, p.Err
 		}
 		return p, nil
 	}
 	from := fmt.Sprintf("%s %s/%s path %s at %s", ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name, strings.TrimPrefix(dir, "/"), src.Revision)
-	art, err := r.fetchArtifact(ctx, src.URL, src.Digest)
+	art, err := c.fetchArtifact(ctx, src.URL, src.Digest)
 	if err != nil {
 		return nil, fmt.Errorf("fetching the policy from %s: %w", from, err)
 	}
 	rp, err := compilePolicy(art.FS, dir)
 	if err != nil {
 		err = fmt.Errorf("the policy from %s: %w", from, err)
-		r.policies.put(key, &rolloutPolicy{From: from, Err: err}, maxCachedPolicies)
+		c.policies.put(key, &RolloutPolicy{From: from, Err: err}, maxCachedPolicies)
 		return nil, err
 	}
 	rp.From = from
-	r.policies.put(key, rp, maxCachedPolicies)
+	c.policies.put(key, rp, maxCachedPolicies)
 	return rp, nil
 }
 
 // compilePolicy loads the CUE package in dir and reads its settings. Every error is a
 // *tgcue.PolicyError: a wrong path or a package that does not compile is fixed in Git or the spec.
-func compilePolicy(fsys filesys.FileSystem, dir string) (*rolloutPolicy, error) {
+func compilePolicy(fsys filesys.FileSystem, dir string) (*RolloutPolicy, error) {
 	files, err := cueFiles(fsys, dir)
 	if err != nil {
 		return nil, &tgcue.PolicyError{Problems: []string{err.Error()}}
@@ -106,7 +107,7 @@ func compilePolicy(fsys filesys.FileSystem, dir string) (*rolloutPolicy, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &rolloutPolicy{Policy: p, Settings: s}, nil
+	return &RolloutPolicy{Policy: p, Settings: s}, nil
 }
 
 // cueFiles returns the .cue files directly in dir: one CUE package.
@@ -140,8 +141,8 @@ func cueFiles(fsys filesys.FileSystem, dir string) (map[string][]byte, error) {
 }
 
 // fetchArtifact downloads and unpacks a source artifact, checking its digest.
-func (r *FleetRolloutReconciler) fetchArtifact(ctx context.Context, url, digest string) (*evidence.Artifact, error) {
-	data, err := evidence.FetchArtifact(ctx, r.HTTPClient, url, digest, maxArtifactBytes)
+func (c *Collector) fetchArtifact(ctx context.Context, url, digest string) (*evidence.Artifact, error) {
+	data, err := evidence.FetchArtifact(ctx, c.HTTPClient, url, digest, maxArtifactBytes)
 	if err != nil {
 		return nil, err
 	}

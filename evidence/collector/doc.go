@@ -1,0 +1,10 @@
+// Package collector gathers the evidence the confidence gates decide over, apart from the
+// reconciler that decides and writes: for gate G of wave W of a rollout, it fetches and renders the
+// artifacts source-controller serves, asks the wave's member API servers (preflight, availability
+// samples), and reports what it could not establish. It also loads the rollout's CUE policy.
+//
+// A reconcile reads the world once into a Scope (the rollout, its FleetClusters, its
+// Kustomizations, the pinned sources); the state machine and the collector both read that Scope,
+// so a gate judges what the step saw. Renders and compiled policies are kept by digest; the
+// content behind a digest never changes.
+package collector

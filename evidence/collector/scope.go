@@ -1,0 +1,221 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/fleets"
+)
+
+// Scope is everything one reconcile of a FleetRollout read, read once at the start of the pass: the
+// rollout, its FleetClusters, its Kustomizations, the pinned sources of its candidate and known-good,
+// and the wave plan over today's inventory. The state machine reads it; only Rollout's status is
+// written, and the evidence collector reads the same Scope, so a gate judges what the step saw.
+type Scope struct {
+	// Rollout is the FleetRollout; its status is what the step moves.
+	Rollout *v1alpha1.FleetRollout
+	// Tracked is the source spec.sourceRef names; pinned sources are copies of it.
+	Tracked client.Object
+	// Target is the revision to roll out: spec.revision, else the tracked source's artifact revision.
+	Target string
+	// TargetWhy says why Target is empty.
+	TargetWhy string
+	// Clusters are the FleetClusters of the rollout's namespace, by name; Inventory is the same as
+	// the fleet model sees it.
+	Clusters  map[string]*v1alpha1.FleetCluster
+	Inventory fleets.Inventory
+	// Plan is the wave plan over today's inventory.
+	Plan fleets.WavePlan
+	// Objects are the rollout's per-cluster Kustomizations as read, by cluster name; Kustomizations
+	// are what each says about the revision it runs.
+	Objects        map[string]*kustomizev1.Kustomization
+	Kustomizations map[string]Observation
+	// Candidate and KnownGood are the states of the pinned sources named in status.
+	Candidate SourceState
+	KnownGood SourceState
+	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
+	Settings tgcue.Settings
+	Now      time.Time
+}
+
+// Observe records what the Kustomizations say, by cluster.
+func (sc *Scope) Observe(objects map[string]*kustomizev1.Kustomization) {
+	sc.Objects = objects
+	sc.Kustomizations = make(map[string]Observation, len(objects))
+	for c, ks := range objects {
+		sc.Kustomizations[c] = Observe(ks)
+	}
+}
+
+// SourceState is what the engine knows of a Flux source: the tracked one or a pinned one.
+type SourceState struct {
+	Name     string
+	Exists   bool
+	Ready    bool
+	Message  string
+	Revision string // artifact revision, "" when there is no artifact
+	Digest   string
+	URL      string // where source-controller serves the artifact
+	// Verification is the provider the source asks to verify its artifact with ("" for none), and
+	// Verified and VerifyMessage are its SourceVerified condition.
+	Verification  string
+	Verified      bool
+	VerifyMessage string
+}
+
+func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) SourceState {
+	s := SourceState{Name: name, Exists: true, Ready: conditions.IsReady(getter)}
+	if c := conditions.Get(getter, meta.ReadyCondition); c != nil {
+		s.Message = c.Message
+	}
+	if a := obj.GetArtifact(); a != nil {
+		s.Revision, s.Digest, s.URL = a.Revision, a.Digest, a.URL
+	}
+	if c := conditions.Get(getter, sourcev1.SourceVerifiedCondition); c != nil {
+		s.Verified, s.VerifyMessage = c.Status == metav1.ConditionTrue, c.Message
+	}
+	return s
+}
+
+// GetSource reads a Flux source of the rollout's namespace and returns its object and state.
+func GetSource(ctx context.Context, c client.Reader, ns, kind, name string) (client.Object, SourceState, error) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	switch kind {
+	case sourcev1.GitRepositoryKind:
+		var o sourcev1.GitRepository
+		if err := c.Get(ctx, key, &o); err != nil {
+			return nil, SourceState{Name: name}, err
+		}
+		s := stateOf(&o, name, &o)
+		if o.Spec.Verification != nil {
+			s.Verification = "openpgp" // the one provider GitRepository verifies commits and tags with
+		}
+		return &o, s, nil
+	case sourcev1.OCIRepositoryKind:
+		var o sourcev1.OCIRepository
+		if err := c.Get(ctx, key, &o); err != nil {
+			return nil, SourceState{Name: name}, err
+		}
+		s := stateOf(&o, name, &o)
+		if o.Spec.Verify != nil {
+			s.Verification = o.Spec.Verify.Provider
+		}
+		return &o, s, nil
+	}
+	return nil, SourceState{Name: name}, fmt.Errorf("source kind %q is not supported: use GitRepository or OCIRepository", kind)
+}
+
+// SplitRevision splits a Flux artifact revision "<ref>@<algo>:<hash>" into its ref and "<algo>:<hash>".
+// A revision without "@" ("sha1:<hash>") has an empty ref.
+func SplitRevision(revision string) (ref, digest string, err error) {
+	ref, digest = "", revision
+	if i := strings.LastIndex(revision, "@"); i >= 0 {
+		ref, digest = revision[:i], revision[i+1:]
+	}
+	algo, hash, ok := strings.Cut(digest, ":")
+	if !ok || algo == "" || hash == "" {
+		return "", "", fmt.Errorf("revision %q is not a Flux artifact revision like main@sha1:<commit> or latest@sha256:<digest>", revision)
+	}
+	return ref, digest, nil
+}
+
+// Observation is what one cluster's Kustomization says about the revision it runs.
+type Observation struct {
+	Exists        bool
+	Source        string // sourceRef.name
+	Current       bool   // status.observedGeneration == metadata.generation
+	ReadyCurrent  bool   // the Ready condition was written for the current generation
+	Ready         metav1.ConditionStatus
+	Reason        string
+	Message       string
+	LastApplied   string
+	LastAttempted string
+	// Health is the outcome of the Kustomization's health checks (tgcue.HealthChecks*): None when it
+	// asks for none (no wait, no healthChecks), else its Healthy condition.
+	Health string
+}
+
+func Observe(ks *kustomizev1.Kustomization) Observation {
+	if ks == nil {
+		return Observation{}
+	}
+	o := Observation{
+		Exists:        true,
+		Source:        ks.Spec.SourceRef.Name,
+		Current:       ks.Status.ObservedGeneration == ks.Generation,
+		Ready:         metav1.ConditionUnknown,
+		LastApplied:   ks.Status.LastAppliedRevision,
+		LastAttempted: ks.Status.LastAttemptedRevision,
+	}
+	if c := conditions.Get(ks, meta.ReadyCondition); c != nil {
+		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
+		o.ReadyCurrent = c.ObservedGeneration == ks.Generation
+	}
+	o.Health = tgcue.HealthChecksNone
+	if ks.Spec.Wait || len(ks.Spec.HealthChecks) > 0 {
+		o.Health = tgcue.HealthChecksUnknown
+		if c := conditions.Get(ks, meta.HealthyCondition); c != nil {
+			switch c.Status {
+			case metav1.ConditionTrue:
+				o.Health = tgcue.HealthChecksPassed
+			case metav1.ConditionFalse:
+				o.Health = tgcue.HealthChecksFailed
+			}
+		}
+	}
+	return o
+}
+
+// ReadyAt tells whether the Kustomization has applied revision from source and is healthy.
+func (o Observation) ReadyAt(source, revision string) bool {
+	return o.Exists && o.Source == source && o.Current && o.Ready == metav1.ConditionTrue && SameRevision(o.LastApplied, revision)
+}
+
+// StillAt tells whether a Kustomization that was ready at revision still is: kustomize-controller
+// marks Ready Unknown at the start of every reconcile of the same revision, which is not a loss of
+// health; only a failure is.
+func (o Observation) StillAt(source, revision string) bool {
+	return o.Exists && o.Source == source && o.Ready != metav1.ConditionFalse && SameRevision(o.LastApplied, revision)
+}
+
+// SameRevision compares two Flux revisions by the commit or digest they name: a source pinned by
+// commit or digest alone reports "sha1:<commit>" where the tracked source said "main@sha1:<commit>".
+func SameRevision(a, b string) bool {
+	if a == b {
+		return true
+	}
+	_, da, errA := SplitRevision(a)
+	_, db, errB := SplitRevision(b)
+	return errA == nil && errB == nil && da == db
+}
+
+// FailedAt tells whether the Kustomization failed with the spec that points at source: the apply, the
+// build or the health check. Dependency and source waits are not failures of the revision.
+// kustomize-controller moves status.observedGeneration only on success, so a failure of the current
+// spec is recognised by the Ready condition's own observedGeneration; the pinned source's name is
+// unique to the revision, so the spec points at nothing else.
+func (o Observation) FailedAt(source string) bool {
+	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse {
+		return false
+	}
+	switch o.Reason {
+	case meta.HealthCheckFailedReason, meta.ReconciliationFailedReason, meta.BuildFailedReason,
+		// Waves start only once the pinned source serves the revision, so an artifact failure here is
+		// the revision's own (kustomize-controller reports a path missing from it this way).
+		meta.ArtifactFailedReason:
+		return true
+	}
+	return false
+}
