@@ -312,9 +312,11 @@ func createFixtures(ctx context.Context) error {
 			CurrentWave:        "ring-1",
 			Candidate:          webCandidate,
 			LastKnownGood:      webKnownGood,
+			WaitingFor: &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForSoak, Wave: "ring-1", Message: "wave ring-1 soaking for 10m0s",
+				Since: atp(6, 30), Until: atp(16, 30)},
 			Conditions: []metav1.Condition{
-				cond(v1alpha1.ReadyCondition, metav1.ConditionUnknown, v1alpha1.ProgressingReason, "wave ring-1 soaking, 6m30s left", at(0, 3)),
-				cond(v1alpha1.ReconcilingCondition, metav1.ConditionTrue, v1alpha1.ProgressingReason, "wave ring-1 soaking, 6m30s left", at(0, 3)),
+				cond(v1alpha1.ReadyCondition, metav1.ConditionUnknown, v1alpha1.ProgressingReason, "wave ring-1 soaking for 10m0s", at(0, 3)),
+				cond(v1alpha1.ReconcilingCondition, metav1.ConditionTrue, v1alpha1.ProgressingReason, "wave ring-1 soaking for 10m0s", at(0, 3)),
 				cond(v1alpha1.GateDeploySafe, metav1.ConditionTrue, v1alpha1.GatePassedReason, "wave ring-1: Pass (receipt "+webRing1Receipts[0].Name+")", at(5, 42)),
 				cond(v1alpha1.GateNoDisruption, metav1.ConditionTrue, v1alpha1.GatePassedReason, "wave canary: Pass (receipt "+webCanaryReceipts[3].Name+")", at(5, 41)),
 			},

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -351,107 +350,23 @@ func toStatusView(fr *v1alpha1.FleetRollout) statusView {
 	return v
 }
 
-// waitingFor derives from status what wave i waits for, and since when.
+// waitingFor says what wave i waits for: status.waitingFor, as the controller decided it, for the
+// wave it names (every started wave while rolling back); a later pending wave waits for its turn.
 func waitingFor(fr *v1alpha1.FleetRollout, i int) *waiting {
 	st := &fr.Status
 	w := &st.Waves[i]
-	switch st.Phase {
-	case v1alpha1.PhaseRolledBack, v1alpha1.PhaseCompleted:
+	if wf := st.WaitingFor; wf != nil {
+		rollingBack := wf.Wave == "" && st.Phase == v1alpha1.PhaseRollingBack && w.StartedAt != nil &&
+			w.Phase != v1alpha1.WavePending && w.Phase != v1alpha1.WaveAwaiting
+		if wf.Wave == w.Name || rollingBack {
+			return &waiting{For: wf.Message, Since: wf.Since, Until: wf.Until}
+		}
+	}
+	if st.Phase == v1alpha1.PhaseCompleted || st.Phase == v1alpha1.PhaseRolledBack || st.Phase == v1alpha1.PhaseRollingBack {
 		return nil
-	case v1alpha1.PhaseRollingBack:
-		if w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting {
-			return nil
-		}
-		return &waiting{For: "its members Ready at the known-good (rolling back)"}
 	}
-	var prevFinished *metav1.Time
-	if i > 0 {
-		prevFinished = st.Waves[i-1].FinishedAt
-	}
-	switch w.Phase {
-	case v1alpha1.WavePending, v1alpha1.WaveAwaiting:
-		// Only the next wave waits for something of its own; later ones wait for their turn.
-		next := slices.IndexFunc(st.Waves, func(x v1alpha1.WaveStatus) bool {
-			return x.Phase == v1alpha1.WavePending || x.Phase == v1alpha1.WaveAwaiting
-		})
-		if next != i {
-			return &waiting{For: "its turn, after wave " + st.Waves[i-1].Name}
-		}
-		if next > 0 && st.Waves[i-1].Phase != v1alpha1.WaveSucceeded {
-			return &waiting{For: "wave " + st.Waves[i-1].Name + " to succeed"}
-		}
-		if fr.Spec.Hold != nil {
-			wt := &waiting{For: "spec.hold to be cleared (" + fr.Spec.Hold.Reason + ")"}
-			if c := condition(st.Conditions, v1alpha1.HeldCondition); c != nil && c.Status == metav1.ConditionTrue {
-				wt.Since = &c.LastTransitionTime
-			}
-			return wt
-		}
-		if w.Phase == v1alpha1.WaveAwaiting {
-			return &waiting{For: "an approval of " + revisionOf(st.Candidate) + " for this wave", Since: prevFinished}
-		}
-		var blocking []string
-		var decided *metav1.Time
-		for _, g := range w.Gates {
-			if g.Result == v1alpha1.ResultFail {
-				blocking = append(blocking, g.Gate)
-				if g.DecidedAt != nil && (decided == nil || g.DecidedAt.Before(decided)) {
-					decided = g.DecidedAt
-				}
-			}
-		}
-		if len(blocking) > 0 {
-			return &waiting{For: "blocked by " + strings.Join(blocking, ", "), Since: decided}
-		}
-		return &waiting{For: "its pre-wave gates", Since: prevFinished}
-	case v1alpha1.WaveProgressing:
-		return &waiting{For: fmt.Sprintf("members Ready at the candidate (%d/%d)", w.Healthy, len(w.Clusters)), Since: w.StartedAt}
-	case v1alpha1.WaveSoaking:
-		wt := &waiting{For: "the soak", Since: w.ReadyAt}
-		if d := waveSoak(fr, w.Name); d != nil && w.ReadyAt != nil {
-			wt.For = "the soak of " + d.Duration.String()
-			wt.Until = &metav1.Time{Time: w.ReadyAt.Add(d.Duration)}
-		}
-		return wt
-	case v1alpha1.WaveRehearsing:
-		r := w.Rehearsal
-		switch {
-		case r == nil:
-			return &waiting{For: "the rehearsal"}
-		case r.BackReadyAt != nil && r.ForwardStartedAt == nil && fr.Spec.Hold != nil:
-			return &waiting{For: "rehearsal paused at the known-good: spec.hold to be cleared (" + fr.Spec.Hold.Reason + ")", Since: r.BackReadyAt}
-		case r.Phase == v1alpha1.RehearsalRollingBack:
-			return &waiting{For: "rehearsal: members Ready at the known-good", Since: r.BackStartedAt}
-		case r.Phase == v1alpha1.RehearsalRollingForward:
-			return &waiting{For: "rehearsal: members Ready at the candidate again", Since: r.ForwardStartedAt}
-		default:
-			return &waiting{For: "rehearsal: the rollbackSucceeds decision", Since: r.ForwardReadyAt}
-		}
-	case v1alpha1.WaveFailed:
-		var failed []string
-		for _, g := range w.Gates {
-			if g.Result == v1alpha1.ResultFail {
-				failed = append(failed, g.Gate)
-			}
-		}
-		what := "failed"
-		if len(failed) > 0 {
-			what += " (" + strings.Join(failed, ", ") + ")"
-		}
-		if st.Phase == v1alpha1.PhaseHeld {
-			what += ": held until a new revision, spec.retry or spec.rollback.request"
-		}
-		return &waiting{For: what, Since: w.FinishedAt}
-	}
-	return nil
-}
-
-// waveSoak is the soak the spec gives the wave; nil when the policy's settings.soak decides.
-func waveSoak(fr *v1alpha1.FleetRollout, wave string) *metav1.Duration {
-	for _, w := range fr.Spec.Waves {
-		if w.Name == wave {
-			return w.Soak
-		}
+	if i > 0 && (w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting) && st.Waves[i-1].Phase != v1alpha1.WaveSucceeded {
+		return &waiting{For: "its turn, after wave " + st.Waves[i-1].Name}
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
-// TestWaiting covers what `status` says a wave waits for in the phases the golden files do not show.
+// TestWaiting covers what `status` says a wave waits for: what status.waitingFor records.
 func TestWaiting(t *testing.T) {
 	base := func() *v1alpha1.FleetRollout {
 		return &v1alpha1.FleetRollout{
@@ -23,49 +23,35 @@ func TestWaiting(t *testing.T) {
 			},
 		}
 	}
+	wait := func(reason, wave, msg string, since, until *metav1.Time) func(fr *v1alpha1.FleetRollout) {
+		return func(fr *v1alpha1.FleetRollout) {
+			fr.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: reason, Wave: wave, Message: msg, Since: since, Until: until}
+		}
+	}
 	tests := []struct {
 		name string
 		edit func(fr *v1alpha1.FleetRollout)
 		wave int
 		want string
 	}{
-		{"next wave, its gates", nil, 1, "its pre-wave gates since 2026-03-01T10:05:00Z (5m ago)"},
-		{"awaiting approval", func(fr *v1alpha1.FleetRollout) { fr.Status.Waves[1].Phase = v1alpha1.WaveAwaiting }, 1,
-			"an approval of " + webCandidate.Revision + " for this wave since 2026-03-01T10:05:00Z (5m ago)"},
-		{"progressing", func(fr *v1alpha1.FleetRollout) {
-			fr.Status.Waves[1].Phase, fr.Status.Waves[1].StartedAt, fr.Status.Waves[1].Healthy = v1alpha1.WaveProgressing, atp(5, 30), 1
-		}, 1, "members Ready at the candidate (1/2) since 2026-03-01T10:05:30Z (4m30s ago)"},
-		{"soaking with the policy's soak", func(fr *v1alpha1.FleetRollout) {
-			fr.Status.Waves[1].Phase, fr.Status.Waves[1].ReadyAt = v1alpha1.WaveSoaking, atp(9, 0)
-		}, 1, "the soak since 2026-03-01T10:09:00Z (60s ago)"},
-		{"soak over", func(fr *v1alpha1.FleetRollout) {
-			fr.Spec.Waves[1].Soak = &metav1.Duration{Duration: 60_000_000_000}
-			fr.Status.Waves[1].Phase, fr.Status.Waves[1].ReadyAt = v1alpha1.WaveSoaking, atp(8, 0)
-		}, 1, "the soak of 1m0s since 2026-03-01T10:08:00Z (2m ago), until 2026-03-01T10:09:00Z (60s ago)"},
-		{"rehearsal going back", func(fr *v1alpha1.FleetRollout) {
-			fr.Status.Waves[0].Phase = v1alpha1.WaveRehearsing
-			fr.Status.Waves[0].Rehearsal = &v1alpha1.RehearsalStatus{Phase: v1alpha1.RehearsalRollingBack, BackStartedAt: atp(6, 0)}
-		}, 0, "rehearsal: members Ready at the known-good since 2026-03-01T10:06:00Z (4m ago)"},
-		{"rehearsal paused by a hold", func(fr *v1alpha1.FleetRollout) {
-			fr.Spec.Hold = &v1alpha1.Hold{Reason: "incident"}
-			fr.Status.Waves[0].Phase = v1alpha1.WaveRehearsing
-			fr.Status.Waves[0].Rehearsal = &v1alpha1.RehearsalStatus{Phase: v1alpha1.RehearsalRollingBack, BackStartedAt: atp(6, 0), BackReadyAt: atp(7, 0)}
-		}, 0, "rehearsal paused at the known-good: spec.hold to be cleared (incident) since 2026-03-01T10:07:00Z (3m ago)"},
-		{"rehearsal going forward", func(fr *v1alpha1.FleetRollout) {
-			fr.Status.Waves[0].Phase = v1alpha1.WaveRehearsing
-			fr.Status.Waves[0].Rehearsal = &v1alpha1.RehearsalStatus{Phase: v1alpha1.RehearsalRollingForward, BackReadyAt: atp(7, 0), ForwardStartedAt: atp(7, 1)}
-		}, 0, "rehearsal: members Ready at the candidate again since 2026-03-01T10:07:01Z (2m59s ago)"},
-		{"failed and held", func(fr *v1alpha1.FleetRollout) {
-			fr.Status.Phase = v1alpha1.PhaseHeld
-			fr.Status.Waves[0].Phase = v1alpha1.WaveFailed
-			fr.Status.Waves[0].Gates = []v1alpha1.GateOutcome{{Gate: v1alpha1.GateNoDisruption, Result: v1alpha1.ResultFail}}
-		}, 0, "failed (noDisruption): held until a new revision, spec.retry or spec.rollback.request since 2026-03-01T10:05:00Z (5m ago)"},
-		{"after a failed wave", func(fr *v1alpha1.FleetRollout) {
-			fr.Status.Phase = v1alpha1.PhaseHeld
-			fr.Status.Waves[0].Phase = v1alpha1.WaveFailed
-		}, 1, "wave canary to succeed"},
-		{"rolling back, started wave", func(fr *v1alpha1.FleetRollout) { fr.Status.Phase = v1alpha1.PhaseRollingBack }, 0, "its members Ready at the known-good (rolling back)"},
-		{"rolling back, pending wave", func(fr *v1alpha1.FleetRollout) { fr.Status.Phase = v1alpha1.PhaseRollingBack }, 1, "-"},
+		{"what status says, on the wave it names", wait(v1alpha1.WaitingForApproval, "everyone", "wave everyone needs an approval", atp(5, 0), nil), 1,
+			"wave everyone needs an approval since 2026-03-01T10:05:00Z (5m ago)"},
+		{"not on another wave", wait(v1alpha1.WaitingForApproval, "everyone", "wave everyone needs an approval", atp(5, 0), nil), 0, "-"},
+		{"a soak with its end, as the controller computed it from the policy", wait(v1alpha1.WaitingForSoak, "everyone", "wave everyone soaking for 2m0s", atp(9, 0), atp(11, 0)), 1,
+			"wave everyone soaking for 2m0s since 2026-03-01T10:09:00Z (60s ago), until 2026-03-01T10:11:00Z (60s left)"},
+		{"nothing recorded", nil, 1, "-"},
+		{"a later wave waits for its turn", func(fr *v1alpha1.FleetRollout) {
+			fr.Status.Waves[0].Phase = v1alpha1.WaveSoaking
+		}, 1, "its turn, after wave canary"},
+		{"rolling back: every started wave", func(fr *v1alpha1.FleetRollout) {
+			fr.Status.Phase = v1alpha1.PhaseRollingBack
+			fr.Status.Waves[0].StartedAt = atp(1, 0)
+			wait(v1alpha1.WaitingForRollback, "", "rolling back: 0/1 clusters Ready at known-good", nil, nil)(fr)
+		}, 0, "rolling back: 0/1 clusters Ready at known-good"},
+		{"rolling back, pending wave", func(fr *v1alpha1.FleetRollout) {
+			fr.Status.Phase = v1alpha1.PhaseRollingBack
+			wait(v1alpha1.WaitingForRollback, "", "rolling back", nil, nil)(fr)
+		}, 1, "-"},
 		{"rolled back", func(fr *v1alpha1.FleetRollout) { fr.Status.Phase = v1alpha1.PhaseRolledBack }, 0, "-"},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,5 @@
 package member
 
-
 import (
 	"context"
 	"errors"
