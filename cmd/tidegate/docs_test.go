@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidegate/tidegate/internal/golden"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/golden"
 )
 
 // TestCLIDocIsFresh regenerates docs/cli.md from the command tree, keeping its hand-written preface,

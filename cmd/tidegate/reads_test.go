@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidegate/tidegate/internal/golden"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/golden"
 )
 
 // kubeGoldenDir holds the golden files of the commands that read the hub.

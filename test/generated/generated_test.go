@@ -136,7 +136,7 @@ func checkMakefile(t *testing.T, root string) {
 	} {
 		if got, w := strings.TrimSpace(recipes[target]), strings.Join(want, " "); got != w {
 			t.Fatalf("the Makefile's %s target runs\n\t%s\nbut this test regenerates with\n\t%s\nupdate %s to match the Makefile",
-				target, got, w, "internal/generated/generated_test.go")
+				target, got, w, "test/generated/generated_test.go")
 		}
 	}
 }
