@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // The hub the kube commands are tested against: a real kube-apiserver and etcd (envtest) with the
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	code := testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+	code := testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startHub(dir)
 		return env, envErr
 	})

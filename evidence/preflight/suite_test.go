@@ -20,10 +20,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // One member API server (envtest: a real kube-apiserver and etcd, no nodes, no controllers),
-// started in TestMain as testbin.RunWithAPIServer starts one, but keeping its rest.Config, which
+// started in TestMain as testenv.RunWithAPIServer starts one, but keeping its rest.Config, which
 // Check takes. envErr says why it is not there; every test that needs it fails with that error, it
 // never skips.
 var (
@@ -38,7 +39,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+	os.Exit(testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startAPIServer()
 		return env, envErr
 	}))

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // What config/default installs, as the tests expect it.
@@ -60,7 +61,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+	os.Exit(testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startAPIServer()
 		return env, envErr
 	}))
@@ -140,7 +141,7 @@ func (w *warningCollector) count() int {
 // buildManifests builds config/default with kustomize's krusty, as `kubectl apply -k` does, and
 // returns its objects in kustomize's output order (Namespace and CRDs first).
 func buildManifests() ([]*unstructured.Unstructured, error) {
-	dir := filepath.Join(testbin.RepoRoot(), "config", "default")
+	dir := filepath.Join(testenv.RepoRoot(), "config", "default")
 	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)

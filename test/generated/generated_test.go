@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // The controller-gen arguments of the Makefile's targets, without their output rules. The test checks
@@ -35,7 +35,7 @@ const staleMessage = "generated files are stale: run `make generate manifests`"
 // directory, with the Makefile's controller-gen and arguments, and compares them byte for byte with the
 // files in the repository.
 func TestGeneratedFilesAreFresh(t *testing.T) {
-	root := testbin.RepoRoot()
+	root := testenv.RepoRoot()
 	gen, err := controllerGen()
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestGeneratedFilesAreFresh(t *testing.T) {
 func controllerGen() (string, error) {
 	dir := os.Getenv("TIDEGATE_TESTBIN")
 	if dir == "" {
-		dir = filepath.Join(testbin.RepoRoot(), "bin", "testbin")
+		dir = filepath.Join(testenv.RepoRoot(), "bin", "testbin")
 	}
 	gen := filepath.Join(dir, "bin", "controller-gen")
 	if _, err := os.Stat(gen); err != nil {
@@ -230,7 +230,7 @@ func committedFiles(t *testing.T, dir, ext string) []string {
 // goPackages lists, relative to the repository root, the directories under dir holding non-test Go files.
 func goPackages(t *testing.T, dir string) []string {
 	t.Helper()
-	root := testbin.RepoRoot()
+	root := testenv.RepoRoot()
 	seen := map[string]bool{}
 	var pkgs []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {

@@ -1,4 +1,4 @@
-package testbin
+package testenv
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tidegate/tidegate/internal/testbin"
 )
 
 // RunWithAPIServer runs a package's tests against one real kube-apiserver and etcd (envtest) with the
@@ -45,7 +47,7 @@ func RunWithEnvironment(m *testing.M, start func() (*envtest.Environment, error)
 }
 
 func startAPIServer(scheme *runtime.Scheme, crdDirs []string) (*envtest.Environment, client.Client, error) {
-	bin, err := BinDir()
+	bin, err := testbin.BinDir()
 	if err != nil {
 		return nil, nil, err
 	}
