@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(testenv.RunWithAPIServer(m, scheme, []string{testbin.TidegateCRDDir()}, func(c client.Client, err error) {
+	os.Exit(testenv.RunWithAPIServer(m, scheme, testbin.TidegateCRDs, func(c client.Client, err error) {
 		k8sClient, envErr = c, err
 	}))
 }

@@ -53,18 +53,13 @@ func TestMain(m *testing.M) {
 }
 
 func startHub(dir string) error {
-	bin, err := testbin.BinDir()
+	bin, err := testbin.Dir()
 	if err != nil {
 		return err
 	}
-	fluxCRDs, err := testbin.FluxCRDDir()
+	e, err := testbin.NewEnvironment(bin, testbin.TidegateCRDs|testbin.FluxCRDs)
 	if err != nil {
 		return err
-	}
-	e := &envtest.Environment{
-		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{testbin.TidegateCRDDir(), fluxCRDs},
-		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := e.Start()
 	if err != nil {

@@ -46,11 +46,14 @@ func TestMain(m *testing.M) {
 }
 
 func startAPIServer() error {
-	bin, err := testbin.BinDir()
+	bin, err := testbin.Dir()
 	if err != nil {
 		return err
 	}
-	e := &envtest.Environment{BinaryAssetsDirectory: bin}
+	e, err := testbin.NewEnvironment(bin, 0)
+	if err != nil {
+		return err
+	}
 	cfg, err := e.Start()
 	if err != nil {
 		// Start may have left etcd or kube-apiserver running; stop what it started.

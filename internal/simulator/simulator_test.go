@@ -31,7 +31,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunWithAPIServer(m, clientgoscheme.Scheme, nil, func(c client.Client, err error) {
+	os.Exit(testenv.RunWithAPIServer(m, clientgoscheme.Scheme, 0, func(c client.Client, err error) {
 		memberClient, envErr = c, err
 	}))
 }

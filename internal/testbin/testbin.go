@@ -7,6 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tidegate/tidegate/config"
 )
 
 // Dir returns the testbin directory: $TIDEGATE_TESTBIN when set, else bin/testbin in the repository.
@@ -22,29 +26,6 @@ func Dir() (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-// BinDir returns the directory holding kube-apiserver, etcd and the Flux controllers.
-func BinDir() (string, error) {
-	dir, err := Dir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "bin"), nil
-}
-
-// FluxCRDDir returns the directory holding the Flux source and kustomize CRDs.
-func FluxCRDDir() (string, error) {
-	dir, err := Dir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "crds"), nil
-}
-
-// TidegateCRDDir returns config/crd/bases of this repository.
-func TidegateCRDDir() string {
-	return filepath.Join(RepoRoot(), "config", "crd", "bases")
 }
 
 // RepoRoot returns the root of the tidegate repository this package was built from.
@@ -69,4 +50,31 @@ func FluxCLI() (string, error) {
 		return "", fmt.Errorf("the Flux CLI at %s is not an executable file: run `make testbin` (hack/flux-cli.sh)", path)
 	}
 	return path, nil
+}
+
+// CRDs says which CustomResourceDefinitions an API server of NewEnvironment starts with.
+type CRDs uint8
+
+const (
+	// TidegateCRDs are tidegate's, embedded from config/crd/bases.
+	TidegateCRDs CRDs = 1 << iota
+	// FluxCRDs are source-controller's and kustomize-controller's, from the testbin directory.
+	FluxCRDs
+)
+
+// NewEnvironment returns an envtest environment (a kube-apiserver and etcd, not started) that runs
+// the binaries of the testbin directory dir, as Dir returns it, and installs crds when it starts.
+func NewEnvironment(dir string, crds CRDs) (*envtest.Environment, error) {
+	env := &envtest.Environment{BinaryAssetsDirectory: filepath.Join(dir, "bin"), ErrorIfCRDPathMissing: true}
+	if crds&TidegateCRDs != 0 {
+		c, err := config.CRDs()
+		if err != nil {
+			return nil, err
+		}
+		env.CRDs = c
+	}
+	if crds&FluxCRDs != 0 {
+		env.CRDDirectoryPaths = []string{filepath.Join(dir, "crds")}
+	}
+	return env, nil
 }

@@ -68,15 +68,15 @@ func TestMain(m *testing.M) {
 }
 
 func startAPIServer() error {
-	bin, err := testbin.BinDir()
+	dir, err := testbin.Dir()
 	if err != nil {
 		return err
 	}
-	fluxCRDs, err := testbin.FluxCRDDir()
+	// tidegate's CRDs come from config/default, which the tests apply.
+	e, err := testbin.NewEnvironment(dir, testbin.FluxCRDs)
 	if err != nil {
 		return err
 	}
-	e := &envtest.Environment{BinaryAssetsDirectory: bin, CRDDirectoryPaths: []string{fluxCRDs}, ErrorIfCRDPathMissing: true}
 	e.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
 	if _, err := e.Start(); err != nil {
 		// Start may have left etcd or kube-apiserver running; stop what it started.

@@ -12,13 +12,13 @@ import (
 	"github.com/tidegate/tidegate/internal/testbin"
 )
 
-// RunWithAPIServer runs a package's tests against one real kube-apiserver and etcd (envtest) with the
-// CRDs of crdDirs installed. ready receives a client of that API server, or the error that kept it
+// RunWithAPIServer runs a package's tests against one real kube-apiserver and etcd (envtest) with
+// crds installed. ready receives a client of that API server, or the error that kept it
 // from starting: tests that need it must then fail with that error, never skip. It returns the exit
 // code for os.Exit, 1 when stopping the API server failed.
-func RunWithAPIServer(m *testing.M, scheme *runtime.Scheme, crdDirs []string, ready func(client.Client, error)) int {
+func RunWithAPIServer(m *testing.M, scheme *runtime.Scheme, crds testbin.CRDs, ready func(client.Client, error)) int {
 	return RunWithEnvironment(m, func() (*envtest.Environment, error) {
-		env, c, err := startAPIServer(scheme, crdDirs)
+		env, c, err := startAPIServer(scheme, crds)
 		ready(c, err)
 		return env, err
 	})
@@ -46,17 +46,20 @@ func RunWithEnvironment(m *testing.M, start func() (*envtest.Environment, error)
 	return code
 }
 
-func startAPIServer(scheme *runtime.Scheme, crdDirs []string) (*envtest.Environment, client.Client, error) {
-	bin, err := testbin.BinDir()
+func startAPIServer(scheme *runtime.Scheme, crds testbin.CRDs) (*envtest.Environment, client.Client, error) {
+	dir, err := testbin.Dir()
 	if err != nil {
 		return nil, nil, err
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: bin, CRDDirectoryPaths: crdDirs, ErrorIfCRDPathMissing: len(crdDirs) > 0}
+	env, err := testbin.NewEnvironment(dir, crds)
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		// Start may have left etcd or kube-apiserver running; stop what it started.
 		_ = env.Stop()
-		return nil, nil, fmt.Errorf("starting envtest (CRDs from %v): %w", crdDirs, err)
+		return nil, nil, fmt.Errorf("starting envtest: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
