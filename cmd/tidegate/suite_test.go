@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 }
 
 func startHub(dir string) error {
-	bin, err := testbin.Dir()
+	bin, err := testbin.Dir("")
 	if err != nil {
 		return err
 	}

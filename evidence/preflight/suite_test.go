@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 }
 
 func startAPIServer() error {
-	bin, err := testbin.Dir()
+	bin, err := testbin.Dir("")
 	if err != nil {
 		return err
 	}

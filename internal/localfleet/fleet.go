@@ -37,6 +37,8 @@ type Options struct {
 	NoFlux bool
 	// SourceControllerArgs are extra flags for source-controller (e.g. artifact retention settings).
 	SourceControllerArgs []string
+	// Testbin is the directory of the binaries `make testbin` built; when empty, testbin.Dir finds it.
+	Testbin string
 }
 
 // Member is one member cluster.
@@ -83,7 +85,7 @@ func NewScheme() *runtime.Scheme { return scheme.New() }
 
 // Start starts a fleet. On error everything already started is stopped.
 func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
-	testbinDir, err := testbin.Dir()
+	testbinDir, err := testbin.Dir(opts.Testbin)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,7 @@ const keepFleetEnv = "TIDEGATE_KEEP_FLEET"
 type sandboxRun struct {
 	dir      string
 	members  int
+	testbin  string // the directory of the test binaries, as up resolved it
 	state    *stateWriter
 	out      io.Writer // the process's own log (DIR/sandbox.log)
 	fleet    *localfleet.Fleet
@@ -55,7 +56,7 @@ type sandboxRun struct {
 }
 
 // runBackground is `sandbox run`: it returns when ctx ends, after stopping everything it started.
-func runBackground(ctx context.Context, dir string, members int, out io.Writer) error {
+func runBackground(ctx context.Context, dir string, members int, testbin string, out io.Writer) error {
 	lock, err := acquireLock(dir)
 	if errors.Is(err, errLocked) {
 		return fmt.Errorf("a sandbox already runs in %s (it holds %s)", dir, layout{dir}.lock())
@@ -69,7 +70,7 @@ func runBackground(ctx context.Context, dir string, members int, out io.Writer) 
 	}
 
 	l := layout{dir}
-	r := &sandboxRun{dir: dir, members: members, out: out, repos: map[string]*remoteRepo{}}
+	r := &sandboxRun{dir: dir, members: members, testbin: testbin, out: out, repos: map[string]*remoteRepo{}}
 	r.state = &stateWriter{dir: dir, now: time.Now, s: State{
 		PID: os.Getpid(), Dir: dir, Namespace: fleetNamespace, StartedAt: time.Now(),
 		LogDir: l.logs(), SandboxLog: l.sandboxLog(), Steps: []Step{},
@@ -158,7 +159,7 @@ func (r *sandboxRun) startFleet(ctx context.Context) error {
 	os.Setenv(keepFleetEnv, "1")
 	startCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	f, err := localfleet.Start(startCtx, localfleet.Options{Members: r.members})
+	f, err := localfleet.Start(startCtx, localfleet.Options{Members: r.members, Testbin: r.testbin})
 	if f != nil {
 		r.fleet = f
 		_ = r.state.update(func(s *State) { s.FleetDir = f.Dir })

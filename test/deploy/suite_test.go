@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 }
 
 func startAPIServer() error {
-	dir, err := testbin.Dir()
+	dir, err := testbin.Dir("")
 	if err != nil {
 		return err
 	}

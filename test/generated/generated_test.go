@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidegate/tidegate/internal/testbin"
 	"github.com/tidegate/tidegate/test/testenv"
 )
 
@@ -95,12 +96,12 @@ func TestGeneratedFilesAreFresh(t *testing.T) {
 	}
 }
 
-// controllerGen returns the controller-gen that `make testbin` built, found as testbin.Dir finds the
-// test binaries: in $TIDEGATE_TESTBIN/bin, else in bin/testbin/bin of the repository.
+// controllerGen returns the controller-gen that `make testbin` built, in the testbin directory that
+// testbin.Dir finds, as the Makefile's $(CONTROLLER_GEN) is.
 func controllerGen() (string, error) {
-	dir := os.Getenv("TIDEGATE_TESTBIN")
-	if dir == "" {
-		dir = filepath.Join(testenv.RepoRoot(), "bin", "testbin")
+	dir, err := testbin.Dir("")
+	if err != nil {
+		return "", err
 	}
 	gen := filepath.Join(dir, "bin", "controller-gen")
 	if _, err := os.Stat(gen); err != nil {

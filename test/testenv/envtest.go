@@ -47,7 +47,7 @@ func RunWithEnvironment(m *testing.M, start func() (*envtest.Environment, error)
 }
 
 func startAPIServer(scheme *runtime.Scheme, crds testbin.CRDs) (*envtest.Environment, client.Client, error) {
-	dir, err := testbin.Dir()
+	dir, err := testbin.Dir("")
 	if err != nil {
 		return nil, nil, err
 	}
