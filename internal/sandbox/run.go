@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/internal/localfleet"
@@ -234,12 +233,7 @@ func (r *sandboxRun) startTidegate(ctx context.Context) error {
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger.WithName("client-go"))
-	mgr, err := ctrl.NewManager(f.HubConfig, ctrl.Options{
-		Logger:  logger,
-		Scheme:  f.Scheme,
-		Cache:   controllers.CacheOptions(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
-	})
+	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(controllers.ManagerConfig{Logger: logger}))
 	if err != nil {
 		return fmt.Errorf("creating the tidegate manager: %w", err)
 	}
