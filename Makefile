@@ -60,7 +60,7 @@ test: testbin vet ## Run every test: unit, envtest and end to end (builds the te
 
 .PHONY: test-deploy
 test-deploy: testbin ## Check config/default against a real kube-apiserver: apply, RBAC, Pod Security, the controller under its ServiceAccount.
-	go test $(GO_TEST_FLAGS) -count=1 ./internal/deploy/
+	go test $(GO_TEST_FLAGS) -count=1 ./test/deploy/
 
 .PHONY: deploy
 deploy: ## Install tidegate on the cluster of the current kubeconfig context (kubectl apply -k config/default).

@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // The package's one API server: a real kube-apiserver and etcd (envtest) with the tidegate CRDs of
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(testbin.RunWithAPIServer(m, scheme, []string{testbin.TidegateCRDDir()}, func(c client.Client, err error) {
+	os.Exit(testenv.RunWithAPIServer(m, scheme, testbin.TidegateCRDs, func(c client.Client, err error) {
 		k8sClient, envErr = c, err
 	}))
 }

@@ -14,23 +14,15 @@ import (
 	fluxclient "github.com/fluxcd/pkg/runtime/client"
 	"github.com/fluxcd/pkg/runtime/logger"
 	flag "github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/scheme"
 )
 
-const (
-	// leaderElectionID names the Lease the replicas elect their leader on.
-	leaderElectionID = "tidegate-controller-leader"
-	// podNamespaceEnv holds the pod's namespace (the Deployment sets it from the downward API): the
-	// default namespace of the leader election Lease.
-	podNamespaceEnv = "POD_NAMESPACE"
-)
+// podNamespaceEnv holds the pod's namespace (the Deployment sets it from the downward API): the
+// default namespace of the leader election Lease.
+const podNamespaceEnv = "POD_NAMESPACE"
 
 func main() {
 	var (
@@ -50,7 +42,7 @@ func main() {
 	flag.StringVar(&healthAddr, "health-probe-bind-address", ":8081",
 		"The address the /healthz and /readyz endpoints bind to.")
 	flag.BoolVar(&leaderElect, "leader-elect", false,
-		"Elect a leader on the Lease "+leaderElectionID+", so that only one replica acts at a time.")
+		"Elect a leader on the Lease "+controllers.LeaderElectionID+", so that only one replica acts at a time.")
 	flag.StringVar(&leaderNamespace, "leader-election-namespace", os.Getenv(podNamespaceEnv),
 		"The namespace of the leader election Lease; defaults to $"+podNamespaceEnv+", else the pod's service account namespace.")
 	flag.DurationVar(&leaseDuration, "leader-election-lease-duration", 35*time.Second,
@@ -68,25 +60,15 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 
 	restConfig := fluxclient.GetConfigOrDie(clientOptions)
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme: scheme.New(),
-		Cache:  controllers.CacheOptions(),
-		Client: client.Options{Cache: &client.CacheOptions{
-			// Kubeconfig Secrets are read from the API server, never cached: a cached read would make
-			// the manager list and watch every Secret of the hub, and need the RBAC to do so. The
-			// controller may only get Secrets (config/rbac).
-			DisableFor: []client.Object{&corev1.Secret{}},
-		}},
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:        healthAddr,
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              leaderElectionID,
-		LeaderElectionNamespace:       leaderNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &leaseDuration,
-		RenewDeadline:                 &renewDeadline,
-		RetryPeriod:                   &retryPeriod,
-	})
+	mgr, err := ctrl.NewManager(restConfig, controllers.ManagerOptions(controllers.ManagerConfig{
+		MetricsAddr:             metricsAddr,
+		HealthAddr:              healthAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionNamespace: leaderNamespace,
+		LeaseDuration:           leaseDuration,
+		RenewDeadline:           renewDeadline,
+		RetryPeriod:             retryPeriod,
+	}))
 	if err != nil {
 		log.Error(err, "unable to create manager")
 		os.Exit(1)

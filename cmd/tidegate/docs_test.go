@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidegate/tidegate/internal/golden"
-	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/golden"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // TestCLIDocIsFresh regenerates docs/cli.md from the command tree, keeping its hand-written preface,
 // and fails when the file in the repository differs.
 func TestCLIDocIsFresh(t *testing.T) {
-	path := filepath.Join(testbin.RepoRoot(), docsFile)
+	path := filepath.Join(testenv.RepoRoot(), docsFile)
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v (run `make docs` to write it)", err)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidegate/tidegate/internal/golden"
+	"github.com/tidegate/tidegate/test/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden/cli")

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidegate/tidegate/internal/golden"
-	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/golden"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // kubeGoldenDir holds the golden files of the commands that read the hub.
-var kubeGoldenDir = filepath.Join(testbin.RepoRoot(), "testdata", "golden", "cli", "kube")
+var kubeGoldenDir = filepath.Join(testenv.RepoRoot(), "testdata", "golden", "cli", "kube")
 
 type kubeCase struct {
 	name string

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // The hub the kube commands are tested against: a real kube-apiserver and etcd (envtest) with the
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	code := testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+	code := testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startHub(dir)
 		return env, envErr
 	})
@@ -52,18 +53,13 @@ func TestMain(m *testing.M) {
 }
 
 func startHub(dir string) error {
-	bin, err := testbin.BinDir()
+	bin, err := testbin.Dir("")
 	if err != nil {
 		return err
 	}
-	fluxCRDs, err := testbin.FluxCRDDir()
+	e, err := testbin.NewEnvironment(bin, testbin.TidegateCRDs|testbin.FluxCRDs)
 	if err != nil {
 		return err
-	}
-	e := &envtest.Environment{
-		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{testbin.TidegateCRDDir(), fluxCRDs},
-		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := e.Start()
 	if err != nil {

@@ -20,10 +20,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // One member API server (envtest: a real kube-apiserver and etcd, no nodes, no controllers),
-// started in TestMain as testbin.RunWithAPIServer starts one, but keeping its rest.Config, which
+// started in TestMain as testenv.RunWithAPIServer starts one, but keeping its rest.Config, which
 // Check takes. envErr says why it is not there; every test that needs it fails with that error, it
 // never skips.
 var (
@@ -38,18 +39,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+	os.Exit(testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startAPIServer()
 		return env, envErr
 	}))
 }
 
 func startAPIServer() error {
-	bin, err := testbin.BinDir()
+	bin, err := testbin.Dir("")
 	if err != nil {
 		return err
 	}
-	e := &envtest.Environment{BinaryAssetsDirectory: bin}
+	e, err := testbin.NewEnvironment(bin, 0)
+	if err != nil {
+		return err
+	}
 	cfg, err := e.Start()
 	if err != nil {
 		// Start may have left etcd or kube-apiserver running; stop what it started.

@@ -37,6 +37,8 @@ type Options struct {
 	NoFlux bool
 	// SourceControllerArgs are extra flags for source-controller (e.g. artifact retention settings).
 	SourceControllerArgs []string
+	// Testbin is the directory of the binaries `make testbin` built; when empty, testbin.Dir finds it.
+	Testbin string
 }
 
 // Member is one member cluster.
@@ -83,11 +85,7 @@ func NewScheme() *runtime.Scheme { return scheme.New() }
 
 // Start starts a fleet. On error everything already started is stopped.
 func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
-	bin, err := testbin.BinDir()
-	if err != nil {
-		return nil, err
-	}
-	crds, err := testbin.FluxCRDDir()
+	testbinDir, err := testbin.Dir(opts.Testbin)
 	if err != nil {
 		return nil, err
 	}
@@ -112,10 +110,16 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	}
 
 	// The API servers and the Git server start in parallel: each API server takes a few seconds.
-	f.hub = f.newEnv(bin, "hub", []string{testbin.TidegateCRDDir(), crds})
+	if f.hub, err = f.newEnv(testbinDir, "hub", testbin.TidegateCRDs|testbin.FluxCRDs); err != nil {
+		return nil, err
+	}
 	for i := 1; i <= opts.Members; i++ {
 		name := fmt.Sprintf("member-%d", i)
-		f.Members = append(f.Members, &Member{Name: name, KubeConfigSecret: name + "-kubeconfig", env: f.newEnv(bin, name, nil)})
+		env, err := f.newEnv(testbinDir, name, 0)
+		if err != nil {
+			return nil, err
+		}
+		f.Members = append(f.Members, &Member{Name: name, KubeConfigSecret: name + "-kubeconfig", env: env})
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, opts.Members+2)
@@ -136,7 +140,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		return f, err
 	}
 	if !opts.NoFlux {
-		if err := f.startFlux(ctx, bin, opts); err != nil {
+		if err := f.startFlux(ctx, filepath.Join(testbinDir, "bin"), opts); err != nil {
 			return f, err
 		}
 	}
@@ -145,15 +149,14 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 
 func (f *Fleet) logDir() string { return filepath.Join(f.Dir, "logs") }
 
-func (f *Fleet) newEnv(bin, name string, crdDirs []string) *envtest.Environment {
+func (f *Fleet) newEnv(testbinDir, name string, crds testbin.CRDs) (*envtest.Environment, error) {
+	env, err := testbin.NewEnvironment(testbinDir, crds)
+	if err != nil {
+		return nil, err
+	}
+	env.Scheme = f.Scheme
 	apiLog := f.openLog(name + "-kube-apiserver.log")
 	etcdLog := f.openLog(name + "-etcd.log")
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     crdDirs,
-		ErrorIfCRDPathMissing: true,
-		Scheme:                f.Scheme,
-	}
 	// Data and certificate directories live under the fleet's directory, so the reaper can find every
 	// process of this fleet by its command line.
 	dataDir, certDir := filepath.Join(f.Dir, name, "etcd"), filepath.Join(f.Dir, name, "certs")
@@ -161,7 +164,7 @@ func (f *Fleet) newEnv(bin, name string, crdDirs []string) *envtest.Environment 
 	_ = os.MkdirAll(certDir, 0o700)
 	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute, CertDir: certDir}
 	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, StartTimeout: 2 * time.Minute, DataDir: dataDir}
-	return env
+	return env, nil
 }
 
 // OpenLog creates a log file in the fleet's log directory that DumpLogs prints with the others.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tidegate/tidegate/internal/testbin"
 )
 
 // Error ends a sandbox command with an exit code: 1 when the answer is no (the sandbox failed to
@@ -58,7 +60,10 @@ the members' kubelets (they have no nodes). The demo fleet is three repositories
 platform-policies) that Flux applies: the rollout podinfo takes the package to the members in three
 waves, and the fleet changes by commits.
 
-It needs the binaries ` + "`make testbin`" + ` builds (about 20 minutes the first time).`
+It needs the binaries ` + "`make testbin`" + ` builds (about 20 minutes the first time), and finds them
+in the directory --testbin names, else in $TIDEGATE_TESTBIN, else in the newest complete build in
+the cache of ` + "`make testbin`" + ` (~/.cache/tidegate/testbin, or $TIDEGATE_TESTBIN_CACHE), so a
+tidegate binary runs it from anywhere.`
 
 // NewCommand returns the `sandbox` command: up, status, down, and the hidden run that is the
 // background process.
@@ -144,6 +149,7 @@ It ends with a table of every gate decision and its receipt.`,
 	cmd.Flags().IntVar(&o.clusters, "clusters", defaultClusters, "how many member clusters")
 	cmd.Flags().BoolVar(&o.demo, "demo", false, "then play the demo story (v2 passes, v3 is rolled back, v4 needs an approval)")
 	addDirFlag(cmd, &o.dir)
+	addTestbinFlag(cmd, &o.testbin)
 	return cmd
 }
 
@@ -154,8 +160,9 @@ func commandArgs(cmd *cobra.Command) []string {
 
 func newRunCommand() *cobra.Command {
 	var (
-		clusters int
-		dir      string
+		clusters   int
+		dir        string
+		testbinDir string
 	)
 	cmd := &cobra.Command{
 		Use:    "run",
@@ -179,7 +186,7 @@ func newRunCommand() *cobra.Command {
 				}
 				ctx = stopWhenGone(ctx, pid)
 			}
-			if err := runBackground(ctx, abs, clusters, cmd.ErrOrStderr()); err != nil {
+			if err := runBackground(ctx, abs, clusters, testbinDir, cmd.ErrOrStderr()); err != nil {
 				return &Error{Code: 1, Err: err}
 			}
 			return nil
@@ -187,7 +194,15 @@ func newRunCommand() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&clusters, "clusters", defaultClusters, "how many member clusters")
 	addDirFlag(cmd, &dir)
+	addTestbinFlag(cmd, &testbinDir)
 	return cmd
+}
+
+// addTestbinFlag adds --testbin, for a binary run where neither $TIDEGATE_TESTBIN nor the cache of
+// `make testbin` finds the test binaries (another user's cache, a copied directory).
+func addTestbinFlag(cmd *cobra.Command, dir *string) {
+	cmd.Flags().StringVar(dir, "testbin", "", "the directory `DIR` of the binaries make testbin built (hack/testbin.sh --print-dir prints it); "+
+		"default $"+testbin.DirEnv+", else the newest build in ~/.cache/tidegate/testbin")
 }
 
 // watchPIDEnv, set to a pid, makes the background process stop when that process is gone. The

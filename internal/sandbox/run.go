@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/internal/localfleet"
@@ -40,6 +39,7 @@ const keepFleetEnv = "TIDEGATE_KEEP_FLEET"
 type sandboxRun struct {
 	dir      string
 	members  int
+	testbin  string // the directory of the test binaries, as up resolved it
 	state    *stateWriter
 	out      io.Writer // the process's own log (DIR/sandbox.log)
 	fleet    *localfleet.Fleet
@@ -55,7 +55,7 @@ type sandboxRun struct {
 }
 
 // runBackground is `sandbox run`: it returns when ctx ends, after stopping everything it started.
-func runBackground(ctx context.Context, dir string, members int, out io.Writer) error {
+func runBackground(ctx context.Context, dir string, members int, testbin string, out io.Writer) error {
 	lock, err := acquireLock(dir)
 	if errors.Is(err, errLocked) {
 		return fmt.Errorf("a sandbox already runs in %s (it holds %s)", dir, layout{dir}.lock())
@@ -69,7 +69,7 @@ func runBackground(ctx context.Context, dir string, members int, out io.Writer) 
 	}
 
 	l := layout{dir}
-	r := &sandboxRun{dir: dir, members: members, out: out, repos: map[string]*remoteRepo{}}
+	r := &sandboxRun{dir: dir, members: members, testbin: testbin, out: out, repos: map[string]*remoteRepo{}}
 	r.state = &stateWriter{dir: dir, now: time.Now, s: State{
 		PID: os.Getpid(), Dir: dir, Namespace: fleetNamespace, StartedAt: time.Now(),
 		LogDir: l.logs(), SandboxLog: l.sandboxLog(), Steps: []Step{},
@@ -158,7 +158,7 @@ func (r *sandboxRun) startFleet(ctx context.Context) error {
 	os.Setenv(keepFleetEnv, "1")
 	startCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	f, err := localfleet.Start(startCtx, localfleet.Options{Members: r.members})
+	f, err := localfleet.Start(startCtx, localfleet.Options{Members: r.members, Testbin: r.testbin})
 	if f != nil {
 		r.fleet = f
 		_ = r.state.update(func(s *State) { s.FleetDir = f.Dir })
@@ -233,12 +233,7 @@ func (r *sandboxRun) startTidegate(ctx context.Context) error {
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger.WithName("client-go"))
-	mgr, err := ctrl.NewManager(f.HubConfig, ctrl.Options{
-		Logger:  logger,
-		Scheme:  f.Scheme,
-		Cache:   controllers.CacheOptions(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
-	})
+	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(controllers.ManagerConfig{Logger: logger}))
 	if err != nil {
 		return fmt.Errorf("creating the tidegate manager: %w", err)
 	}

@@ -37,6 +37,9 @@ type upOptions struct {
 	cli string
 	// exe is the binary to start as the background process; the running one when empty.
 	exe string
+	// testbin is the directory of the test binaries (--testbin); up resolves it and hands the
+	// result to the background process, so that both use the same binaries.
+	testbin string
 }
 
 // How long up waits for each part.
@@ -50,9 +53,11 @@ const (
 // demo when asked, and says how to look around.
 func up(ctx context.Context, out io.Writer, o upOptions) (*demoResult, error) {
 	silenceClientLogs()
-	if _, err := testbin.Dir(); err != nil {
-		return nil, failed("the sandbox runs the test binaries: %v", err)
+	bin, err := testbin.Dir(o.testbin)
+	if err != nil {
+		return nil, failed("the sandbox runs the test binaries (--testbin): %v", err)
 	}
+	o.testbin = bin
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return nil, failed("creating %s: %v", o.dir, err)
 	}
@@ -147,7 +152,7 @@ func spawn(o upOptions) (*child, error) {
 		return nil, err
 	}
 	defer logFile.Close()
-	args := append(append([]string{}, o.runArgs...), "--clusters", strconv.Itoa(o.clusters), "--dir", o.dir)
+	args := append(append([]string{}, o.runArgs...), "--clusters", strconv.Itoa(o.clusters), "--dir", o.dir, "--testbin", o.testbin)
 	cmd := exec.Command(exe, args...)
 	cmd.Dir = o.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile

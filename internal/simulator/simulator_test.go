@@ -13,7 +13,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // One member API server (envtest: kube-apiserver and etcd, no nodes, no controllers — a member cluster as
@@ -31,7 +31,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testbin.RunWithAPIServer(m, clientgoscheme.Scheme, nil, func(c client.Client, err error) {
+	os.Exit(testenv.RunWithAPIServer(m, clientgoscheme.Scheme, 0, func(c client.Client, err error) {
 		memberClient, envErr = c, err
 	}))
 }

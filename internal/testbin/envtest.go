@@ -1,65 +1,36 @@
 package testbin
 
 import (
-	"fmt"
-	"os"
-	"testing"
+	"path/filepath"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tidegate/tidegate/config"
 )
 
-// RunWithAPIServer runs a package's tests against one real kube-apiserver and etcd (envtest) with the
-// CRDs of crdDirs installed. ready receives a client of that API server, or the error that kept it
-// from starting: tests that need it must then fail with that error, never skip. It returns the exit
-// code for os.Exit, 1 when stopping the API server failed.
-func RunWithAPIServer(m *testing.M, scheme *runtime.Scheme, crdDirs []string, ready func(client.Client, error)) int {
-	return RunWithEnvironment(m, func() (*envtest.Environment, error) {
-		env, c, err := startAPIServer(scheme, crdDirs)
-		ready(c, err)
-		return env, err
-	})
-}
+// CRDs says which CustomResourceDefinitions an API server of NewEnvironment starts with.
+type CRDs uint8
 
-// RunWithEnvironment runs a package's tests around an envtest environment that start brings up (for
-// suites that need more than RunWithAPIServer gives: a rest.Config, API server flags, users). An
-// error from start is reported, and the tests still run: those that need the environment must fail
-// with that error, never skip. The environment start returns, if any, is stopped afterwards; the exit
-// code is m.Run's, or 1 when stopping failed.
-func RunWithEnvironment(m *testing.M, start func() (*envtest.Environment, error)) int {
-	env, err := start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "envtest not started, the tests that need it will fail: %v\n", err)
-	}
-	code := m.Run()
-	if env != nil {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
+const (
+	// TidegateCRDs are tidegate's, embedded from config/crd/bases.
+	TidegateCRDs CRDs = 1 << iota
+	// FluxCRDs are source-controller's and kustomize-controller's, from the testbin directory.
+	FluxCRDs
+)
+
+// NewEnvironment returns an envtest environment (a kube-apiserver and etcd, not started) that runs
+// the binaries of the testbin directory dir, as Dir returns it, and installs crds when it starts.
+func NewEnvironment(dir string, crds CRDs) (*envtest.Environment, error) {
+	env := &envtest.Environment{BinaryAssetsDirectory: filepath.Join(dir, "bin"), ErrorIfCRDPathMissing: true}
+	if crds&TidegateCRDs != 0 {
+		c, err := config.CRDs()
+		if err != nil {
+			return nil, err
 		}
+		env.CRDs = c
 	}
-	return code
-}
-
-func startAPIServer(scheme *runtime.Scheme, crdDirs []string) (*envtest.Environment, client.Client, error) {
-	bin, err := BinDir()
-	if err != nil {
-		return nil, nil, err
+	if crds&FluxCRDs != 0 {
+		env.CRDDirectoryPaths = []string{filepath.Join(dir, "crds")}
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: bin, CRDDirectoryPaths: crdDirs, ErrorIfCRDPathMissing: len(crdDirs) > 0}
-	cfg, err := env.Start()
-	if err != nil {
-		// Start may have left etcd or kube-apiserver running; stop what it started.
-		_ = env.Stop()
-		return nil, nil, fmt.Errorf("starting envtest (CRDs from %v): %w", crdDirs, err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		_ = env.Stop()
-		return nil, nil, err
-	}
-	return env, c, nil
+	return env, nil
 }

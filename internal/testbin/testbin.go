@@ -1,72 +1,179 @@
-// Package testbin finds the test binaries and CRDs that `make testbin` (hack/testbin.sh and
-// hack/flux-cli.sh) builds and caches.
+// Package testbin finds the binaries that `make testbin` builds and caches, and starts API servers
+// with them: hack/testbin.sh builds kube-apiserver, etcd, Flux's source-controller and
+// kustomize-controller (and copies their CRDs) and controller-gen; hack/flux-cli.sh builds the Flux
+// CLI. It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
+// in a directory named explicitly, else in the one an environment variable names, else in the
+// scripts' cache (see Dir).
 package testbin
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
+	"time"
 )
 
-// Dir returns the testbin directory: $TIDEGATE_TESTBIN when set, else bin/testbin in the repository.
-// It fails, naming the fix, when the binaries have not been built.
-func Dir() (string, error) {
-	dir := os.Getenv("TIDEGATE_TESTBIN")
-	if dir == "" {
-		dir = filepath.Join(RepoRoot(), "bin", "testbin")
+// The environment variables that name what `make testbin` built. The Makefile sets DirEnv.
+const (
+	// DirEnv names the testbin directory: the one `hack/testbin.sh --print-dir` prints.
+	DirEnv = "TIDEGATE_TESTBIN"
+	// FluxCLIEnv names the Flux CLI binary.
+	FluxCLIEnv = "TIDEGATE_FLUX_CLI"
+)
+
+// The scripts' caches, as they compute them: each build goes into a directory of its own under the
+// cache, named by a hash of the script (and of hack/versions.env) that a binary cannot compute, and
+// each step of a build leaves a stamp .done-STEP when it finished. A directory holding every stamp
+// and every file of the build is complete.
+var (
+	testbinCache = cache{
+		env: "TIDEGATE_TESTBIN_CACHE", name: "testbin",
+		stamps: []string{"controller-gen", "etcd", "flux", "kube-apiserver"},
+		files:  append(binaries(), "crds"),
 	}
+	fluxCLICache = cache{
+		env: "TIDEGATE_FLUX_CLI_CACHE", name: "flux-cli",
+		stamps: []string{"flux"},
+		files:  []string{fluxCLIPath},
+	}
+)
+
+// fluxCLIPath is the Flux CLI in a build of hack/flux-cli.sh.
+var fluxCLIPath = filepath.Join("bin", "flux")
+
+// binaries are what the local fleet runs, in a testbin directory.
+func binaries() []string {
+	var paths []string
 	for _, b := range []string{"kube-apiserver", "etcd", "source-controller", "kustomize-controller"} {
-		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
-			return "", fmt.Errorf("test binary %s is missing in %s: run `make testbin` first (about 20 minutes the first time): %w", b, dir, err)
+		paths = append(paths, filepath.Join("bin", b))
+	}
+	return paths
+}
+
+const buildHint = "run `make testbin` in a tidegate checkout (about 20 minutes the first time)"
+
+// Dir returns the testbin directory: dir when it is not empty (`tidegate sandbox up --testbin`),
+// else $TIDEGATE_TESTBIN, else the complete build that finished last in hack/testbin.sh's cache,
+// ${TIDEGATE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/testbin}. The cache is
+// searched rather than a link followed because its directories are named by a hash of the scripts,
+// which a built binary cannot compute, and a link the script kept would change the script, hence
+// the hash, and rebuild every cache; every complete build there is one `make testbin` made. It
+// fails, naming the fix, when the directory does not hold the binaries.
+func Dir(dir string) (string, error) {
+	from := ""
+	if dir == "" {
+		dir, from = os.Getenv(DirEnv), " ($"+DirEnv+")"
+	}
+	if dir == "" {
+		root, err := testbinCache.dir()
+		if err != nil {
+			return "", err
+		}
+		found, ok := testbinCache.newest(root)
+		if !ok {
+			return "", fmt.Errorf("no test binaries: $%s is not set and %s holds no complete build: %s, or set %s to the directory it built",
+				DirEnv, root, buildHint, DirEnv)
+		}
+		return filepath.Abs(found)
+	}
+	for _, b := range binaries() {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("test binary %s is missing in %s%s: %s, and name the directory `hack/testbin.sh --print-dir` prints: %w",
+				filepath.Base(b), dir, from, buildHint, err)
 		}
 	}
-	return dir, nil
+	return filepath.Abs(dir)
 }
 
-// BinDir returns the directory holding kube-apiserver, etcd and the Flux controllers.
-func BinDir() (string, error) {
-	dir, err := Dir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "bin"), nil
-}
-
-// FluxCRDDir returns the directory holding the Flux source and kustomize CRDs.
-func FluxCRDDir() (string, error) {
-	dir, err := Dir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "crds"), nil
-}
-
-// TidegateCRDDir returns config/crd/bases of this repository.
-func TidegateCRDDir() string {
-	return filepath.Join(RepoRoot(), "config", "crd", "bases")
-}
-
-// RepoRoot returns the root of the tidegate repository this package was built from.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-// FluxCLI returns the path of the Flux CLI (`flux`) that `make testbin` (hack/flux-cli.sh) builds:
-// $TIDEGATE_FLUX_CLI when set, else bin/flux-cli/bin/flux in the repository. It fails, naming the
-// fix, when the binary has not been built.
+// FluxCLI returns the path of the Flux CLI (`flux`) that `make testbin` builds: $TIDEGATE_FLUX_CLI
+// when set, else bin/flux of the build that finished last in hack/flux-cli.sh's cache,
+// ${TIDEGATE_FLUX_CLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-cli}. It fails, naming
+// the fix, when the binary has not been built.
 func FluxCLI() (string, error) {
-	path := os.Getenv("TIDEGATE_FLUX_CLI")
+	path := os.Getenv(FluxCLIEnv)
 	if path == "" {
-		path = filepath.Join(RepoRoot(), "bin", "flux-cli", "bin", "flux")
+		root, err := fluxCLICache.dir()
+		if err != nil {
+			return "", err
+		}
+		dir, ok := fluxCLICache.newest(root)
+		if !ok {
+			return "", fmt.Errorf("no Flux CLI: $%s is not set and %s holds no complete build: %s (hack/flux-cli.sh, a few minutes), or set %s to a flux binary",
+				FluxCLIEnv, root, buildHint, FluxCLIEnv)
+		}
+		path = filepath.Join(dir, fluxCLIPath)
 	}
 	info, err := os.Stat(path)
 	if err != nil {
-		return "", fmt.Errorf("the Flux CLI is missing at %s: run `make testbin` first (hack/flux-cli.sh, a few minutes the first time): %w", path, err)
+		return "", fmt.Errorf("the Flux CLI is missing at %s ($%s): %s (hack/flux-cli.sh, a few minutes): %w", path, FluxCLIEnv, buildHint, err)
 	}
 	if info.IsDir() || info.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("the Flux CLI at %s is not an executable file: run `make testbin` (hack/flux-cli.sh)", path)
+		return "", fmt.Errorf("the Flux CLI at %s ($%s) is not an executable file: %s (hack/flux-cli.sh)", path, FluxCLIEnv, buildHint)
 	}
 	return path, nil
+}
+
+// cache is where one of the scripts caches its builds.
+type cache struct {
+	// env overrides the cache's directory.
+	env string
+	// name is the cache's directory under $XDG_CACHE_HOME/tidegate.
+	name string
+	// stamps are the steps of a build, each done when .done-STEP exists.
+	stamps []string
+	// files are what a complete build holds, relative to its directory.
+	files []string
+}
+
+// dir is the cache's directory as the script computes it.
+func (c cache) dir() (string, error) {
+	if d := os.Getenv(c.env); d != "" {
+		return d, nil
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("finding the cache of `make testbin`: %w: set %s or XDG_CACHE_HOME", err, c.env)
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "tidegate", c.name), nil
+}
+
+// newest returns the complete build under root whose last step finished last.
+func (c cache) newest(root string) (string, bool) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return "", false
+	}
+	var best string
+	var bestDone time.Time
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		if done, ok := c.completed(dir); ok && (best == "" || done.After(bestDone)) {
+			best, bestDone = dir, done
+		}
+	}
+	return best, best != ""
+}
+
+// completed returns when the build in dir finished, and whether it is complete.
+func (c cache) completed(dir string) (time.Time, bool) {
+	var done time.Time
+	for _, s := range c.stamps {
+		info, err := os.Stat(filepath.Join(dir, ".done-"+s))
+		if err != nil {
+			return time.Time{}, false
+		}
+		if info.ModTime().After(done) {
+			done = info.ModTime()
+		}
+	}
+	for _, f := range c.files {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return time.Time{}, false
+		}
+	}
+	return done, true
 }

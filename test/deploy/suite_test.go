@@ -25,6 +25,7 @@ import (
 
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // What config/default installs, as the tests expect it.
@@ -60,22 +61,22 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testbin.RunWithEnvironment(m, func() (*envtest.Environment, error) {
+	os.Exit(testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startAPIServer()
 		return env, envErr
 	}))
 }
 
 func startAPIServer() error {
-	bin, err := testbin.BinDir()
+	dir, err := testbin.Dir("")
 	if err != nil {
 		return err
 	}
-	fluxCRDs, err := testbin.FluxCRDDir()
+	// tidegate's CRDs come from config/default, which the tests apply.
+	e, err := testbin.NewEnvironment(dir, testbin.FluxCRDs)
 	if err != nil {
 		return err
 	}
-	e := &envtest.Environment{BinaryAssetsDirectory: bin, CRDDirectoryPaths: []string{fluxCRDs}, ErrorIfCRDPathMissing: true}
 	e.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
 	if _, err := e.Start(); err != nil {
 		// Start may have left etcd or kube-apiserver running; stop what it started.
@@ -140,7 +141,7 @@ func (w *warningCollector) count() int {
 // buildManifests builds config/default with kustomize's krusty, as `kubectl apply -k` does, and
 // returns its objects in kustomize's output order (Namespace and CRDs first).
 func buildManifests() ([]*unstructured.Unstructured, error) {
-	dir := filepath.Join(testbin.RepoRoot(), "config", "default")
+	dir := filepath.Join(testenv.RepoRoot(), "config", "default")
 	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)

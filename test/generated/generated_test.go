@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // The controller-gen arguments of the Makefile's targets, without their output rules. The test checks
@@ -35,7 +36,7 @@ const staleMessage = "generated files are stale: run `make generate manifests`"
 // directory, with the Makefile's controller-gen and arguments, and compares them byte for byte with the
 // files in the repository.
 func TestGeneratedFilesAreFresh(t *testing.T) {
-	root := testbin.RepoRoot()
+	root := testenv.RepoRoot()
 	gen, err := controllerGen()
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +96,12 @@ func TestGeneratedFilesAreFresh(t *testing.T) {
 	}
 }
 
-// controllerGen returns the controller-gen that `make testbin` built, found as testbin.Dir finds the
-// test binaries: in $TIDEGATE_TESTBIN/bin, else in bin/testbin/bin of the repository.
+// controllerGen returns the controller-gen that `make testbin` built, in the testbin directory that
+// testbin.Dir finds, as the Makefile's $(CONTROLLER_GEN) is.
 func controllerGen() (string, error) {
-	dir := os.Getenv("TIDEGATE_TESTBIN")
-	if dir == "" {
-		dir = filepath.Join(testbin.RepoRoot(), "bin", "testbin")
+	dir, err := testbin.Dir("")
+	if err != nil {
+		return "", err
 	}
 	gen := filepath.Join(dir, "bin", "controller-gen")
 	if _, err := os.Stat(gen); err != nil {
@@ -136,7 +137,7 @@ func checkMakefile(t *testing.T, root string) {
 	} {
 		if got, w := strings.TrimSpace(recipes[target]), strings.Join(want, " "); got != w {
 			t.Fatalf("the Makefile's %s target runs\n\t%s\nbut this test regenerates with\n\t%s\nupdate %s to match the Makefile",
-				target, got, w, "internal/generated/generated_test.go")
+				target, got, w, "test/generated/generated_test.go")
 		}
 	}
 }
@@ -230,7 +231,7 @@ func committedFiles(t *testing.T, dir, ext string) []string {
 // goPackages lists, relative to the repository root, the directories under dir holding non-test Go files.
 func goPackages(t *testing.T, dir string) []string {
 	t.Helper()
-	root := testbin.RepoRoot()
+	root := testenv.RepoRoot()
 	seen := map[string]bool{}
 	var pkgs []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {

@@ -37,7 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 const leaseName = "tidegate-controller-leader"
@@ -407,7 +407,7 @@ func buildController(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "tidegate-controller")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/tidegate-controller")
-	cmd.Dir = testbin.RepoRoot()
+	cmd.Dir = testenv.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/tidegate-controller: %v\n%s", err, out)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
 )
 
 // The tidegate CLI installed as the Flux CLI plugin flux-fleet runs as `flux fleet ...` under the
@@ -107,7 +108,7 @@ func TestE2EFluxPlugin(t *testing.T) {
 func buildFluxPlugin(t *testing.T, path string) {
 	t.Helper()
 	cmd := exec.Command("go", "build", "-o", path, "./cmd/tidegate")
-	cmd.Dir = testbin.RepoRoot()
+	cmd.Dir = testenv.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/tidegate: %v\n%s", err, out)
 	}

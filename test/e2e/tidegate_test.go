@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
@@ -51,12 +50,7 @@ func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) 
 	t.Helper()
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
 	setLoggerOnce.Do(func() { ctrl.SetLogger(logger) })
-	mgr, err := ctrl.NewManager(f.HubConfig, ctrl.Options{
-		Logger:  logger,
-		Scheme:  f.Scheme,
-		Cache:   controllers.CacheOptions(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
-	})
+	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(controllers.ManagerConfig{Logger: logger}))
 	if err != nil {
 		t.Fatal(err)
 	}

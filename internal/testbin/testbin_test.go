@@ -1,0 +1,155 @@
+package testbin
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// build makes a fake build of c in dir: every file, and the stamps in stamps, dated done.
+func build(t *testing.T, c cache, dir string, stamps []string, done time.Time) {
+	t.Helper()
+	for _, f := range c.files {
+		path := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range stamps {
+		path := filepath.Join(dir, ".done-"+s)
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, done, done); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// noEnv clears what would point the lookups elsewhere than the test's directories.
+func noEnv(t *testing.T) {
+	for _, env := range []string{DirEnv, FluxCLIEnv, testbinCache.env, fluxCLICache.env} {
+		t.Setenv(env, "")
+	}
+}
+
+func TestDirPrefersTheExplicitDirectoryThenTheEnvironment(t *testing.T) {
+	noEnv(t)
+	explicit, fromEnv := t.TempDir(), t.TempDir()
+	build(t, testbinCache, explicit, nil, time.Now())
+	build(t, testbinCache, fromEnv, nil, time.Now())
+	t.Setenv(DirEnv, fromEnv)
+	if got, err := Dir(explicit); err != nil || got != explicit {
+		t.Errorf("Dir(%s) = %q, %v; want the explicit directory", explicit, got, err)
+	}
+	if got, err := Dir(""); err != nil || got != fromEnv {
+		t.Errorf("Dir(\"\") = %q, %v; want $%s, %s", got, err, DirEnv, fromEnv)
+	}
+}
+
+func TestDirWithoutTheBinariesSaysHowToBuildThem(t *testing.T) {
+	noEnv(t)
+	empty := t.TempDir()
+	t.Setenv(DirEnv, empty)
+	_, err := Dir("")
+	for _, want := range []string{"kube-apiserver is missing in " + empty + " ($TIDEGATE_TESTBIN)", "make testbin", "hack/testbin.sh --print-dir"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Dir with an empty $%s: %v; want it to say %q", DirEnv, err, want)
+		}
+	}
+}
+
+// Without a directory named, Dir takes the build that finished last in the cache, skipping builds
+// still running or failed (a stamp missing), as hack/testbin.sh leaves them.
+func TestDirFindsTheNewestCompleteBuildInTheCache(t *testing.T) {
+	noEnv(t)
+	xdg := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", xdg)
+	root := filepath.Join(xdg, "tidegate", "testbin")
+	now := time.Now()
+	build(t, testbinCache, filepath.Join(root, "aaaaaaaaaaaa"), testbinCache.stamps, now.Add(-2*time.Hour))
+	build(t, testbinCache, filepath.Join(root, "bbbbbbbbbbbb"), testbinCache.stamps, now.Add(-time.Hour))
+	build(t, testbinCache, filepath.Join(root, "cccccccccccc"), testbinCache.stamps[:2], now)
+	if got, err := Dir(""); err != nil || got != filepath.Join(root, "bbbbbbbbbbbb") {
+		t.Errorf("Dir(\"\") = %q, %v; want the newest complete build bbbbbbbbbbbb", got, err)
+	}
+
+	// TIDEGATE_TESTBIN_CACHE moves the cache, as it moves hack/testbin.sh's.
+	moved := t.TempDir()
+	t.Setenv(testbinCache.env, moved)
+	_, err := Dir("")
+	for _, want := range []string{"no test binaries", moved, "make testbin", "set TIDEGATE_TESTBIN"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Dir with an empty cache: %v; want it to say %q", err, want)
+		}
+	}
+	build(t, testbinCache, filepath.Join(moved, "dddddddddddd"), testbinCache.stamps, now)
+	if got, err := Dir(""); err != nil || got != filepath.Join(moved, "dddddddddddd") {
+		t.Errorf("Dir(\"\") with %s = %q, %v", testbinCache.env, got, err)
+	}
+}
+
+func TestFluxCLIFromTheEnvironmentOrTheCache(t *testing.T) {
+	noEnv(t)
+	home := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", home)
+	if _, err := FluxCLI(); err == nil || !strings.Contains(err.Error(), "make testbin") || !strings.Contains(err.Error(), FluxCLIEnv) {
+		t.Errorf("FluxCLI without a build: %v", err)
+	}
+	dir := filepath.Join(home, ".cache", "tidegate", "flux-cli", "eeeeeeeeeeee")
+	build(t, fluxCLICache, dir, fluxCLICache.stamps, time.Now())
+	if got, err := FluxCLI(); err != nil || got != filepath.Join(dir, "bin", "flux") {
+		t.Errorf("FluxCLI() = %q, %v; want the cached build's bin/flux", got, err)
+	}
+	notExecutable := filepath.Join(t.TempDir(), "flux")
+	if err := os.WriteFile(notExecutable, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(FluxCLIEnv, notExecutable)
+	if _, err := FluxCLI(); err == nil || !strings.Contains(err.Error(), "not an executable file") {
+		t.Errorf("FluxCLI with a file that is not executable: %v", err)
+	}
+}
+
+// The lookups read what the scripts write: a change of the cache's place, of a build step's stamp
+// or of a binary's path in a script must change them too.
+func TestTheLookupsMatchTheScripts(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		c      cache
+		wants  []string
+	}{
+		{"testbin.sh", testbinCache, []string{
+			`CACHE="${TIDEGATE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/testbin}"`, `DIR="$CACHE/$KEY"`,
+			`-o "$DIR/bin/etcd"`, `-o "$DIR/bin/kube-apiserver"`, `-o "$DIR/bin/source-controller"`, `-o "$DIR/bin/kustomize-controller"`,
+			`"$DIR/crds/"`,
+		}},
+		{"flux-cli.sh", fluxCLICache, []string{
+			`CACHE="${TIDEGATE_FLUX_CLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-cli}"`, `DIR="$CACHE/$KEY"`,
+			`mv -f "$DIR/bin/flux.tmp" "$DIR/bin/flux"`, `touch "$DIR/.done-flux"`,
+		}},
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "hack", tc.script))
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := string(b)
+		wants := tc.wants
+		if tc.script == "testbin.sh" {
+			for _, s := range tc.c.stamps {
+				wants = append(wants, "mark_done "+s)
+			}
+		}
+		for _, want := range wants {
+			if !strings.Contains(script, want) {
+				t.Errorf("hack/%s no longer has %s: update internal/testbin to find what it builds", tc.script, want)
+			}
+		}
+	}
+}
