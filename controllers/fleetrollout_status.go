@@ -57,7 +57,6 @@ func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha
 // them, from what the pass ended on and from status: the phase, what the rollout waits for and the
 // gate conditions the decisions set; policyOnFail is the policy's settings.onFail. It is pure.
 func setConditions(fr *v1alpha1.FleetRollout, out outcome, policyOnFail string) {
-	st := &fr.Status
 	setHeld(fr)
 	setRollingOut(fr)
 	conditions.Delete(fr, meta.StalledCondition)
@@ -77,7 +76,13 @@ func setConditions(fr *v1alpha1.FleetRollout, out outcome, policyOnFail string) 
 		conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", out.message)
 		return
 	}
+	setReadyByPhase(fr, policyOnFail)
+}
 
+// setReadyByPhase derives Ready and Reconciling of a pass that ran through, from the phase and what
+// the rollout waits for.
+func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
+	st := &fr.Status
 	waiting := ""
 	if st.WaitingFor != nil {
 		waiting = st.WaitingFor.Message
