@@ -284,9 +284,12 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 	case len(undecided) > 0:
 		res.GateWave, res.Gates = i, gates
 	case len(failed) > 0:
-		res.waitFor(v1alpha1.WaitingForGateBlocked, wv.Name, decided, &metav1.Time{Time: w.Now.Add(recheck)},
-			"wave %s is blocked before it starts by %s; nothing of it is applied; decided again in %s or when the spec changes",
-			wv.Name, strings.Join(failed, ", "), recheck.Round(time.Second))
+		// The time of the next decision, not the time left: the message stays the same from pass to
+		// pass, so status is not rewritten for it.
+		again := metav1.NewTime(w.Now.Add(recheck).UTC().Truncate(time.Second))
+		res.waitFor(v1alpha1.WaitingForGateBlocked, wv.Name, decided, &again,
+			"wave %s is blocked before it starts by %s; nothing of it is applied; decided again at %s or when the spec changes",
+			wv.Name, strings.Join(failed, ", "), again.Format(time.RFC3339))
 		res.RequeueAfter = recheck
 		res.Blocked = true
 	default:

@@ -372,8 +372,10 @@ func createFixtures(ctx context.Context) error {
 			Phase:       v1alpha1.PhaseProgressing,
 			CurrentWave: "canary",
 			Candidate:   apiCandidate,
+			WaitingFor: &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForGateBlocked, Wave: "canary", Since: atp(8, 15), Until: atp(10, 15),
+				Message: "wave canary is blocked before it starts by deploySafe (receipt " + apiReceipts[0].Name + "); nothing of it is applied; decided again at 2026-03-01T10:10:15Z or when the spec changes"},
 			Conditions: []metav1.Condition{
-				cond(v1alpha1.ReadyCondition, metav1.ConditionFalse, v1alpha1.GateFailedReason, "wave canary is blocked before it starts by deploySafe (receipt "+apiReceipts[0].Name+"); nothing of it is applied; decided again in 15s or when the spec changes", at(8, 15)),
+				cond(v1alpha1.ReadyCondition, metav1.ConditionFalse, v1alpha1.GateFailedReason, "wave canary is blocked before it starts by deploySafe (receipt "+apiReceipts[0].Name+"); nothing of it is applied; decided again at 2026-03-01T10:10:15Z or when the spec changes", at(8, 15)),
 				cond(v1alpha1.ReconcilingCondition, metav1.ConditionTrue, v1alpha1.ProgressingReason, "wave canary is blocked", at(8, 15)),
 				cond(v1alpha1.GateDeploySafe, metav1.ConditionFalse, v1alpha1.GateFailedReason, "wave canary: "+apiReceipts[0].Spec.Reasons[0]+" (receipt "+apiReceipts[0].Name+")", at(8, 15)),
 			},
@@ -438,6 +440,7 @@ func createFixtures(ctx context.Context) error {
 			CurrentWave:        "everyone",
 			Candidate:          authCand,
 			LastKnownGood:      authGood,
+			WaitingFor:         &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForHold, Wave: "everyone", Message: "held: change freeze until 2026-03-02", Since: atp(2, 0)},
 			Conditions: []metav1.Condition{
 				cond(v1alpha1.ReadyCondition, metav1.ConditionFalse, v1alpha1.HeldReason, "held: change freeze until 2026-03-02", at(2, 0)),
 				cond(v1alpha1.HeldCondition, metav1.ConditionTrue, v1alpha1.HeldReason, "spec.hold: change freeze until 2026-03-02", at(2, 0)),
