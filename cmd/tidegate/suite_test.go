@@ -53,11 +53,7 @@ func TestMain(m *testing.M) {
 }
 
 func startHub(dir string) error {
-	bin, err := testbin.Dir("")
-	if err != nil {
-		return err
-	}
-	e, err := testbin.NewEnvironment(bin, testbin.TidegateCRDs|testbin.FluxCRDs)
+	e, err := testbin.NewEnvironment("", testbin.TidegateCRDs|testbin.FluxCRDs)
 	if err != nil {
 		return err
 	}

@@ -46,11 +46,7 @@ func TestMain(m *testing.M) {
 }
 
 func startAPIServer() error {
-	bin, err := testbin.Dir("")
-	if err != nil {
-		return err
-	}
-	e, err := testbin.NewEnvironment(bin, 0)
+	e, err := testbin.NewEnvironment("", 0)
 	if err != nil {
 		return err
 	}

@@ -19,8 +19,12 @@ const (
 )
 
 // NewEnvironment returns an envtest environment (a kube-apiserver and etcd, not started) that runs
-// the binaries of the testbin directory dir, as Dir returns it, and installs crds when it starts.
+// the binaries of the testbin directory Dir(dir) finds, and installs crds when it starts.
 func NewEnvironment(dir string, crds CRDs) (*envtest.Environment, error) {
+	dir, err := Dir(dir)
+	if err != nil {
+		return nil, err
+	}
 	env := &envtest.Environment{BinaryAssetsDirectory: filepath.Join(dir, "bin"), ErrorIfCRDPathMissing: true}
 	if crds&TidegateCRDs != 0 {
 		c, err := config.CRDs()

@@ -27,11 +27,13 @@ const (
 // and every file of the build is complete.
 var (
 	testbinCache = cache{
+		what: "test binaries", setBy: DirEnv, setTo: "the directory it built",
 		env: "TIDEGATE_TESTBIN_CACHE", name: "testbin",
 		stamps: []string{"controller-gen", "etcd", "flux", "kube-apiserver"},
 		files:  append(binaries(), "crds"),
 	}
 	fluxCLICache = cache{
+		what: "Flux CLI (hack/flux-cli.sh, a few minutes)", setBy: FluxCLIEnv, setTo: "a flux binary",
 		env: "TIDEGATE_FLUX_CLI_CACHE", name: "flux-cli",
 		stamps: []string{"flux"},
 		files:  []string{fluxCLIPath},
@@ -65,14 +67,9 @@ func Dir(dir string) (string, error) {
 		dir, from = os.Getenv(DirEnv), " ($"+DirEnv+")"
 	}
 	if dir == "" {
-		root, err := testbinCache.dir()
+		found, err := testbinCache.find()
 		if err != nil {
 			return "", err
-		}
-		found, ok := testbinCache.newest(root)
-		if !ok {
-			return "", fmt.Errorf("no test binaries: $%s is not set and %s holds no complete build: %s, or set %s to the directory it built",
-				DirEnv, root, buildHint, DirEnv)
 		}
 		return filepath.Abs(found)
 	}
@@ -92,14 +89,9 @@ func Dir(dir string) (string, error) {
 func FluxCLI() (string, error) {
 	path := os.Getenv(FluxCLIEnv)
 	if path == "" {
-		root, err := fluxCLICache.dir()
+		dir, err := fluxCLICache.find()
 		if err != nil {
 			return "", err
-		}
-		dir, ok := fluxCLICache.newest(root)
-		if !ok {
-			return "", fmt.Errorf("no Flux CLI: $%s is not set and %s holds no complete build: %s (hack/flux-cli.sh, a few minutes), or set %s to a flux binary",
-				FluxCLIEnv, root, buildHint, FluxCLIEnv)
 		}
 		path = filepath.Join(dir, fluxCLIPath)
 	}
@@ -115,6 +107,9 @@ func FluxCLI() (string, error) {
 
 // cache is where one of the scripts caches its builds.
 type cache struct {
+	// what the build is, setBy the variable that names it instead and setTo what it names: for
+	// the error when there is no build.
+	what, setBy, setTo string
 	// env overrides the cache's directory.
 	env string
 	// name is the cache's directory under $XDG_CACHE_HOME/tidegate.
@@ -139,6 +134,21 @@ func (c cache) dir() (string, error) {
 		base = filepath.Join(home, ".cache")
 	}
 	return filepath.Join(base, "tidegate", c.name), nil
+}
+
+// find returns the complete build in the cache that finished last, or an error that says where it
+// looked and how to make one.
+func (c cache) find() (string, error) {
+	root, err := c.dir()
+	if err != nil {
+		return "", err
+	}
+	dir, ok := c.newest(root)
+	if !ok {
+		return "", fmt.Errorf("no %s: $%s is not set and %s holds no complete build: %s, or set %s to %s",
+			c.what, c.setBy, root, buildHint, c.setBy, c.setTo)
+	}
+	return dir, nil
 }
 
 // newest returns the complete build under root whose last step finished last.

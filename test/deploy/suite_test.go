@@ -68,12 +68,8 @@ func TestMain(m *testing.M) {
 }
 
 func startAPIServer() error {
-	dir, err := testbin.Dir("")
-	if err != nil {
-		return err
-	}
 	// tidegate's CRDs come from config/default, which the tests apply.
-	e, err := testbin.NewEnvironment(dir, testbin.FluxCRDs)
+	e, err := testbin.NewEnvironment("", testbin.FluxCRDs)
 	if err != nil {
 		return err
 	}

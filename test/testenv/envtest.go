@@ -47,11 +47,7 @@ func RunWithEnvironment(m *testing.M, start func() (*envtest.Environment, error)
 }
 
 func startAPIServer(scheme *runtime.Scheme, crds testbin.CRDs) (*envtest.Environment, client.Client, error) {
-	dir, err := testbin.Dir("")
-	if err != nil {
-		return nil, nil, err
-	}
-	env, err := testbin.NewEnvironment(dir, crds)
+	env, err := testbin.NewEnvironment("", crds)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,161 @@
+package shipped
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/testenv"
+)
+
+const module = "github.com/tidegate/tidegate"
+
+// The binaries link neither the testing package nor any package under test/.
+func TestBinariesLinkNoTestCode(t *testing.T) {
+	for _, cmd := range []string{"./cmd/tidegate", "./cmd/tidegate-controller"} {
+		c := exec.Command("go", "list", "-deps", cmd)
+		c.Dir = testenv.RepoRoot()
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", cmd, err)
+		}
+		for _, pkg := range strings.Fields(string(out)) {
+			if pkg == "testing" || strings.HasPrefix(pkg, module+"/test/") {
+				t.Errorf("%s links %s: test code must live in test/ and _test.go files, and shipped code must not import it", cmd, pkg)
+			}
+		}
+	}
+}
+
+// binDir holds the binary buildCLI builds, outside the checkout; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tidegate-shipped-")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildOnce builds cmd/tidegate with -trimpath, as a release or `go install` would, into binDir. A
+// -trimpath build shares no compiled package with the others, so the tests build it once.
+var buildOnce = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(binDir, "tidegate")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/tidegate")
+	cmd.Dir = testenv.RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -trimpath ./cmd/tidegate: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// cli runs the binary in a directory outside the checkout, with env added to an environment that
+// names no test binaries, and returns its output and exit code.
+func cli(ctx context.Context, t *testing.T, bin string, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = t.TempDir()
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, testbin.DirEnv+"=") && !strings.HasPrefix(e, "TIDEGATE_TESTBIN_CACHE=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if exit, ok := err.(*exec.ExitError); ok {
+		return out.String(), exit.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out.String())
+	}
+	return out.String(), 0
+}
+
+// Without test binaries in its cache, the shipped binary says how to build them, and where it looked.
+func TestSandboxWithoutTestBinariesNamesTheFix(t *testing.T) {
+	bin := buildCLI(t)
+	cache := t.TempDir()
+	out, code := cli(context.Background(), t, bin, []string{"TIDEGATE_TESTBIN_CACHE=" + cache},
+		"sandbox", "up", "--clusters", "1", "--dir", filepath.Join(t.TempDir(), "sandbox"))
+	if code != 1 {
+		t.Errorf("sandbox up without test binaries exited %d, want 1:\n%s", code, out)
+	}
+	for _, want := range []string{"no test binaries", cache, "make testbin", "TIDEGATE_TESTBIN", "--testbin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sandbox up without test binaries should say %q:\n%s", want, out)
+		}
+	}
+}
+
+// The binary built with -trimpath, run outside the checkout with $TIDEGATE_TESTBIN unset, starts a
+// sandbox from the cache of `make testbin` with its embedded CRDs, rolls out the demo's first release,
+// shows it in status, and stops it with down.
+func TestTrimpathBinaryRunsTheSandboxOutsideTheCheckout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a sandbox of two API servers (about 2 minutes)")
+	}
+	dir, err := testbin.Dir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cache that holds the test binaries this run uses, however they were named (the Makefile
+	// names bin/testbin, a link into the cache).
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		"TIDEGATE_TESTBIN_CACHE=" + filepath.Dir(real),
+		// A killed test binary must not leave a sandbox behind.
+		"TIDEGATE_SANDBOX_WATCH_PID=" + strconv.Itoa(os.Getpid()),
+	}
+	bin := buildCLI(t)
+	sandbox := filepath.Join(t.TempDir(), "sandbox")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		if out, code := cli(context.Background(), t, bin, env, "sandbox", "down", "--dir", sandbox); code != 0 {
+			t.Errorf("sandbox down in cleanup exited %d:\n%s", code, out)
+		}
+	})
+
+	out, code := cli(ctx, t, bin, env, "sandbox", "up", "--clusters", "1", "--dir", sandbox)
+	if code != 0 {
+		logs, _ := os.ReadFile(filepath.Join(sandbox, "sandbox.log"))
+		t.Fatalf("sandbox up exited %d:\n%s\nsandbox.log:\n%s", code, out, logs)
+	}
+	out, code = cli(ctx, t, bin, env, "sandbox", "status", "--dir", sandbox)
+	if code != 0 || !strings.Contains(out, "running") || !strings.Contains(out, "member-1") || !strings.Contains(out, "podinfo") {
+		t.Errorf("sandbox status exited %d, want 0 and the running sandbox with member-1 and podinfo:\n%s", code, out)
+	}
+	if out, code = cli(ctx, t, bin, env, "sandbox", "down", "--dir", sandbox); code != 0 {
+		t.Errorf("sandbox down exited %d:\n%s", code, out)
+	}
+	if out, code = cli(ctx, t, bin, env, "sandbox", "status", "--dir", sandbox); code != 1 {
+		t.Errorf("sandbox status after down exited %d, want 1:\n%s", code, out)
+	}
+}
