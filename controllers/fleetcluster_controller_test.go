@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/internal/localfleet"
@@ -346,13 +345,9 @@ func fcStartManager(t *testing.T, f *localfleet.Fleet) *fcEnv {
 		fmt.Fprintln(&env.logs, prefix, args)
 	}, funcr.Options{Verbosity: 1})
 	skipNameValidation := true
-	mgr, err := ctrl.NewManager(f.HubConfig, ctrl.Options{
-		Scheme:                 localfleet.NewScheme(),
-		Logger:                 logger,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: &skipNameValidation},
-	})
+	opts := ManagerOptions(ManagerConfig{Logger: logger})
+	opts.Controller = config.Controller{SkipNameValidation: &skipNameValidation}
+	mgr, err := ctrl.NewManager(f.HubConfig, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
