@@ -257,22 +257,24 @@ func TestErrorsAreKeptDistinctAndBounded(t *testing.T) {
 	for i := range 3 {
 		rec(t, s, float64(10+5*i), broken(fmt.Sprintf("error %d", i)))
 	}
+	rec(t, s, 25, broken("error 0")) // a message not kept is counted again: it cannot be recognised
+	const more = "and 4 more errors whose messages were not kept"
 	got := s.Summary(cl, time.Time{}, time.Time{})
 	if len(got.Errors) != 3 || len(got.Errors[0]) > maxErrorLen+len("…") || !strings.HasPrefix(got.Errors[0], "reading Deployment demo/web on cluster member-1: xxx") ||
-		got.Errors[1] != "StatefulSet demo/db not found on cluster member-1" || got.Errors[2] != "and 3 more distinct errors, not kept" {
+		got.Errors[1] != "StatefulSet demo/db not found on cluster member-1" || got.Errors[2] != more {
 		t.Fatalf("errors %q", got.Errors)
 	}
-	if got.ReadErrors != 5 || got.Missing != 1 {
+	if got.ReadErrors != 6 || got.Missing != 1 {
 		t.Fatalf("read errors %d, missing %d", got.ReadErrors, got.Missing)
 	}
 	// Only the errors seen in the window.
-	if got := s.Summary(cl, at(6), time.Time{}); len(got.Errors) != 1 || got.Errors[0] != "and 3 more distinct errors, not kept" {
+	if got := s.Summary(cl, at(6), time.Time{}); len(got.Errors) != 1 || got.Errors[0] != more {
 		t.Fatalf("errors since 6s: %q", got.Errors)
 	}
 	if got := s.Summary(cl, at(0), at(4)); len(got.Errors) != 1 || !strings.HasPrefix(got.Errors[0], "reading Deployment") || got.ReadErrors != 1 {
 		t.Fatalf("errors up to 4s: %q", got.Errors)
 	}
-	want := "workload reads failed and were counted as unavailable on member-1 (5): those workloads may have been available"
+	want := "workload reads failed and were counted as unavailable on member-1 (6): those workloads may have been available"
 	if l := Limits(got); l[1] != want {
 		t.Fatalf("limits %q", l)
 	}
