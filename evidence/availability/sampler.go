@@ -109,7 +109,8 @@ type ClusterSummary struct {
 	// Missing is how many workload reads found no object, or one being deleted.
 	Missing int
 	// Errors are the distinct messages of the failed and missing reads last seen in the window, in the
-	// order they were first seen, at most Options.MaxErrors of them and a line saying how many more.
+	// order they were first seen, at most Options.MaxErrors of them, then a line saying how many more
+	// errors had a message not kept.
 	Errors []string
 	// Folded says the window cuts through samples that were folded together to bound memory, so the
 	// summary also counts some samples taken outside it.
@@ -179,8 +180,9 @@ type history struct {
 	samples []sample
 	// folded summarises the samples evicted from the front of samples, all older than samples[0].
 	folded tally
-	// errs are the distinct error messages, at most Options.MaxErrors; dropped counts the distinct
-	// messages that did not fit, seen between droppedFirst and droppedLast.
+	// errs are the distinct error messages, at most Options.MaxErrors; dropped counts the errors whose
+	// message did not fit (each time: the messages are not kept, so they cannot be told apart), seen
+	// between droppedFirst and droppedLast.
 	errs                      map[string]*errorRecord
 	dropped                   int
 	droppedFirst, droppedLast time.Time
@@ -373,7 +375,7 @@ func (h *history) errorsIn(since, until time.Time) []string {
 		out = append(out, e.msg)
 	}
 	if h.dropped > 0 && !h.droppedLast.Before(since) && (until.IsZero() || !h.droppedFirst.After(until)) {
-		out = append(out, fmt.Sprintf("and %d more distinct errors, not kept", h.dropped))
+		out = append(out, fmt.Sprintf("and %d more errors whose messages were not kept", h.dropped))
 	}
 	if len(out) == 0 {
 		return nil

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -255,22 +257,24 @@ func TestErrorsAreKeptDistinctAndBounded(t *testing.T) {
 	for i := range 3 {
 		rec(t, s, float64(10+5*i), broken(fmt.Sprintf("error %d", i)))
 	}
+	rec(t, s, 25, broken("error 0")) // a message not kept is counted again: it cannot be recognised
+	const more = "and 4 more errors whose messages were not kept"
 	got := s.Summary(cl, time.Time{}, time.Time{})
 	if len(got.Errors) != 3 || len(got.Errors[0]) > maxErrorLen+len("…") || !strings.HasPrefix(got.Errors[0], "reading Deployment demo/web on cluster member-1: xxx") ||
-		got.Errors[1] != "StatefulSet demo/db not found on cluster member-1" || got.Errors[2] != "and 3 more distinct errors, not kept" {
+		got.Errors[1] != "StatefulSet demo/db not found on cluster member-1" || got.Errors[2] != more {
 		t.Fatalf("errors %q", got.Errors)
 	}
-	if got.ReadErrors != 5 || got.Missing != 1 {
+	if got.ReadErrors != 6 || got.Missing != 1 {
 		t.Fatalf("read errors %d, missing %d", got.ReadErrors, got.Missing)
 	}
 	// Only the errors seen in the window.
-	if got := s.Summary(cl, at(6), time.Time{}); len(got.Errors) != 1 || got.Errors[0] != "and 3 more distinct errors, not kept" {
+	if got := s.Summary(cl, at(6), time.Time{}); len(got.Errors) != 1 || got.Errors[0] != more {
 		t.Fatalf("errors since 6s: %q", got.Errors)
 	}
 	if got := s.Summary(cl, at(0), at(4)); len(got.Errors) != 1 || !strings.HasPrefix(got.Errors[0], "reading Deployment") || got.ReadErrors != 1 {
 		t.Fatalf("errors up to 4s: %q", got.Errors)
 	}
-	want := "workload reads failed and were counted as unavailable on member-1 (5): those workloads may have been available"
+	want := "workload reads failed and were counted as unavailable on member-1 (6): those workloads may have been available"
 	if l := Limits(got); l[1] != want {
 		t.Fatalf("limits %q", l)
 	}
@@ -315,27 +319,104 @@ func TestForgetAndClusters(t *testing.T) {
 	}
 }
 
-// Run with -race: recording, summarising and forgetting from many goroutines at once.
+// Recording, summarising and forgetting from many goroutines at once loses nothing: each cluster's
+// summary is the one a Sampler given the same samples one at a time makes, a reader never sees a
+// cluster's history go back, and a forgotten cluster is gone.
 func TestConcurrentUse(t *testing.T) {
-	s := New(Options{MaxSamples: 16, MaxErrors: 3})
+	// Two writers per cluster take the seconds of its samples in turn from one clock. MaxSamples is
+	// small, so that samples are folded while others write and read; a sample a writer brings late can
+	// then be older than those already folded: it is refused, and not counted.
+	const clusters, writers, samples = 2, 2, 10000
+	opts := Options{MaxSamples: 16, MaxErrors: 3}
+	s := New(opts)
+	readingOf := func(sec int) reading {
+		if sec%7 == 0 {
+			return broken(fmt.Sprintf("error %d", sec%3)) // as many distinct errors as are kept
+		}
+		return ok(1)
+	}
+	recorded := make([][]int, clusters*writers) // the seconds each writer recorded a sample at
 	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := fmt.Sprintf("member-%d", g%3)
-			for i := range 200 {
-				r := ok(1)
-				if i%7 == 0 {
-					r = broken(fmt.Sprintf("error %d", i%5))
+	begin := make(chan struct{}) // every goroutine starts at once
+	for c := range clusters {
+		name, scratch := fmt.Sprintf("member-%d", c), fmt.Sprintf("scratch-%d", c)
+		var clock atomic.Int64
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-begin
+				for {
+					sec := int(clock.Add(1) - 1)
+					if sec >= samples {
+						return
+					}
+					err := s.record(name, at(float64(sec)), []Workload{web}, []reading{readingOf(sec)})
+					switch {
+					case err == nil:
+						recorded[c*writers+w] = append(recorded[c*writers+w], sec)
+					case !strings.Contains(err.Error(), "older than samples already folded"):
+						t.Errorf("recording %s at %ds: %v", name, sec, err)
+					}
 				}
-				_ = s.record(name, at(float64(i)), []Workload{web}, []reading{r})
-				_ = s.Summary(name, at(float64(i-20)), time.Time{})
-				if i%50 == 49 {
-					s.Forget(name)
+			}()
+		}
+		wg.Add(2)
+		go func() { // a reader of the same cluster
+			defer wg.Done()
+			<-begin
+			var last ClusterSummary
+			for range samples {
+				got := s.Summary(name, time.Time{}, time.Time{})
+				if got.Samples < last.Samples || got.ReadErrors < last.ReadErrors ||
+					last.Samples > 0 && (got.FirstSample.After(last.FirstSample) || got.LastSample.Before(last.LastSample)) {
+					t.Errorf("%s went back: %d samples from %s to %s (%d read errors) after %d from %s to %s (%d)", name,
+						got.Samples, got.FirstSample, got.LastSample, got.ReadErrors, last.Samples, last.FirstSample, last.LastSample, last.ReadErrors)
+					return
+				}
+				last = got
+			}
+		}()
+		go func() { // another cluster, recorded and forgotten over and over
+			defer wg.Done()
+			<-begin
+			for sec := range samples {
+				if err := s.record(scratch, at(float64(sec)), []Workload{web}, []reading{readingOf(sec)}); err != nil {
+					t.Errorf("recording %s at %ds: %v", scratch, sec, err)
+				}
+				_ = s.Clusters()
+				if sec%50 == 49 {
+					s.Forget(scratch)
 				}
 			}
 		}()
 	}
+	close(begin)
 	wg.Wait()
+
+	var names []string
+	for c := range clusters {
+		name := fmt.Sprintf("member-%d", c)
+		names = append(names, name)
+		var secs []int
+		for w := range writers {
+			secs = append(secs, recorded[c*writers+w]...)
+		}
+		sort.Ints(secs)
+		t.Logf("%s: %d of %d samples recorded, the others refused as late", name, len(secs), samples)
+		sequential := New(opts)
+		for _, sec := range secs {
+			if err := sequential.record(name, at(float64(sec)), []Workload{web}, []reading{readingOf(sec)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, want := s.Summary(name, time.Time{}, time.Time{}), sequential.Summary(name, time.Time{}, time.Time{})
+		if got.Samples != len(secs) || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %d samples recorded; concurrent summary\n %+v\nsequential\n %+v", name, len(secs), got, want)
+		}
+	}
+	// The scratch clusters were forgotten after their last sample.
+	if got := s.Clusters(); !reflect.DeepEqual(got, names) {
+		t.Errorf("clusters %q, want %q", got, names)
+	}
 }

@@ -2,12 +2,15 @@ package preflight
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -364,22 +367,143 @@ func silentServer(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// request is one HTTP request of a check, as the transport requests instruments saw it.
+type request struct {
+	target, method, path string
+	// err is what the request ended with (nil while in flight, or when it got an answer).
+	err error
+	// late says the deadline of the request's context had passed when it ended, or has now while it
+	// is in flight. The check's context and its HTTP client's timeout end the same second: either
+	// may cut the request first, so its context may not be done yet although its time is up.
+	late bool
+}
+
+func (r request) String() string {
+	return fmt.Sprintf("%s %s %s (err %v, late %v)", r.target, r.method, r.path, r.err, r.late)
+}
+
+// requests instruments the transport of the configs it makes, to show what a check did: every
+// request it made and how it ended, the ones still in flight, and how many targets had requests in
+// flight at once.
+type requests struct {
+	mu       sync.Mutex
+	done     []request
+	inFlight map[*http.Request]string // → target
+	most     int                      // targets with requests in flight at once, at most
+	running  sync.WaitGroup
+}
+
+// config returns a copy of cfg, for target, whose requests rs records. hold, when set, runs before a
+// request is sent, as a server that holds it would: an error ends the request without sending it.
+func (rs *requests) config(target string, cfg *rest.Config, hold func(*http.Request) error) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			rs.start(target, r)
+			var resp *http.Response
+			var err error
+			if hold != nil {
+				err = hold(r)
+			}
+			if err == nil {
+				resp, err = next.RoundTrip(r)
+			}
+			rs.end(target, r, err)
+			return resp, err
+		})
+	})
+	return cfg
+}
+
+// late says whether the deadline of r's context has passed.
+func late(r *http.Request) bool {
+	deadline, ok := r.Context().Deadline()
+	return ok && !time.Now().Before(deadline)
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (rs *requests) start(target string, r *http.Request) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.running.Add(1)
+	if rs.inFlight == nil {
+		rs.inFlight = map[*http.Request]string{}
+	}
+	rs.inFlight[r] = target
+	targets := map[string]bool{}
+	for _, t := range rs.inFlight {
+		targets[t] = true
+	}
+	rs.most = max(rs.most, len(targets))
+}
+
+func (rs *requests) end(target string, r *http.Request, err error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	delete(rs.inFlight, r)
+	rs.done = append(rs.done, request{target: target, method: r.Method, path: r.URL.Path, err: err, late: late(r)})
+	rs.running.Done()
+}
+
+// ended returns the requests that ended, in the order they did.
+func (rs *requests) ended() []request {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return append([]request(nil), rs.done...)
+}
+
+// pending returns the requests in flight.
+func (rs *requests) pending() []request {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var out []request
+	for r, target := range rs.inFlight {
+		out = append(out, request{target: target, method: r.Method, path: r.URL.Path, late: late(r)})
+	}
+	return out
+}
+
+// mostTargets is how many targets had requests in flight at once, at most.
+func (rs *requests) mostTargets() int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.most
+}
+
+// patches keeps the PATCH requests (the dry-run applies) of rs.
+func patches(rs []request) []request {
+	var out []request
+	for _, r := range rs {
+		if r.method == http.MethodPatch {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func TestAnUnreachableCluster(t *testing.T) {
 	objs := objects(t, "demo", webApp)
 	t.Run("nobody listens", func(t *testing.T) {
-		start := time.Now()
-		got := Check(context.Background(), "gone", &rest.Config{Host: "https://" + closedPort(t)}, objs, Options{Timeout: 2 * time.Second})
+		var rs requests
+		cfg := rs.config("gone", &rest.Config{Host: "https://" + closedPort(t)}, nil)
+		got := Check(context.Background(), "gone", cfg, objs, Options{Timeout: time.Minute})
 		wantUnreachable(t, got, "gone")
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("took %s", d)
+		// The refusal ended the check, long before its deadline, and it did not try again.
+		if ended := rs.ended(); len(ended) != 1 || !errors.Is(ended[0].err, syscall.ECONNREFUSED) || ended[0].late {
+			t.Errorf("requests %v, want one, refused before its deadline", ended)
 		}
 	})
 	t.Run("the server never answers", func(t *testing.T) {
-		start := time.Now()
-		got := Check(context.Background(), "silent", &rest.Config{Host: "https://" + silentServer(t)}, objs, Options{Timeout: time.Second})
+		var rs requests
+		cfg := rs.config("silent", &rest.Config{Host: "https://" + silentServer(t)}, nil)
+		got := Check(context.Background(), "silent", cfg, objs, Options{Timeout: time.Second})
 		wantUnreachable(t, got, "silent")
-		if d := time.Since(start); d < time.Second || d > 3*time.Second {
-			t.Errorf("took %s, want the 1s timeout", d)
+		// The check was cut by its deadline: the one request, for the version, ended when its context did.
+		if ended := rs.ended(); len(ended) != 1 || ended[0].path != "/version" || ended[0].err == nil || !ended[0].late {
+			t.Errorf("requests %v, want one for /version, failed when its deadline passed", ended)
 		}
 	})
 	t.Run("the context is done", func(t *testing.T) {
@@ -408,17 +532,18 @@ func TestAnUnreachableCluster(t *testing.T) {
 func TestCheckAllKeepsTheOrderOfTargets(t *testing.T) {
 	ctx, ns := setup(t)
 	objs := objects(t, ns, webApp)
+	var rs requests
 	targets := []Target{
-		{Name: "member-1", Config: adminConfig},
-		{Name: "member-2", Config: &rest.Config{Host: "https://" + closedPort(t)}},
+		{Name: "member-1", Config: rs.config("member-1", adminConfig, nil)},
+		{Name: "member-2", Config: rs.config("member-2", &rest.Config{Host: "https://" + closedPort(t)}, nil)},
 		{Name: "member-3"},
-		{Name: "member-4", Config: &rest.Config{Host: "https://" + silentServer(t)}},
-		{Name: "member-5", Config: adminConfig},
+		{Name: "member-4", Config: rs.config("member-4", &rest.Config{Host: "https://" + silentServer(t)}, nil)},
+		{Name: "member-5", Config: rs.config("member-5", adminConfig, nil)},
 	}
-	start := time.Now()
 	got := CheckAll(ctx, targets, objs, Options{Timeout: 2 * time.Second}, 2)
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("took %s", d)
+	// Two checks at a time, never more: member-5's runs while member-4's waits for its deadline.
+	if n := rs.mostTargets(); n != 2 {
+		t.Errorf("%d targets had requests in flight at once at most, want 2 (parallel 2); requests %v", n, rs.ended())
 	}
 	if len(got) != len(targets) {
 		t.Fatalf("%d results for %d targets: %+v", len(got), len(targets), got)
@@ -455,63 +580,80 @@ func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured 
 	return out
 }
 
-// slowWrites delays every PATCH (the dry-run apply) by delay, or until its request is cancelled
-// when cancellable: a cluster that answers discovery but not the dry-run in time.
-type slowWrites struct {
-	next        http.RoundTripper
-	delay       time.Duration
-	cancellable bool
-}
-
-func (s slowWrites) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodPatch {
-		if !s.cancellable {
-			time.Sleep(s.delay)
-		} else {
-			select {
-			case <-time.After(s.delay):
-			case <-r.Context().Done():
-				return nil, r.Context().Err()
-			}
-		}
-	}
-	return s.next.RoundTrip(r)
-}
-
+// A cluster that answers discovery but not the dry-run in time.
 func TestTheTimeRunsOutDuringTheDryRun(t *testing.T) {
 	ctx, ns := setup(t)
 	objs := objects(t, ns, webApp)[1:]
-	for _, cancellable := range []bool{true, false} {
-		cfg := rest.CopyConfig(adminConfig)
-		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-			return slowWrites{next: rt, delay: 6 * time.Second, cancellable: cancellable}
-		}
-		start := time.Now()
-		got := Check(ctx, "member-1", cfg, objs, Options{Timeout: time.Second})
-		took := time.Since(start)
-		t.Logf("cancellable %v, took %s: %+v", cancellable, took, got)
+	wantReachableOnly := func(t *testing.T, got tgcue.ClusterPreflight) {
+		t.Helper()
 		if !got.Reachable || !strings.HasPrefix(got.ServerVersion, "v1.") || got.MissingAPIs != nil {
-			t.Errorf("cancellable %v: %+v, want reachable with its version", cancellable, got)
-		}
-		if cancellable {
-			// Every object is an error: an object that was not dry-run in time does not pass.
-			if took > 2*time.Second || len(got.DryRunErrors) != len(objs) {
-				t.Fatalf("took %s, errors %q; want within 1s one per object", took, got.DryRunErrors)
-			}
-			for i, e := range got.DryRunErrors {
-				// The context or the HTTP client's own timeout (the same second) may fire first.
-				if prefix := objs[i].GetKind() + " " + ns + "/" + objs[i].GetName() + ": "; !strings.HasPrefix(e, prefix) || !strings.Contains(e, "context deadline exceeded") {
-					t.Errorf("error %q, want %q…context deadline exceeded…", e, prefix)
-				}
-			}
-		} else {
-			// A request that does not heed its context is given up on after a grace period.
-			want := []string{"the preflight did not finish within 1s: context deadline exceeded"}
-			if took < time.Second+grace || took > 2*time.Second+grace || !reflect.DeepEqual(got.DryRunErrors, want) {
-				t.Errorf("took %s, errors %q; want within 1s and the grace of %s %q", took, got.DryRunErrors, grace, want)
-			}
+			t.Errorf("%+v, want reachable with its version", got)
 		}
 	}
+
+	t.Run("requests that heed their context", func(t *testing.T) {
+		var rs requests
+		cfg := rs.config("member-1", adminConfig, func(r *http.Request) error {
+			if r.Method != http.MethodPatch {
+				return nil
+			}
+			<-r.Context().Done()
+			return r.Context().Err()
+		})
+		got := Check(ctx, "member-1", cfg, objs, Options{Timeout: time.Second})
+		wantReachableOnly(t, got)
+		// The dry-runs in flight were cut by the deadline ...
+		dryRuns := patches(rs.ended())
+		if len(dryRuns) == 0 || len(dryRuns) > len(objs) {
+			t.Errorf("%d dry-run requests, want 1 to %d: %v", len(dryRuns), len(objs), rs.ended())
+		}
+		for _, r := range dryRuns {
+			if r.err == nil || !r.late {
+				t.Errorf("dry-run %v, want it failed when its deadline passed", r)
+			}
+		}
+		// ... and every object is an error: an object that was not dry-run in time does not pass.
+		if len(got.DryRunErrors) != len(objs) {
+			t.Fatalf("errors %q, want one per object", got.DryRunErrors)
+		}
+		for i, e := range got.DryRunErrors {
+			// The context or the HTTP client's own timeout (the same second) may fire first.
+			if prefix := objs[i].GetKind() + " " + ns + "/" + objs[i].GetName() + ": "; !strings.HasPrefix(e, prefix) || !strings.Contains(e, "context deadline exceeded") {
+				t.Errorf("error %q, want %q…context deadline exceeded…", e, prefix)
+			}
+		}
+	})
+
+	t.Run("requests that do not", func(t *testing.T) {
+		var rs requests
+		release := make(chan struct{})
+		cfg := rs.config("member-1", adminConfig, func(r *http.Request) error {
+			if r.Method == http.MethodPatch {
+				select {
+				case <-release:
+				case <-time.After(time.Minute): // should Check wait for them, it gets an answer, and the test fails
+				}
+			}
+			return nil
+		})
+		t.Cleanup(func() { close(release); rs.running.Wait() })
+		got := Check(ctx, "member-1", cfg, objs, Options{Timeout: time.Second})
+		wantReachableOnly(t, got)
+		// Check gave up on them: they are still in flight, past their deadline.
+		want := []string{"the preflight did not finish within 1s: context deadline exceeded"}
+		if !reflect.DeepEqual(got.DryRunErrors, want) {
+			t.Errorf("errors %q, want %q", got.DryRunErrors, want)
+		}
+		dryRuns := patches(rs.pending())
+		if len(dryRuns) == 0 {
+			t.Errorf("no dry-run in flight when Check returned; requests %v", rs.ended())
+		}
+		for _, r := range dryRuns {
+			if !r.late {
+				t.Errorf("dry-run %v in flight, want its deadline passed", r)
+			}
+		}
+	})
 }
 
 // A StatefulSet's volumeClaimTemplates cannot be updated: the server refuses the dry-run, unless

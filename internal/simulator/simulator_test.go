@@ -2,7 +2,9 @@ package simulator
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,22 +224,70 @@ func TestOnAPIServerSlowRevisionsBecomeCurrentOnlyAfterTheDelay(t *testing.T) {
 	}
 }
 
+// Several goroutines change faults and make passes at once, next to the background loop: each change
+// is in force in the next pass, whoever makes it, and no pass fails.
 func TestOnAPIServerFaultsChangeSafelyWhileRunning(t *testing.T) {
 	s, ns := start(t)
-	d := inNamespace(deployment(1), ns)
-	create(t, d)
+	const workers, changes, replicas = 4, 10, 2
+	var deps []*appsv1.Deployment
+	for w := range workers {
+		d := inNamespace(deployment(replicas), ns)
+		d.Name = fmt.Sprintf("web-%d", w)
+		create(t, d)
+		deps = append(deps, d)
+	}
+	for _, d := range deps {
+		waitUntil(t, d, "Current", is(status.CurrentStatus))
+	}
+
+	ctx := context.Background()
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := range 200 {
-			if i%2 == 0 {
-				s.SetFault(cluster, Fault{Workload: ns + "/web", Mode: NeverAvailable})
-			} else {
-				s.ClearFault(cluster, ns+"/web")
+	go func() { // one goroutine changes the fault of a workload that does not exist, as fast as it can
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				s.SetFault(cluster, Fault{Workload: ns + "/none", Mode: Slow, Delay: time.Hour})
+				s.ClearFault(cluster, ns+"/none")
 			}
-			time.Sleep(time.Millisecond)
 		}
 	}()
-	<-done
-	waitUntil(t, d, "Current once the last fault is cleared", is(status.CurrentStatus))
+	var wg sync.WaitGroup
+	for _, d := range deps {
+		wg.Add(1)
+		go func() { // and one per Deployment faults it on and off, making a pass after each change
+			defer wg.Done()
+			workload := ns + "/" + d.Name
+			for i := range changes {
+				faulty := i%2 == 0
+				want := int32(replicas)
+				if faulty {
+					s.SetFault(cluster, Fault{Workload: workload, Mode: NeverAvailable})
+					want = 0
+				} else {
+					s.ClearFault(cluster, workload)
+				}
+				if _, err := s.Sync(ctx, cluster); err != nil {
+					t.Errorf("%s, change %d: Sync: %v", d.Name, i+1, err)
+					return
+				}
+				got := &appsv1.Deployment{}
+				if err := memberClient.Get(ctx, client.ObjectKeyFromObject(d), got); err != nil {
+					t.Errorf("%s, change %d: reading it: %v", d.Name, i+1, err)
+					return
+				}
+				if got.Status.AvailableReplicas != want {
+					t.Errorf("%s, change %d (NeverAvailable %v): %d available after a Sync, want %d",
+						d.Name, i+1, faulty, got.Status.AvailableReplicas, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	for _, d := range deps {
+		waitUntil(t, d, "Current once its last fault is cleared", is(status.CurrentStatus))
+	}
 }
