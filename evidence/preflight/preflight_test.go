@@ -123,8 +123,14 @@ func wantReachable(t *testing.T, got tgcue.ClusterPreflight, name string, missin
 	}
 }
 
-func wantUnreachable(t *testing.T, got tgcue.ClusterPreflight, name string) {
+// wantUnreachable: the cluster was not reached, nothing else is filled, and the evidence says why
+// (Unreachable holds why; any reason when why is empty).
+func wantUnreachable(t *testing.T, got tgcue.ClusterPreflight, name, why string) {
 	t.Helper()
+	if got.Unreachable == "" || !strings.Contains(got.Unreachable, why) {
+		t.Errorf("%s: unreachable %q, want it to say %q", name, got.Unreachable, why)
+	}
+	got.Unreachable = ""
 	if want := (tgcue.ClusterPreflight{Name: name}); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -490,7 +496,7 @@ func TestAnUnreachableCluster(t *testing.T) {
 		var rs requests
 		cfg := rs.config("gone", &rest.Config{Host: "https://" + closedPort(t)}, nil)
 		got := Check(context.Background(), "gone", cfg, objs, Options{Timeout: time.Minute})
-		wantUnreachable(t, got, "gone")
+		wantUnreachable(t, got, "gone", "connection refused")
 		// The refusal ended the check, long before its deadline, and it did not try again.
 		if ended := rs.ended(); len(ended) != 1 || !errors.Is(ended[0].err, syscall.ECONNREFUSED) || ended[0].late {
 			t.Errorf("requests %v, want one, refused before its deadline", ended)
@@ -500,7 +506,7 @@ func TestAnUnreachableCluster(t *testing.T) {
 		var rs requests
 		cfg := rs.config("silent", &rest.Config{Host: "https://" + silentServer(t)}, nil)
 		got := Check(context.Background(), "silent", cfg, objs, Options{Timeout: time.Second})
-		wantUnreachable(t, got, "silent")
+		wantUnreachable(t, got, "silent", "")
 		// The check was cut by its deadline: the one request, for the version, ended when its context did.
 		if ended := rs.ended(); len(ended) != 1 || ended[0].path != "/version" || ended[0].err == nil || !ended[0].late {
 			t.Errorf("requests %v, want one for /version, failed when its deadline passed", ended)
@@ -513,7 +519,7 @@ func TestAnUnreachableCluster(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		got := Check(ctx, "member-1", adminConfig, objs, Options{})
-		wantUnreachable(t, got, "member-1")
+		wantUnreachable(t, got, "member-1", "context canceled")
 	})
 	t.Run("credentials the server refuses", func(t *testing.T) {
 		if envErr != nil {
@@ -522,10 +528,10 @@ func TestAnUnreachableCluster(t *testing.T) {
 		cfg := rest.AnonymousClientConfig(adminConfig)
 		cfg.BearerToken = "not-a-token"
 		got := Check(context.Background(), "member-1", cfg, objs, Options{})
-		wantUnreachable(t, got, "member-1")
+		wantUnreachable(t, got, "member-1", "credentials")
 	})
 	t.Run("no config", func(t *testing.T) {
-		wantUnreachable(t, Check(context.Background(), "none", nil, objs, Options{}), "none")
+		wantUnreachable(t, Check(context.Background(), "none", nil, objs, Options{}), "none", "no client for the cluster")
 	})
 }
 
@@ -536,7 +542,7 @@ func TestCheckAllKeepsTheOrderOfTargets(t *testing.T) {
 	targets := []Target{
 		{Name: "member-1", Config: rs.config("member-1", adminConfig, nil)},
 		{Name: "member-2", Config: rs.config("member-2", &rest.Config{Host: "https://" + closedPort(t)}, nil)},
-		{Name: "member-3"},
+		{Name: "member-3", Err: errors.New("fleetcluster fleet/member-3 is gone")},
 		{Name: "member-4", Config: rs.config("member-4", &rest.Config{Host: "https://" + silentServer(t)}, nil)},
 		{Name: "member-5", Config: rs.config("member-5", adminConfig, nil)},
 	}
@@ -549,9 +555,9 @@ func TestCheckAllKeepsTheOrderOfTargets(t *testing.T) {
 		t.Fatalf("%d results for %d targets: %+v", len(got), len(targets), got)
 	}
 	wantReachable(t, got[0], "member-1", nil, nil)
-	wantUnreachable(t, got[1], "member-2")
-	wantUnreachable(t, got[2], "member-3")
-	wantUnreachable(t, got[3], "member-4")
+	wantUnreachable(t, got[1], "member-2", "connection refused")
+	wantUnreachable(t, got[2], "member-3", "fleetcluster fleet/member-3 is gone")
+	wantUnreachable(t, got[3], "member-4", "")
 	wantReachable(t, got[4], "member-5", nil, nil)
 
 	if got := CheckAll(ctx, nil, objs, Options{}, 0); len(got) != 0 {
