@@ -54,9 +54,17 @@ vet: ## Vet Go code and check formatting.
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run make fmt"; exit 1; }
 
+# RACE_PKGS are the packages whose tests exercise concurrency on purpose (a Sampler, a Policy and
+# renders shared between goroutines, the simulator's loop beside faults changed from tests, parallel
+# preflights): make test runs them a second time under the race detector (docs/testing.md: its cost).
+RACE_PKGS ?= ./cue/ ./evidence/ ./evidence/availability/ ./evidence/preflight/ ./internal/simulator/
+
 .PHONY: test
-test: testbin vet ## Run every test: unit, envtest and end to end (builds the test binaries first when missing).
-	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m ./... 2>&1 | tee bin/test.json | go run ./hack/testsummary
+test: testbin vet ## Run every test: unit, envtest and end to end, then RACE_PKGS under -race (builds the test binaries first when missing).
+	{ go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m ./...; all=$$?; \
+		echo "=== again under the race detector: $(RACE_PKGS)"; \
+		go test -json -race $(GO_TEST_FLAGS) -count=1 -timeout 30m $(RACE_PKGS); race=$$?; \
+		exit $$((all | race)); } 2>&1 | tee bin/test.json | go run ./hack/testsummary
 
 .PHONY: test-deploy
 test-deploy: testbin ## Check config/default against a real kube-apiserver: apply, RBAC, Pod Security, the controller under its ServiceAccount.
