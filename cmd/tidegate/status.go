@@ -76,8 +76,9 @@ func newStatusCommand(k *kubeOptions) *cobra.Command {
 condition, then one row per wave: WAVE, PHASE, MEMBERS (how many clusters the wave holds),
 UPDATED (members switched to the candidate), HEALTHY (members Ready at the candidate), one column
 per gate (deploySafe, rollbackSafe, rollbackSucceeds, noDisruption) with the latest decision and its
-receipt, and WAITING: what the wave waits for and since when (its turn, an approval, a gate that
-blocks it, members becoming Ready, the soak, the rehearsal).
+receipt, and WAITING: what the wave waits for, since when and until when, as the controller recorded
+it in status.waitingFor (an approval, a gate that blocks it, members becoming Ready, the soak of the
+wave or of the policy, the rehearsal, a hold), or its turn after an earlier wave.
 
 With --watch it shows the rollout again each time it changes, until it is Completed or RolledBack,
 or until interrupted.
