@@ -116,7 +116,7 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		r.decideGates,
 		r.prune,
 	} {
-		if o := sub(ctx, p); o.kind != proceeding().kind {
+		if o := sub(ctx, p); o.kind != proceed {
 			return o, p.Settings.OnFail
 		}
 	}

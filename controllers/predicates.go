@@ -1,13 +1,11 @@
 package controllers
 
 import (
-	"sort"
-	"strings"
-
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -15,17 +13,13 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
-// viewChanged passes creates, deletes and generic events, and the updates that change what view
-// extracts from the object. Flux controllers rewrite status on every reconcile; a reconcile of a
+// viewChanged passes creates, deletes and generic events (predicate.Funcs' defaults), and the
+// updates that change what view extracts from the object. Flux controllers rewrite status on every reconcile; a reconcile of a
 // rollout is wanted only when something it acts on changed, so each watch names what that is.
 type viewChanged[V comparable] struct {
 	predicate.Funcs
 	view func(client.Object) V
 }
-
-func (p viewChanged[V]) Create(event.CreateEvent) bool   { return true }
-func (p viewChanged[V]) Delete(event.DeleteEvent) bool   { return true }
-func (p viewChanged[V]) Generic(event.GenericEvent) bool { return true }
 
 func (p viewChanged[V]) Update(e event.UpdateEvent) bool {
 	if e.ObjectOld == nil || e.ObjectNew == nil {
@@ -100,22 +94,9 @@ type fleetClusterView struct {
 }
 
 var fleetClusterChanged = viewChanged[fleetClusterView]{view: func(o client.Object) fleetClusterView {
-	v := fleetClusterView{generation: o.GetGeneration(), labels: canonicalLabels(o.GetLabels())}
+	v := fleetClusterView{generation: o.GetGeneration(), labels: labels.Set(o.GetLabels()).String()}
 	if fc, ok := o.(*v1alpha1.FleetCluster); ok {
 		v.reachable = conditionOf(fc, v1alpha1.ReachableCondition)
 	}
 	return v
 }}
-
-func canonicalLabels(l map[string]string) string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k + "=" + l[k] + "\n")
-	}
-	return b.String()
-}

@@ -34,8 +34,6 @@ type stepResult struct {
 	RequeueAfter time.Duration
 	// Refused says why a request in the spec could not be carried out; the reconciler reports it as an event.
 	Refused string
-	// Blocked is true when a wave cannot start because a gate decided before it failed.
-	Blocked bool
 	// Decided is the index of the wave whose noDisruption or rehearsal was decided (its samples can
 	// go), or -1.
 	Decided int
@@ -50,6 +48,16 @@ type stepResult struct {
 // waitFor records what the rollout waits for.
 func (r *stepResult) waitFor(reason, wave string, since, until *metav1.Time, format string, args ...any) {
 	r.Wait = &v1alpha1.WaitingFor{Reason: reason, Wave: wave, Message: fmt.Sprintf(format, args...), Since: since, Until: until}
+}
+
+// waitForSoak records that wave wv soaks, from its readyAt for soak.
+func (r *stepResult) waitForSoak(wv *v1alpha1.WaveStatus, soak time.Duration) {
+	r.waitFor(v1alpha1.WaitingForSoak, wv.Name, wv.ReadyAt, &metav1.Time{Time: wv.ReadyAt.Add(soak)}, "wave %s soaking for %s", wv.Name, soak)
+}
+
+// blocked tells whether a wave cannot start because a gate decided before it failed.
+func (r stepResult) blocked() bool {
+	return r.Wait != nil && r.Wait.Reason == v1alpha1.WaitingForGateBlocked
 }
 
 // waiting is the message of what the rollout waits for, "" when nothing.
@@ -222,7 +230,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		wv.Phase = v1alpha1.WaveSoaking
 		wv.ReadyAt = &now
 		res.RequeueAfter = soak
-		res.waitFor(v1alpha1.WaitingForSoak, wv.Name, wv.ReadyAt, &metav1.Time{Time: wv.ReadyAt.Add(soak)}, "wave %s soaking for %s", wv.Name, soak)
+		res.waitForSoak(wv, soak)
 	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed < total && budget == 0:
 		// A member lost readiness during the soak and the wave allows no failure: decide now, the
 		// gate will say why. (With a failure budget the soak runs its course and the policy counts.)
@@ -230,7 +238,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	case wv.Phase == v1alpha1.WaveSoaking:
 		if left := soak - w.Now.Sub(wv.ReadyAt.Time); left > 0 {
 			res.RequeueAfter = left
-			res.waitFor(v1alpha1.WaitingForSoak, wv.Name, wv.ReadyAt, &metav1.Time{Time: wv.ReadyAt.Add(soak)}, "wave %s soaking for %s", wv.Name, soak)
+			res.waitForSoak(wv, soak)
 		} else {
 			res.GateWave = i
 		}
@@ -291,7 +299,6 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 			"wave %s is blocked before it starts by %s; nothing of it is applied; decided again at %s or when the spec changes",
 			wv.Name, strings.Join(failed, ", "), again.Format(time.RFC3339))
 		res.RequeueAfter = recheck
-		res.Blocked = true
 	default:
 		wv.Phase = v1alpha1.WaveProgressing
 		wv.StartedAt = &now
@@ -339,9 +346,7 @@ func advance(w *world, res stepResult, decided []decidedGate) stepResult {
 		applyGates(fr, w, i, decided)
 		switch wv.Phase {
 		case v1alpha1.WavePending:
-			asked := res
-			res = preWaveGates(fr, w, i, metav1.NewTime(w.Now), stepResult{GateWave: -1, Decided: -1})
-			res.GateWave, res.Gates, res.Next, res.Notes = asked.GateWave, asked.Gates, res.Next || asked.Next, asked.Notes
+			res = preWaveGates(fr, w, i, metav1.NewTime(w.Now), res)
 		case v1alpha1.WaveSucceeded, v1alpha1.WaveFailed:
 			res.Decided = i
 		}

@@ -307,7 +307,7 @@ func TestStepGates(t *testing.T) {
 		}
 		decided := s.decisions[v1alpha1.GateRollbackSafe]
 		res = step()
-		if s.decisions[v1alpha1.GateRollbackSafe] != decided || res.RequeueAfter <= 0 || !strings.Contains(res.waiting(), "blocked before it starts by rollbackSafe (receipt ") || !res.Blocked {
+		if s.decisions[v1alpha1.GateRollbackSafe] != decided || res.RequeueAfter <= 0 || !strings.Contains(res.waiting(), "blocked before it starts by rollbackSafe (receipt ") || !res.blocked() {
 			t.Fatalf("a blocked gate must wait for the interval or a spec change: decisions %d→%d, %+v", decided, s.decisions[v1alpha1.GateRollbackSafe], res)
 		}
 		// After the interval it is decided again.

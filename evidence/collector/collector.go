@@ -372,12 +372,10 @@ func (c *Collector) Sample(ctx context.Context, sc *Scope, i int) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			workloads, _ := availability.WorkloadsFromInventory(ks.Status.Inventory)
-			var reader client.Reader
 			mc, err := c.Members.Client(ctx, fc)
+			var reader client.Reader = mc
 			if err != nil {
-				reader = errReader{err}
-			} else {
-				reader = mc
+				reader = errReader{err} // sampled as unavailable, with the error recorded
 			}
 			_ = sampler.Observe(ctx, sampleKey(fr, name), reader, workloads, sc.Now)
 		}()
