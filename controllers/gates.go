@@ -96,11 +96,11 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 					Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
 			}
 		}
-		rc, err := buildReceipt(fr, wv, wv.Clusters, gate, d, ev.Approvals, metav1.NewTime(p.Now))
+		rc, err := BuildReceipt(fr, wv, wv.Clusters, gate, d, ev.Approvals, metav1.NewTime(p.Now))
 		if err != nil {
 			return nil, err
 		}
-		if err := writeReceipt(ctx, r.Client, fr, rc); err != nil {
+		if err := WriteReceipt(ctx, r.Client, fr, rc); err != nil {
 			return nil, err
 		}
 		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name})

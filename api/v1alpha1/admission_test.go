@@ -268,6 +268,41 @@ func TestAdmission(t *testing.T) {
 			wantErr: []string{"spec.kubeConfig", "exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified"},
 		},
 
+		// FleetCluster values.
+		{name: "cluster with values", kind: cluster, spec: clusterSpec(obj{"values": obj{"namespace": "team-a", "_region": "eu", "SIZE_2": "large", "empty": ""}})},
+		{
+			name: "value name with a dash", kind: cluster,
+			spec:    clusterSpec(obj{"values": obj{"team-name": "a"}}),
+			wantErr: []string{"spec.values", "a value's name must be a postBuild variable name"},
+		},
+		{
+			name: "value name starting with a digit", kind: cluster,
+			spec:    clusterSpec(obj{"values": obj{"1region": "eu"}}),
+			wantErr: []string{"spec.values", "a value's name must be a postBuild variable name"},
+		},
+		{
+			name: "value name with ${", kind: cluster,
+			spec:    clusterSpec(obj{"values": obj{"${namespace}": "x"}}),
+			wantErr: []string{"spec.values", "a value's name must be a postBuild variable name"},
+		},
+		{
+			name: "value over 4096 bytes", kind: cluster,
+			spec:    clusterSpec(obj{"values": obj{"blob": strings.Repeat("x", 4097)}}),
+			wantErr: []string{"spec.values", "a value may be at most 4096 bytes"},
+		},
+		{name: "value of 4096 bytes", kind: cluster, spec: clusterSpec(obj{"values": obj{"blob": strings.Repeat("x", 4096)}})},
+		{
+			name: "more than 64 values", kind: cluster,
+			spec:    clusterSpec(obj{"values": manyValues(65)}),
+			wantErr: []string{"spec.values", "must have at most 64 items"},
+		},
+		{name: "64 values", kind: cluster, spec: clusterSpec(obj{"values": manyValues(64)})},
+		{
+			name: "value not a string", kind: cluster,
+			spec:    clusterSpec(obj{"values": obj{"replicas": int64(3)}}),
+			wantErr: []string{"spec.values.replicas", "must be of type string"},
+		},
+
 		// GateReceipt creation (its immutability is TestGateReceiptIsImmutable).
 		{name: "receipt", kind: receipt, spec: receiptSpec(nil)},
 		{
@@ -284,6 +319,40 @@ func TestAdmission(t *testing.T) {
 			name: "receipt without rollout", kind: receipt,
 			spec:    receiptSpec(obj{"rollout": nil}),
 			wantErr: []string{"spec.rollout", "Required value"},
+		},
+		{name: "receipt with compressed evidence", kind: receipt, spec: receiptSpec(obj{"evidence": nil, "evidenceGzip": "H4sIAAAAAAACA6tWKk8sS1WyUkpOzEssqlSqBQAXWB5VEQAAAA=="})},
+		// Standard base64 has / and +, which a byte-formatted field would make the CEL rules fail on.
+		{name: "receipt with compressed evidence in standard base64", kind: receipt, spec: receiptSpec(obj{"evidence": nil, "evidenceGzip": "H4sIAAAAAAAC/9TdT29c2bUd8K8i1+Fg=="})},
+		{
+			name: "receipt with evidence parts", kind: receipt,
+			spec: receiptSpec(obj{"evidence": nil, "evidenceParts": []any{
+				obj{"name": "app-deploysafe-0123456789ab-" + strings.Repeat("a", 12), "digest": "sha256:" + strings.Repeat("a", 64)}}}),
+		},
+		{
+			name: "receipt with evidence inline and compressed", kind: receipt,
+			spec:    receiptSpec(obj{"evidenceGzip": "H4sIAAAAAAACA6tWKk8sS1WyUkpOzEssqlSqBQAXWB5VEQAAAA=="}),
+			wantErr: []string{"a GateReceipt keeps its evidence one way: in evidence, evidenceGzip or evidenceParts"},
+		},
+		{
+			name: "receipt with evidence inline and in parts", kind: receipt,
+			spec: receiptSpec(obj{"evidenceParts": []any{
+				obj{"name": "part", "digest": "sha256:" + strings.Repeat("a", 64)}}}),
+			wantErr: []string{"a GateReceipt keeps its evidence one way: in evidence, evidenceGzip or evidenceParts"},
+		},
+		{
+			name: "receipt part with a bad digest", kind: receipt,
+			spec:    receiptSpec(obj{"evidence": nil, "evidenceParts": []any{obj{"name": "part", "digest": "md5:aa"}}}),
+			wantErr: []string{"spec.evidenceParts[0].digest", "should match"},
+		},
+		{
+			name: "receipt part without a name", kind: receipt,
+			spec:    receiptSpec(obj{"evidence": nil, "evidenceParts": []any{obj{"digest": "sha256:" + strings.Repeat("a", 64)}}}),
+			wantErr: []string{"spec.evidenceParts[0].name", "Required value"},
+		},
+		{
+			name: "receipt with compressed evidence over 32 KiB", kind: receipt,
+			spec:    receiptSpec(obj{"evidence": nil, "evidenceGzip": strings.Repeat("AAAA", 43696/4)}),
+			wantErr: []string{"spec.evidenceGzip", "Too long"},
 		},
 	}
 
@@ -465,6 +534,13 @@ func TestGateReceiptIsImmutable(t *testing.T) {
 			r.Spec.Evidence = &apiextensionsv1.JSON{Raw: []byte(`{"clusters":{"member-1":{"ready":false}}}`)}
 		}},
 		{name: "evidence removed", change: func(r *v1alpha1.GateReceipt) { r.Spec.Evidence = nil }},
+		{name: "evidence compressed instead", change: func(r *v1alpha1.GateReceipt) {
+			r.Spec.Evidence, r.Spec.EvidenceGzip = nil, "H4sIAAAAAAACA6tWKk8sS1WyUkpOzEssqlSqBQAXWB5VEQAAAA=="
+		}},
+		{name: "evidence moved to parts", change: func(r *v1alpha1.GateReceipt) {
+			r.Spec.Evidence = nil
+			r.Spec.EvidenceParts = []v1alpha1.EvidencePart{{Name: "part", Digest: "sha256:" + strings.Repeat("b", 64)}}
+		}},
 		{name: "reasons", change: func(r *v1alpha1.GateReceipt) { r.Spec.Reasons = append(r.Spec.Reasons, "overridden by hand") }},
 		{name: "targets", change: func(r *v1alpha1.GateReceipt) { r.Spec.Targets = []string{"member-1"} }},
 		{name: "knownGood removed", change: func(r *v1alpha1.GateReceipt) { r.Spec.KnownGood = nil }},
@@ -557,3 +633,12 @@ func validReceipt(ns, name string) *v1alpha1.GateReceipt {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// manyValues is n valid FleetCluster values.
+func manyValues(n int) obj {
+	v := obj{}
+	for i := range n {
+		v[fmt.Sprintf("value_%d", i)] = "x"
+	}
+	return v
+}

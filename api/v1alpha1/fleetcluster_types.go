@@ -31,6 +31,18 @@ type FleetClusterSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
 
+	// values are this cluster's install-time values: Flux postBuild substitutions (`${name}` in the
+	// package), merged over the rollout's spec.template.postBuild.substitute into this cluster's
+	// Kustomizations, a value here winning over the rollout's value of the same name. deploySafe
+	// checks the merged values against the package's tidegate/install.cue for this cluster.
+	// Names are postBuild variable names (^[_a-zA-Z][_a-zA-Z0-9]*$); at most 64 values of at most
+	// 4096 bytes each.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[_a-zA-Z][_a-zA-Z0-9]*$'))",message="a value's name must be a postBuild variable name: a letter or _ followed by letters, digits or _"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 4096)",message="a value may be at most 4096 bytes"
+	Values map[string]string `json:"values,omitempty"`
+
 	// suspend excludes the cluster from new waves; what it runs is left as it is.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`

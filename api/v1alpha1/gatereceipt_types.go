@@ -25,8 +25,18 @@ const (
 	ResultFail = "Fail"
 )
 
+// Labels and annotations of receipts and of the ConfigMaps holding their evidence's parts.
+const (
+	// ContentDigestAnnotation holds the content digest a receipt was named after; `tidegate
+	// receipts verify` recomputes it.
+	ContentDigestAnnotation = "tidegate.dev/content-digest"
+	// ReceiptLabel names, on a ConfigMap holding a part of a receipt's evidence, the receipt.
+	ReceiptLabel = "tidegate.dev/receipt"
+)
+
 // GateReceiptSpec is the whole record of one gate decision. It cannot change once created.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a GateReceipt is immutable: create a new receipt instead of changing this one"
+// +kubebuilder:validation:XValidation:rule="[has(self.evidence), has(self.evidenceGzip), has(self.evidenceParts)].filter(x, x).size() <= 1",message="a GateReceipt keeps its evidence one way: in evidence, evidenceGzip or evidenceParts"
 type GateReceiptSpec struct {
 	// gate decided.
 	// +required
@@ -73,12 +83,31 @@ type GateReceiptSpec struct {
 	// +optional
 	Approvals []Approval `json:"approvals,omitempty"`
 
-	// evidence the policy was evaluated over, when small enough to keep here.
+	// evidence the policy was evaluated over, as JSON, when its encoding is at most 64 KiB. Larger
+	// evidence is kept gzip-compressed, in evidenceGzip when it compresses to at most 32 KiB, else
+	// in evidenceParts; one of the three holds it (receipts written before evidenceGzip existed
+	// may hold none, only evidenceDigest).
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object
 	Evidence *apiextensionsv1.JSON `json:"evidence,omitempty"`
+
+	// evidenceGzip is the evidence's JSON encoding, gzip-compressed, in standard base64, when the
+	// encoding is larger than 64 KiB and compresses to at most 32 KiB. (A string rather than a
+	// byte-formatted field: the API server's CEL reads byte fields as URL-safe base64, which would
+	// break the immutability rule.)
+	// +optional
+	// +kubebuilder:validation:MaxLength=43692
+	EvidenceGzip string `json:"evidenceGzip,omitempty"`
+
+	// evidenceParts are, in order, the parts of the evidence's gzip-compressed JSON encoding when it
+	// compresses to more than 32 KiB: each part is at most 256 KiB, kept in an immutable ConfigMap
+	// of the receipt's namespace, owned by the receipt; the compressed stream is the parts' bytes
+	// joined.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	EvidenceParts []EvidencePart `json:"evidenceParts,omitempty"`
 
 	// evidenceDigest is the sha256 of the canonical JSON evidence: sorted keys, without its top-level
 	// collectedAt, so the same evidence collected twice has one digest.
@@ -101,6 +130,22 @@ type GateReceiptSpec struct {
 	// evaluatedAt is when the decision was made.
 	// +required
 	EvaluatedAt metav1.Time `json:"evaluatedAt"`
+}
+
+// EvidencePart is one part of a receipt's compressed evidence, kept in a ConfigMap named after
+// the part's digest.
+type EvidencePart struct {
+	// name of the ConfigMap, in the receipt's namespace: <receipt name>-<first 12 hex characters
+	// of digest>. Its binaryData key evidence.gz holds the part.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// digest is the sha256 of the part's bytes, "sha256:<64 hex characters>".
+	// +required
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	Digest string `json:"digest"`
 }
 
 // +kubebuilder:object:root=true

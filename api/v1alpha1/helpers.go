@@ -128,27 +128,6 @@ func ReceiptName(rollout, gate, contentDigest string) string {
 	return boundedName(rollout, strings.ToLower(gate)+"-"+strings.TrimPrefix(contentDigest, "sha256:")[:12])
 }
 
-// ContentDigest is the sha256 of a receipt's spec without its evaluatedAt and with its evidence in
-// canonical form (see CanonicalEvidence), so two identical decisions made at different times have
-// the same digest.
-func (in *GateReceiptSpec) ContentDigest() (string, error) {
-	c := in.DeepCopy()
-	c.EvaluatedAt = metav1.Time{}
-	if c.Evidence != nil {
-		canonical, err := CanonicalEvidence(c.Evidence.Raw)
-		if err != nil {
-			return "", fmt.Errorf("encoding receipt for rollout %q gate %q: %w", in.Rollout, in.Gate, err)
-		}
-		c.Evidence.Raw = canonical
-	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		return "", fmt.Errorf("encoding receipt for rollout %q gate %q: %w", in.Rollout, in.Gate, err)
-	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
-}
-
 // boundedName joins prefix and suffix with a dash; when the result is longer than a DNS label,
 // the prefix is cut and a hash of the whole name keeps it unique.
 func boundedName(prefix, suffix string) string {

@@ -513,12 +513,25 @@ func createFixtures(ctx context.Context) error {
 	edited := gateReceipt("audit", "shop", v1alpha1.GateRollbackSucceeds, "canary", revision("shop", "shop v9"), revision("shop", "shop v8"), []string{"eu-1"}, v1alpha1.ResultPass, nil, at(3, 0))
 	edited.Spec.Evidence = &apiextensionsv1.JSON{Raw: []byte(`{"rollout":"audit/shop","wave":"canary","targets":["eu-1","eu-2"]}`)}
 	edited = receipt("audit", edited.Spec, nil)
-	// Large evidence is kept by digest only.
-	large := gateReceipt("audit", "shop", v1alpha1.GateRollbackSafe, "canary", revision("shop", "shop v9"), revision("shop", "shop v8"), []string{"eu-1"}, v1alpha1.ResultPass, nil, at(3, 0))
-	large.Spec.Evidence = nil
-	large = receipt("audit", large.Spec, nil)
-	add(good, tampered, edited, large)
-	audit.good, audit.tampered, audit.edited, audit.large = good.Name, tampered.Name, edited.Name, large.Name
+	// Kept by the digest of its evidence only, as older versions kept evidence over 64 KiB.
+	digestOnly := gateReceipt("audit", "shop", v1alpha1.GateRollbackSafe, "canary", revision("shop", "shop v9"), revision("shop", "shop v8"), []string{"eu-1"}, v1alpha1.ResultPass, nil, at(3, 0))
+	digestOnly.Spec.Evidence = nil
+	digestOnly = receipt("audit", digestOnly.Spec, nil)
+	// The evidence of a wave of 1,000 clusters, kept compressed.
+	wide, targets := wideNoDisruption(1000)
+	raw, err := json.Marshal(wide)
+	if err != nil {
+		return err
+	}
+	compressed, _, err := v1alpha1.NewGateReceipt("audit", v1alpha1.GateReceiptSpec{
+		Gate: v1alpha1.GateNoDisruption, Rollout: "shop", Wave: "rest", Candidate: *revision("shop", "shop v9"), KnownGood: revision("shop", "shop v8"),
+		Targets: targets, Class: v1alpha1.ClassUserWorkload, PolicyDigest: "builtin:" + digest("policy"), Result: v1alpha1.ResultPass, EvaluatedAt: at(9, 1),
+	}, raw)
+	if err != nil {
+		return err
+	}
+	add(good, tampered, edited, digestOnly, compressed)
+	audit.good, audit.tampered, audit.edited, audit.digestOnly, audit.compressed = good.Name, tampered.Name, edited.Name, digestOnly.Name, compressed.Name
 
 	for _, o := range objs {
 		var err error
@@ -538,4 +551,4 @@ func createFixtures(ctx context.Context) error {
 }
 
 // audit holds the names of the receipts of namespace audit.
-var audit struct{ good, tampered, edited, large string }
+var audit struct{ good, tampered, edited, digestOnly, compressed string }

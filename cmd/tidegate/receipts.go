@@ -1,26 +1,31 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
-// receiptDigestAnnotation is controllers.ReceiptDigestAnnotation: the content digest the controller
-// named a receipt after. It is repeated here so that the command line does not link the controller
-// (a test checks that the two are the same).
-const receiptDigestAnnotation = "tidegate.dev/content-digest"
+// receiptDigestAnnotation is the annotation the controller (controllers.ReceiptDigestAnnotation)
+// writes the content digest a receipt was named after in (a test checks that the two are the same).
+const receiptDigestAnnotation = v1alpha1.ContentDigestAnnotation
 
-// Results of a verification check.
+// Results of a verification check. missing, like mismatch, fails the verification.
 const (
 	checkMatch    = "match"
 	checkMismatch = "mismatch"
+	checkMissing  = "missing"
 	checkSkipped  = "skipped"
 )
 
@@ -47,7 +52,7 @@ func newReceiptsCommand(k *kubeOptions) *cobra.Command {
 		Args:  subcommandArgs,
 		RunE:  subcommandRun,
 	}
-	cmd.AddCommand(newReceiptsVerifyCommand(k))
+	cmd.AddCommand(newReceiptsVerifyCommand(k), newReceiptsEvidenceCommand(k))
 	return cmd
 }
 
@@ -59,15 +64,19 @@ func newReceiptsVerifyCommand(k *kubeOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify [NAME...] [--rollout ROLLOUT]",
 		Short: "Check that receipts still have the content they were named after",
-		Long: `verify recomputes the content digest of each receipt (the sha256 of its spec without evaluatedAt,
-with its evidence in canonical form) and checks it against:
+		Long: `verify reads each receipt's evidence from where the receipt keeps it (spec.evidence,
+spec.evidenceGzip, or the ConfigMaps spec.evidenceParts names), recomputes the receipt's content
+digest (the sha256 of its spec without evaluatedAt, with its evidence in canonical form) and checks:
 
-  content-digest   the annotation tidegate.dev/content-digest the controller wrote
-  name             the digest part of the receipt's name (<rollout>-<gate>-<12 hex characters>)
-  evidence-digest  spec.evidenceDigest, recomputed over spec.evidence when the evidence is inline
-                   (skipped when it was larger than 64 KiB and only its digest was kept)
+  content-digest   against the annotation tidegate.dev/content-digest the controller wrote
+  name             against the digest part of the receipt's name (<rollout>-<gate>-<12 hex characters>)
+  evidence-digest  spec.evidenceDigest, recomputed over the evidence; missing when the receipt keeps
+                   no evidence (receipts of older versions kept only the digest of evidence over 64 KiB)
+  evidence-part    for evidence kept in parts, one check per part: the ConfigMap is there and its
+                   bytes have the digest the receipt records
 
-It verifies the receipts named, or every receipt of --rollout.
+It verifies the receipts named, or every receipt of --rollout. Reading parts needs permission to get
+ConfigMaps in the receipts' namespace.
 
 Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 on an API error.`,
 		Example: `  tidegate receipts verify web-deploysafe-0c7e52a1f9d4
@@ -90,7 +99,11 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 			results := make([]receiptVerification, 0, len(receipts))
 			ok := true
 			for i := range receipts {
-				v := verifyReceipt(&receipts[i])
+				se, err := loadEvidence(cmd.Context(), c, &receipts[i])
+				if err != nil {
+					return err
+				}
+				v := verifyReceipt(&receipts[i], se)
 				ok = ok && v.Verified
 				results = append(results, v)
 			}
@@ -101,7 +114,7 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 				}
 			} else {
 				t := &table{header: []string{"RECEIPT", "CHECK", "RESULT", "DETAIL"}}
-				mismatches := 0
+				mismatches, missing := 0, 0
 				for _, v := range results {
 					for _, ch := range v.Checks {
 						detail := ch.Detail
@@ -111,8 +124,11 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 								detail = fmt.Sprintf("recorded %s, recomputed %s", ch.Expected, ch.Actual)
 							}
 						}
-						if ch.Result == checkMismatch {
+						switch ch.Result {
+						case checkMismatch:
 							mismatches++
+						case checkMissing:
+							missing++
 						}
 						t.add(v.Name, ch.Check, ch.Result, detail)
 					}
@@ -123,7 +139,14 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 				if ok {
 					fmt.Fprintf(out, "%s verified\n", plural(len(results), "receipt", "receipts"))
 				} else {
-					fmt.Fprintf(out, "NOT VERIFIED: %s\n", plural(mismatches, "mismatch", "mismatches"))
+					var problems []string
+					if mismatches > 0 {
+						problems = append(problems, plural(mismatches, "mismatch", "mismatches"))
+					}
+					if missing > 0 {
+						problems = append(problems, fmt.Sprintf("%d missing", missing))
+					}
+					fmt.Fprintf(out, "NOT VERIFIED: %s\n", strings.Join(problems, ", "))
 				}
 			}
 			if !ok {
@@ -178,16 +201,78 @@ func receiptsToVerify(ctx context.Context, c client.Client, ns string, names []s
 	return out, nil
 }
 
-// verifyReceipt recomputes what a receipt's name, annotation and evidenceDigest say of its content.
-func verifyReceipt(rc *v1alpha1.GateReceipt) receiptVerification {
+// storedEvidence is a receipt's evidence as read from where the receipt keeps it.
+type storedEvidence struct {
+	// raw is the evidence's JSON; nil when the receipt keeps none or it could not be read (err).
+	raw []byte
+	err error
+	// form says where it was kept, for the evidence-digest check's detail ("" for spec.evidence).
+	form string
+	// parts are the checks of the parts, one each.
+	parts []receiptCheck
+}
+
+// loadEvidence reads the receipt's evidence, and each of its parts with a check of it. A part that
+// is not found is a failed check; any other API error is returned.
+func loadEvidence(ctx context.Context, c client.Client, rc *v1alpha1.GateReceipt) (storedEvidence, error) {
+	var se storedEvidence
+	data := map[string][]byte{}
+	for i, p := range rc.Spec.EvidenceParts {
+		var cm corev1.ConfigMap
+		err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: p.Name}, &cm)
+		if apierrors.IsNotFound(err) {
+			se.parts = append(se.parts, receiptCheck{Check: "evidence-part", Result: checkMissing, Expected: p.Digest,
+				Detail: fmt.Sprintf("part %d: configmap %s not found", i, p.Name)})
+			continue
+		}
+		if err != nil {
+			return se, apiError(err, fmt.Sprintf("configmap %s/%s, part %d of the evidence of gatereceipt %s", rc.Namespace, p.Name, i, rc.Name))
+		}
+		b := cm.BinaryData[v1alpha1.EvidencePartKey]
+		data[p.Name] = b
+		ch := receiptCheck{Check: "evidence-part", Result: checkMatch, Expected: p.Digest, Actual: v1alpha1.EvidencePartDigest(b),
+			Detail: fmt.Sprintf("part %d: configmap %s, %d bytes", i, p.Name, len(b))}
+		if ch.Actual != ch.Expected {
+			ch.Result = checkMismatch
+			ch.Detail = fmt.Sprintf("part %d: configmap %s: recorded %s, recomputed %s", i, p.Name, ch.Expected, ch.Actual)
+		}
+		se.parts = append(se.parts, ch)
+	}
+	switch {
+	case rc.Spec.EvidenceGzip != "":
+		se.form = "compressed in the receipt"
+	case len(rc.Spec.EvidenceParts) > 0:
+		se.form = "compressed in " + plural(len(rc.Spec.EvidenceParts), "part", "parts")
+	}
+	se.raw, se.err = rc.Spec.StoredEvidence(func(p v1alpha1.EvidencePart) ([]byte, error) {
+		b, ok := data[p.Name]
+		if !ok {
+			return nil, fmt.Errorf("not found")
+		}
+		return b, nil
+	})
+	return se, nil
+}
+
+// verifyReceipt recomputes what a receipt's name, annotation and evidenceDigest say of its content,
+// over the evidence read from where it is kept.
+func verifyReceipt(rc *v1alpha1.GateReceipt, se storedEvidence) receiptVerification {
 	v := receiptVerification{Namespace: rc.Namespace, Name: rc.Name, Verified: true}
 	add := func(ch receiptCheck) {
-		if ch.Result == checkMismatch {
+		if ch.Result == checkMismatch || ch.Result == checkMissing {
 			v.Verified = false
 		}
 		v.Checks = append(v.Checks, ch)
 	}
-	digest, err := rc.Spec.ContentDigest()
+	if se.err != nil {
+		add(receiptCheck{Check: "content-digest", Result: checkMismatch, Detail: "cannot recompute: the evidence cannot be read: " + se.err.Error()})
+		add(receiptCheck{Check: "evidence-digest", Result: checkMismatch, Expected: rc.Spec.EvidenceDigest, Detail: "cannot recompute: the evidence cannot be read"})
+		for _, ch := range se.parts {
+			add(ch)
+		}
+		return v
+	}
+	digest, err := rc.Spec.ContentDigestOf(se.raw)
 	if err != nil {
 		add(receiptCheck{Check: "content-digest", Result: checkMismatch, Detail: "cannot recompute: " + err.Error()})
 		return v
@@ -207,20 +292,83 @@ func verifyReceipt(rc *v1alpha1.GateReceipt) receiptVerification {
 	} else {
 		add(receiptCheck{Check: "name", Result: checkMismatch, Expected: rc.Name, Actual: name})
 	}
+	if se.raw == nil {
+		add(receiptCheck{Check: "evidence-digest", Result: checkMissing, Expected: rc.Spec.EvidenceDigest,
+			Detail: "the receipt keeps no evidence, only its digest: it cannot be checked (older versions did not keep evidence over 64 KiB)"})
+		return v
+	}
+	ed, err := v1alpha1.EvidenceDigest(se.raw)
+	ch := receiptCheck{Check: "evidence-digest", Result: checkMatch, Expected: rc.Spec.EvidenceDigest, Actual: ed}
 	switch {
-	case rc.Spec.Evidence == nil:
-		add(receiptCheck{Check: "evidence-digest", Result: checkSkipped, Expected: rc.Spec.EvidenceDigest,
-			Detail: "the evidence is not inline (larger than 64 KiB): only its digest was recorded"})
-	default:
-		ed, err := v1alpha1.EvidenceDigest(rc.Spec.Evidence.Raw)
-		switch {
-		case err != nil:
-			add(receiptCheck{Check: "evidence-digest", Result: checkMismatch, Expected: rc.Spec.EvidenceDigest, Detail: "cannot recompute: " + err.Error()})
-		case ed == rc.Spec.EvidenceDigest:
-			add(receiptCheck{Check: "evidence-digest", Result: checkMatch, Expected: rc.Spec.EvidenceDigest, Actual: ed})
-		default:
-			add(receiptCheck{Check: "evidence-digest", Result: checkMismatch, Expected: rc.Spec.EvidenceDigest, Actual: ed})
-		}
+	case err != nil:
+		ch = receiptCheck{Check: "evidence-digest", Result: checkMismatch, Expected: rc.Spec.EvidenceDigest, Detail: "cannot recompute: " + err.Error()}
+	case ed != rc.Spec.EvidenceDigest:
+		ch.Result = checkMismatch
+	case se.form != "":
+		ch.Detail = fmt.Sprintf("%s over %d bytes of evidence, %s", ed, len(se.raw), se.form)
+	}
+	add(ch)
+	for _, ch := range se.parts {
+		add(ch)
 	}
 	return v
+}
+
+func newReceiptsEvidenceCommand(k *kubeOptions) *cobra.Command {
+	output := outputJSON
+	cmd := &cobra.Command{
+		Use:   "evidence NAME",
+		Short: "Print the evidence a receipt's decision was made over",
+		Long: `evidence prints the evidence document of a GateReceipt as JSON (-o yaml for YAML), read from
+where the receipt keeps it: spec.evidence, spec.evidenceGzip (decompressed), or the ConfigMaps
+spec.evidenceParts names, each checked against the digest the receipt records, joined and
+decompressed. tidegate policy eval --evidence takes the document as it is printed.
+
+It does not check the receipt's digests: tidegate receipts verify does.
+
+Exit code: 0 when the evidence was printed, 1 when the receipt keeps none or a part is missing or
+does not have its recorded digest, 2 on an API error.`,
+		Example: `  tidegate receipts evidence web-nodisruption-5b1f0e8c22a7
+  tidegate receipts evidence web-nodisruption-5b1f0e8c22a7 | tidegate policy eval ./policy --gate noDisruption --evidence -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != outputJSON && output != outputYAML {
+				return usageError("-o %q: the formats are json and yaml", output)
+			}
+			c, ns, err := k.client()
+			if err != nil {
+				return err
+			}
+			var rc v1alpha1.GateReceipt
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: args[0]}, &rc); err != nil {
+				return apiError(err, fmt.Sprintf("gatereceipt %s/%s", ns, args[0]))
+			}
+			se, err := loadEvidence(cmd.Context(), c, &rc)
+			if err != nil {
+				return err
+			}
+			switch {
+			case se.err != nil:
+				return &exitError{code: exitNo, err: fmt.Errorf("the evidence of gatereceipt %s/%s cannot be read: %w", ns, rc.Name, se.err)}
+			case se.raw == nil:
+				return &exitError{code: exitNo, err: fmt.Errorf("gatereceipt %s/%s keeps no evidence, only its digest %s", ns, rc.Name, rc.Spec.EvidenceDigest)}
+			}
+			out := se.raw
+			if output == outputYAML {
+				if out, err = yaml.JSONToYAML(se.raw); err != nil {
+					return fmt.Errorf("the evidence of gatereceipt %s/%s: %w", ns, rc.Name, err)
+				}
+			} else {
+				var b bytes.Buffer
+				if err := json.Indent(&b, se.raw, "", "  "); err != nil {
+					return fmt.Errorf("the evidence of gatereceipt %s/%s is not JSON: %w", ns, rc.Name, err)
+				}
+				out = append(b.Bytes(), '\n')
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", outputJSON, "output format: json or yaml")
+	return cmd
 }

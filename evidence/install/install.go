@@ -67,7 +67,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/cuecontext"
@@ -308,25 +307,12 @@ func shortMessage(err error) string {
 		}
 		b.WriteString(m)
 	}
-	return truncate(b.String(), maxMessage)
+	return tgcue.Truncate(b.String(), maxMessage)
 }
 
 func message(e errors.Error) string {
 	format, args := e.Msg()
 	return strings.Join(strings.Fields(fmt.Sprintf(format, args...)), " ")
-}
-
-// truncate cuts s to at most max bytes, on a rune boundary, marking the cut.
-func truncate(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	const mark = "…"
-	cut := max - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
 }
 
 // schemaError is err, a CUE error in the schema, with its paths and positions.
