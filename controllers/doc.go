@@ -7,7 +7,7 @@
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/finalizers,verbs=update
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters,verbs=list;watch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters/status,verbs=patch
-// +kubebuilder:rbac:groups=tidegate.dev,resources=gatereceipts,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=tidegate.dev,resources=gatereceipts,verbs=list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=list;watch;create;patch
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories,verbs=list;watch;create;delete
