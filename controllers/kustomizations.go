@@ -27,7 +27,10 @@ const (
 	defaultKustomizationTimeout  = 5 * time.Minute
 )
 
-// desiredKustomization is the Kustomization that makes cluster run the revision pinned by source.
+// desiredKustomization is the Kustomization that makes cluster run the revision pinned by source,
+// with the cluster's own install-time values (spec.values) merged over the template's postBuild
+// substitutions. A change of either changes the Kustomization at the revision it is at, as any
+// template change does.
 func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, source, revision, wave string) *kustomizev1.Kustomization {
 	t := fr.Spec.Template
 	ks := &kustomizev1.Kustomization{
@@ -53,7 +56,7 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 			TargetNamespace: t.TargetNamespace,
 			HealthChecks:    t.HealthChecks,
 			Patches:         t.Patches,
-			PostBuild:       t.PostBuild,
+			PostBuild:       postBuild(fr, fc),
 			SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
 			KubeConfig:      fc.Spec.KubeConfig,
 		},
@@ -62,6 +65,20 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 		ks.Spec.KubeConfig = fc.Spec.KubeConfig.DeepCopy()
 	}
 	return ks
+}
+
+// postBuild is the template's postBuild with the substitutions fr gives fc (InstallValues).
+func postBuild(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster) *kustomizev1.PostBuild {
+	t := fr.Spec.Template.PostBuild
+	if len(fc.Spec.Values) == 0 {
+		return t
+	}
+	pb := &kustomizev1.PostBuild{}
+	if t != nil {
+		pb = t.DeepCopy()
+	}
+	pb.Substitute = fr.InstallValues(fc)
+	return pb
 }
 
 // applyKustomization writes ks with server-side apply under tidegate's field manager, unless the

@@ -65,9 +65,20 @@ type RenderEvidence struct {
 	Truncated int         `json:"truncated"`
 }
 
-// InstallEvidence is the check of install-time values against the package's install schema.
+// InstallEvidence is the check of install-time values against the package's install schema: the
+// rollout's values for the targets that set none of their own, and Clusters, each target that sets
+// values of its own and has a finding.
 type InstallEvidence struct {
-	Schema        bool     `json:"schema"`
+	Schema        bool              `json:"schema"`
+	UnknownKeys   []string          `json:"unknownKeys,omitempty"`
+	ProtectedKeys []string          `json:"protectedKeys,omitempty"`
+	Violations    []string          `json:"violations,omitempty"`
+	Clusters      []InstallFindings `json:"clusters,omitempty"`
+}
+
+// InstallFindings is #InstallFindings: the check of one target's own install-time values.
+type InstallFindings struct {
+	Name          string   `json:"name"`
 	UnknownKeys   []string `json:"unknownKeys,omitempty"`
 	ProtectedKeys []string `json:"protectedKeys,omitempty"`
 	Violations    []string `json:"violations,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -187,4 +188,22 @@ func (fr *FleetRollout) WaveSpec(name string) Wave {
 		}
 	}
 	return Wave{Name: name}
+}
+
+// InstallValues are the install-time values (postBuild substitutions) the rollout gives cluster
+// fc: the template's spec.template.postBuild.substitute with fc's spec.values merged over them, a
+// cluster's value winning over the rollout's of the same name. nil when neither sets any; a new
+// map when fc sets values, never one of the specs' own.
+func (fr *FleetRollout) InstallValues(fc *FleetCluster) map[string]string {
+	var rollout map[string]string
+	if pb := fr.Spec.Template.PostBuild; pb != nil {
+		rollout = pb.Substitute
+	}
+	if fc == nil || len(fc.Spec.Values) == 0 {
+		return rollout
+	}
+	merged := make(map[string]string, len(rollout)+len(fc.Spec.Values))
+	maps.Copy(merged, rollout)
+	maps.Copy(merged, fc.Spec.Values)
+	return merged
 }

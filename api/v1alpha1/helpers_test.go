@@ -1,10 +1,13 @@
 package v1alpha1
 
 import (
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -133,5 +136,32 @@ func TestRolloutDefaultsAndApprovals(t *testing.T) {
 	r.Status.Rejected = []RejectedRevision{{Revision: "bad"}}
 	if !r.IsRejected("bad") || r.IsRejected("good") {
 		t.Errorf("IsRejected wrong")
+	}
+}
+
+func TestInstallValuesMergeTheClusterOverTheRollout(t *testing.T) {
+	fr := &FleetRollout{}
+	fc := &FleetCluster{}
+	if got := fr.InstallValues(fc); got != nil {
+		t.Errorf("no values anywhere: %v, want nil", got)
+	}
+	fr.Spec.Template.PostBuild = &kustomizev1.PostBuild{Substitute: map[string]string{"region": "eu", "size": "small"}}
+	if got := fr.InstallValues(fc); !maps.Equal(got, map[string]string{"region": "eu", "size": "small"}) {
+		t.Errorf("a cluster without values gets the rollout's: %v", got)
+	}
+	if got := fr.InstallValues(nil); len(got) != 2 {
+		t.Errorf("a cluster that is gone gets the rollout's: %v", got)
+	}
+	fc.Spec.Values = map[string]string{"size": "large", "namespace": "team-a"}
+	want := map[string]string{"region": "eu", "size": "large", "namespace": "team-a"}
+	if got := fr.InstallValues(fc); !maps.Equal(got, want) {
+		t.Errorf("merged %v, want %v: the cluster's value wins", got, want)
+	}
+	if fr.Spec.Template.PostBuild.Substitute["size"] != "small" || len(fr.Spec.Template.PostBuild.Substitute) != 2 || len(fc.Spec.Values) != 2 {
+		t.Errorf("merging changed a spec: rollout %v, cluster %v", fr.Spec.Template.PostBuild.Substitute, fc.Spec.Values)
+	}
+	fr.Spec.Template.PostBuild = nil
+	if got := fr.InstallValues(fc); !maps.Equal(got, fc.Spec.Values) {
+		t.Errorf("a rollout without postBuild: %v, want the cluster's values", got)
 	}
 }

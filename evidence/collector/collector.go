@@ -17,7 +17,6 @@ import (
 	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
-	"github.com/tidegate/tidegate/evidence/install"
 	"github.com/tidegate/tidegate/evidence/preflight"
 	"github.com/tidegate/tidegate/internal/member"
 )
@@ -150,8 +149,9 @@ func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now 
 	return e
 }
 
-// deploySafe gathers the candidate's provenance, its render, its install-time values against
-// its install schema, and a preflight of every target of the wave.
+// deploySafe gathers the candidate's provenance, its render, its install-time values (the
+// rollout's, and each target's own) against its install schema, and a preflight of every target of
+// the wave with the objects as its Kustomization substitutes them.
 func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) tgcue.DeploySafeEvidence {
 	fr := sc.Rollout
 	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
@@ -181,12 +181,9 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 			ev.Limits = append(ev.Limits, "install-time values from spec.template.postBuild.substituteFrom (ConfigMaps and Secrets) are not checked against the install schema")
 		}
 	}
+	values := valuesOf(fr, ev.Targets, sc.Clusters)
 	if pkg != nil {
-		in, err := install.Check(pkg.InstallSchema, vars)
-		if err != nil {
-			in = tgcue.InstallEvidence{Schema: true, Violations: []string{err.Error()}}
-		}
-		ev.Install = in
+		ev.Install = values.check(pkg.InstallSchema)
 	}
 
 	if !ev.Render.OK {
@@ -207,6 +204,7 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 		}
 		targets = append(targets, t)
 	}
+	values.substitute(targets, pkg.Objects)
 	ev.Preflight.Clusters = preflight.CheckAll(ctx, targets, objs, preflight.Options{Force: fr.Spec.Template.Force}, preflightParallel)
 	ev.Limits = append(ev.Limits, "the preflight is a server-side dry-run at decision time; admission webhooks and quotas may still decide otherwise when Flux applies")
 	return ev

@@ -98,23 +98,40 @@ const (
 // the package documentation; it starts with SchemaPath and gives the lines and columns of the
 // problems. With an error the evidence is InstallEvidence{Schema: true}: the package ships a
 // schema, but nothing could be checked against it.
-func Check(schema []byte, values map[string]string) (ev tgcue.InstallEvidence, err error) {
+func Check(schema []byte, values map[string]string) (tgcue.InstallEvidence, error) {
+	evs, err := CheckEach(schema, []map[string]string{values})
+	return evs[0], err
+}
+
+// CheckEach checks each of several sets of values against one schema, as Check does, compiling the
+// schema once: the values of the targets of a wave. The evidence is in the order of values.
+func CheckEach(schema []byte, values []map[string]string) (evs []tgcue.InstallEvidence, err error) {
+	evs = make([]tgcue.InstallEvidence, len(values))
 	if schema == nil {
-		return tgcue.InstallEvidence{}, nil
+		return evs, nil
+	}
+	for i := range evs {
+		evs[i].Schema = true
 	}
 	if len(schema) > MaxSchemaBytes {
-		return tgcue.InstallEvidence{Schema: true}, fmt.Errorf("%s: the schema is %d bytes, more than the %d allowed", SchemaPath, len(schema), MaxSchemaBytes)
+		return evs, fmt.Errorf("%s: the schema is %d bytes, more than the %d allowed", SchemaPath, len(schema), MaxSchemaBytes)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			ev, err = tgcue.InstallEvidence{Schema: true}, fmt.Errorf("%s: internal error evaluating the schema: %v", SchemaPath, r)
+			for i := range evs {
+				evs[i] = tgcue.InstallEvidence{Schema: true}
+			}
+			err = fmt.Errorf("%s: internal error evaluating the schema: %v", SchemaPath, r)
 		}
 	}()
 	s, err := compile(schema)
 	if err != nil {
-		return tgcue.InstallEvidence{Schema: true}, err
+		return evs, err
 	}
-	return s.check(values), nil
+	for i, v := range values {
+		evs[i] = s.check(v)
+	}
+	return evs, nil
 }
 
 // installSchema is a compiled schema.

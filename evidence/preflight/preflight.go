@@ -77,11 +77,16 @@ type Target struct {
 	// Err is why there is no Config (the FleetCluster is gone, its kubeconfig Secret is missing or
 	// unusable). Its message must hold no credential.
 	Err error
+	// Objects, when not nil, gives the objects to check on this target in place of those CheckAll
+	// is given: the package substituted with the cluster's own install-time values. It is called
+	// when the target's turn comes, so that at most parallel targets' objects are held at once.
+	Objects func() ([]*unstructured.Unstructured, error)
 }
 
 // CheckAll checks every target with Check, at most parallel at once (DefaultParallel when
-// parallel <= 0), and returns their results in the order of targets. A target without a Config is
-// unreachable.
+// parallel <= 0), for objs or the target's own Objects, and returns their results in the order of
+// targets. A target without a Config is unreachable; one whose Objects fails has the error among
+// its dry-run errors.
 func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstructured, opts Options, parallel int) []tgcue.ClusterPreflight {
 	if parallel <= 0 {
 		parallel = DefaultParallel
@@ -101,7 +106,7 @@ func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstru
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = Check(ctx, t.Name, t.Config, objs, opts)
+			results[i] = checkTarget(ctx, t, objs, opts)
 		}()
 	}
 	wg.Wait()

@@ -1,0 +1,57 @@
+package controllers
+
+import (
+	"maps"
+	"testing"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// A cluster's values are merged over the template's substitutions in its Kustomization, the
+// cluster's winning; the template's substituteFrom is kept; a change of the values changes the
+// content hash, so the Kustomization is written again.
+func TestDesiredKustomizationMergesClusterValues(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	fr.Spec.SourceRef = v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}
+	fr.Spec.Template.PostBuild = &kustomizev1.PostBuild{
+		Substitute:     map[string]string{"namespace": "web", "region": "eu"},
+		SubstituteFrom: []kustomizev1.SubstituteReference{{Kind: "ConfigMap", Name: "fleet-vars"}},
+	}
+	plain := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}
+	own := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-2"},
+		Spec: v1alpha1.FleetClusterSpec{Values: map[string]string{"namespace": "web-eu-2", "size": "large"}}}
+
+	if got := desiredKustomization(fr, plain, "web-abc", "main@sha1:abc", "canary").Spec.PostBuild; got != fr.Spec.Template.PostBuild {
+		t.Errorf("a cluster without values gets the template's postBuild: %+v", got)
+	}
+	pb := desiredKustomization(fr, own, "web-abc", "main@sha1:abc", "canary").Spec.PostBuild
+	if want := map[string]string{"namespace": "web-eu-2", "region": "eu", "size": "large"}; !maps.Equal(pb.Substitute, want) {
+		t.Errorf("substitute %v, want %v", pb.Substitute, want)
+	}
+	if len(pb.SubstituteFrom) != 1 || pb.SubstituteFrom[0].Name != "fleet-vars" {
+		t.Errorf("substituteFrom %+v, want the template's", pb.SubstituteFrom)
+	}
+	if fr.Spec.Template.PostBuild.Substitute["namespace"] != "web" || len(fr.Spec.Template.PostBuild.Substitute) != 2 {
+		t.Errorf("the template changed: %v", fr.Spec.Template.PostBuild.Substitute)
+	}
+
+	hash := func(fc *v1alpha1.FleetCluster) string {
+		d := desiredKustomization(fr, fc, "web-abc", "main@sha1:abc", "canary")
+		h, err := contentHash(d.Labels, d.Annotations, d.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	before := hash(own)
+	if hash(own) != before {
+		t.Fatalf("the hash of the same values changes")
+	}
+	own.Spec.Values["size"] = "small"
+	if hash(own) == before {
+		t.Errorf("a changed value leaves the content hash as it was: the Kustomization would not be written again")
+	}
+}

@@ -1,0 +1,92 @@
+package collector
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/install"
+	"github.com/tidegate/tidegate/evidence/preflight"
+)
+
+// waveValues are the install-time values of a wave's targets: the rollout's
+// (spec.template.postBuild.substitute), and for each target whose FleetCluster sets values of its
+// own (spec.values), those merged over the rollout's (v1alpha1.FleetRollout.InstallValues), as the
+// target's Kustomization gets them.
+type waveValues struct {
+	rollout map[string]string
+	// own are the targets that set values of their own, in the order of targets.
+	own []clusterValues
+	// shared is true when a target uses the rollout's values as they are (or there is no target).
+	shared bool
+}
+
+type clusterValues struct {
+	name   string
+	values map[string]string
+}
+
+func valuesOf(fr *v1alpha1.FleetRollout, targets []string, clusters map[string]*v1alpha1.FleetCluster) waveValues {
+	v := waveValues{rollout: fr.InstallValues(nil), shared: len(targets) == 0}
+	for _, name := range targets {
+		fc := clusters[name]
+		if fc == nil || len(fc.Spec.Values) == 0 {
+			v.shared = true
+			continue
+		}
+		v.own = append(v.own, clusterValues{name: name, values: fr.InstallValues(fc)})
+	}
+	return v
+}
+
+// check is the install half of deploySafe's evidence: the rollout's values checked against the
+// package's schema when some target uses them as they are, and each target that sets values of
+// its own checked with its merged values, listed when it has a finding. A schema that does not
+// compile is one violation.
+func (v waveValues) check(schema []byte) tgcue.InstallEvidence {
+	sets := make([]map[string]string, 0, len(v.own)+1)
+	sets = append(sets, v.rollout)
+	for _, o := range v.own {
+		sets = append(sets, o.values)
+	}
+	evs, err := install.CheckEach(schema, sets)
+	if err != nil {
+		return tgcue.InstallEvidence{Schema: true, Violations: []string{err.Error()}}
+	}
+	ev := tgcue.InstallEvidence{Schema: evs[0].Schema}
+	if v.shared {
+		ev.UnknownKeys, ev.ProtectedKeys, ev.Violations = evs[0].UnknownKeys, evs[0].ProtectedKeys, evs[0].Violations
+	}
+	for i, o := range v.own {
+		e := evs[i+1]
+		if len(e.UnknownKeys)+len(e.ProtectedKeys)+len(e.Violations) > 0 {
+			ev.Clusters = append(ev.Clusters, tgcue.InstallFindings{Name: o.name, UnknownKeys: e.UnknownKeys, ProtectedKeys: e.ProtectedKeys, Violations: e.Violations})
+		}
+	}
+	return ev
+}
+
+// substitute has each target that sets values of its own preflighted with the rendered objects
+// substituted with its merged values, as kustomize-controller substitutes them for its
+// Kustomization; the others are preflighted with the objects substituted with the rollout's.
+func (v waveValues) substitute(targets []preflight.Target, rendered []*unstructured.Unstructured) {
+	own := make(map[string]map[string]string, len(v.own))
+	for _, o := range v.own {
+		own[o.name] = o.values
+	}
+	for i := range targets {
+		values, ok := own[targets[i].Name]
+		if !ok {
+			continue
+		}
+		targets[i].Objects = func() ([]*unstructured.Unstructured, error) {
+			objs, err := preflight.Substitute(rendered, values)
+			if err != nil {
+				return nil, fmt.Errorf("postBuild substitution with the cluster's values (spec.values): %w", err)
+			}
+			return objs, nil
+		}
+	}
+}

@@ -1,0 +1,27 @@
+package preflight
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	tgcue "github.com/tidegate/tidegate/cue"
+)
+
+// checkTarget is Check of t for its own objects when it has them (Target.Objects), else for objs.
+// Objects that cannot be made are a dry-run error: nothing was dry-run, and reachability and the
+// server version are still checked.
+func checkTarget(ctx context.Context, t Target, objs []*unstructured.Unstructured, opts Options) tgcue.ClusterPreflight {
+	if t.Objects == nil {
+		return Check(ctx, t.Name, t.Config, objs, opts)
+	}
+	own, err := t.Objects()
+	if err != nil {
+		r := Check(ctx, t.Name, t.Config, nil, opts)
+		if r.Reachable {
+			r.DryRunErrors = append(r.DryRunErrors, err.Error())
+		}
+		return r
+	}
+	return Check(ctx, t.Name, t.Config, own, opts)
+}
