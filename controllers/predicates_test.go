@@ -52,12 +52,12 @@ func TestWatchPredicates(t *testing.T) {
 	}{
 		{"kustomization: a new message and timestamp", false, ks(nil), ks(func(k *kustomizev1.Kustomization) {
 			k.Status.Conditions[0].Message, k.Status.LastHandledReconcileAt = "Applied revision: main@sha1:1 again", "now"
-		}), kustomizationChanged.Update},
-		{"kustomization: the spec changed", true, ks(nil), ks(func(k *kustomizev1.Kustomization) { k.Generation = 3 }), kustomizationChanged.Update},
-		{"kustomization: a new revision applied", true, ks(nil), ks(func(k *kustomizev1.Kustomization) { k.Status.LastAppliedRevision = "main@sha1:2" }), kustomizationChanged.Update},
+		}), newKustomizationChanges().Update},
+		{"kustomization: the spec changed", true, ks(nil), ks(func(k *kustomizev1.Kustomization) { k.Generation = 3 }), newKustomizationChanges().Update},
+		{"kustomization: a new revision applied", true, ks(nil), ks(func(k *kustomizev1.Kustomization) { k.Status.LastAppliedRevision = "main@sha1:2" }), newKustomizationChanges().Update},
 		{"kustomization: Ready failed", true, ks(nil), ks(func(k *kustomizev1.Kustomization) {
 			k.Status.Conditions[0].Status, k.Status.Conditions[0].Reason = metav1.ConditionFalse, meta.HealthCheckFailedReason
-		}), kustomizationChanged.Update},
+		}), newKustomizationChanges().Update},
 		{"source: a new artifact", true, git(nil), git(func(g *sourcev1.GitRepository) { g.Status.Artifact.Revision = "main@sha1:2" }), sourceChanged.Update},
 		{"source: only the message", false, git(nil), git(func(g *sourcev1.GitRepository) { g.Status.Conditions[0].Message = "stored artifact again" }), sourceChanged.Update},
 		{"source: Ready lost", true, git(nil), git(func(g *sourcev1.GitRepository) { g.Status.Conditions[0].Status = metav1.ConditionFalse }), sourceChanged.Update},
@@ -71,4 +71,93 @@ func TestWatchPredicates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKustomizationChangesIgnoresPeriodicReconciles: kustomize-controller's reconcile at every
+// interval turns Ready and Healthy Unknown and back; a rollout is reconciled when that ends
+// somewhere else than it started, or when the revision or spec moves, and not otherwise.
+func TestKustomizationChangesIgnoresPeriodicReconciles(t *testing.T) {
+	type state struct {
+		ready, healthy metav1.ConditionStatus
+		reason         string
+		applied        string
+		generation     int64
+		observed       int64
+	}
+	ks := func(s state) client.Object {
+		k := &kustomizev1.Kustomization{}
+		k.Name, k.Namespace, k.Generation = "web-a", "fleet", s.generation
+		k.Status.ObservedGeneration = s.observed
+		k.Status.LastAppliedRevision = s.applied
+		k.Status.LastHandledReconcileAt = string(s.ready) + s.reason // changes on every write, as Flux's timestamps do
+		if s.ready != "" {
+			k.Status.Conditions = append(k.Status.Conditions, metav1.Condition{Type: meta.ReadyCondition, Status: s.ready, Reason: s.reason, ObservedGeneration: s.generation})
+		}
+		if s.healthy != "" {
+			k.Status.Conditions = append(k.Status.Conditions, metav1.Condition{Type: meta.HealthyCondition, Status: s.healthy, Reason: s.reason, ObservedGeneration: s.generation})
+		}
+		return k
+	}
+	ready := state{ready: metav1.ConditionTrue, healthy: metav1.ConditionTrue, reason: meta.ReconciliationSucceededReason, applied: "main@sha1:1", generation: 2, observed: 2}
+	with := func(s state, edit func(*state)) state { edit(&s); return s }
+	progressingFrom := func(from state) state {
+		return with(from, func(s *state) { s.ready, s.healthy, s.reason = metav1.ConditionUnknown, metav1.ConditionUnknown, meta.ProgressingReason })
+	}
+	progressing := progressingFrom(ready)
+	checking := with(ready, func(s *state) { s.healthy, s.reason = metav1.ConditionUnknown, meta.ProgressingReason })
+	failed := with(ready, func(s *state) { s.ready, s.healthy, s.reason = metav1.ConditionFalse, metav1.ConditionFalse, meta.HealthCheckFailedReason })
+	newRevision := with(ready, func(s *state) { s.applied = "main@sha1:2" })
+	newSpec := with(progressing, func(s *state) { s.generation = 3 })
+	fresh := state{generation: 2}
+
+	for _, tc := range []struct {
+		name string
+		// created is the state of the create event that seeds the predicate; then the updates
+		// go through states in turn, and pass says which of them pass.
+		created state
+		states  []state
+		pass    []bool
+	}{
+		{"a periodic reconcile, several times", ready,
+			[]state{progressing, ready, progressing, checking, ready}, []bool{false, false, false, false, false}},
+		{"a periodic reconcile that fails", ready,
+			[]state{progressing, failed}, []bool{false, true}},
+		{"a failure that heals", ready,
+			[]state{progressing, failed, progressing, failed, progressing, ready}, []bool{false, true, false, false, false, true}},
+		{"a new revision applied", ready,
+			[]state{progressing, newRevision, progressingFrom(newRevision), newRevision}, []bool{false, true, false, false}},
+		{"a spec change is passed while in progress", ready,
+			[]state{newSpec}, []bool{true}},
+		{"the first apply of a new Kustomization", fresh,
+			[]state{progressingFrom(fresh), ready, progressing, ready}, []bool{false, true, false, false}},
+		{"health checks alone going back to passed", ready,
+			[]state{checking, ready}, []bool{false, false}},
+		{"health checks that fail after passing", ready,
+			[]state{checking, with(ready, func(s *state) { s.healthy, s.reason = metav1.ConditionFalse, meta.HealthCheckFailedReason })}, []bool{false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newKustomizationChanges()
+			prev := ks(tc.created)
+			if !p.Create(event.CreateEvent{Object: prev}) {
+				t.Fatal("a create did not pass")
+			}
+			for i, s := range tc.states {
+				next := ks(s)
+				if got := p.Update(event.UpdateEvent{ObjectOld: prev, ObjectNew: next}); got != tc.pass[i] {
+					t.Errorf("update %d (to %+v) passes = %v, want %v", i+1, s, got, tc.pass[i])
+				}
+				prev = next
+			}
+		})
+	}
+
+	t.Run("a deleted and recreated Kustomization starts afresh", func(t *testing.T) {
+		p := newKustomizationChanges()
+		p.Create(event.CreateEvent{Object: ks(ready)})
+		p.Delete(event.DeleteEvent{Object: ks(ready)})
+		p.Create(event.CreateEvent{Object: ks(fresh)})
+		if !p.Update(event.UpdateEvent{ObjectOld: ks(progressing), ObjectNew: ks(ready)}) {
+			t.Error("the recreated Kustomization's first Ready did not pass")
+		}
+	})
 }
