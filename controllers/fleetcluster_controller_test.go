@@ -588,4 +588,3 @@ func fcSetApplied(t *testing.T, f *localfleet.Fleet, k *kustomizev1.Kustomizatio
 // writes conditions and the other status fields in two requests, so a reader can see a new Ready
 // before the observedGeneration that goes with it; kstatus readers wait for both, and so do these tests.
 func settled(fc *v1alpha1.FleetCluster) bool { return fc.Status.ObservedGeneration == fc.Generation }
-
