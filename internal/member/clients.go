@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -71,8 +72,10 @@ type Clients struct {
 	sources *lru.Cache // sourceKey → *source
 	members *lru.Cache // types.NamespacedName → *memberClient
 	loads   singleflight.Group
-	mu      sync.Mutex // building a memberClient's client
+	mu      sync.Mutex // building a memberClient's client, versionsOff
 	hub     *source
+	// versionsOff is until when Versions is not asked.
+	versionsOff time.Time
 }
 
 // sourceKey names a kubeconfig: a Secret and the key in it (empty: the default keys).
@@ -223,15 +226,35 @@ func (m *Clients) source(ctx context.Context, fc *v1alpha1.FleetCluster) (*sourc
 	return v.(*source), nil
 }
 
+// versionWait bounds a wait for the metadata cache (its first sync); a cache that could not tell
+// (it may not list Secrets, say) is not asked again for versionRetry, and the Secret is read instead.
+const (
+	versionWait  = 5 * time.Second
+	versionRetry = time.Minute
+)
+
 // version is the resourceVersion of the Secret as the cache has it; false when it cannot tell.
 func (m *Clients) version(ctx context.Context, secret types.NamespacedName) (string, bool) {
 	if m.Versions == nil {
 		return "", false
 	}
+	m.mu.Lock()
+	off := time.Now().Before(m.versionsOff)
+	m.mu.Unlock()
+	if off {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(ctx, versionWait)
+	defer cancel()
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err := m.Versions.Get(ctx, secret, obj); err != nil {
-		return "", false // not in the cache (yet): the API server says
+		if !apierrors.IsNotFound(err) {
+			m.mu.Lock()
+			m.versionsOff = time.Now().Add(versionRetry)
+			m.mu.Unlock()
+		}
+		return "", false // not in the cache (yet), or no cache: the API server says
 	}
 	return obj.ResourceVersion, true
 }

@@ -229,6 +229,21 @@ func TestClientsReadASecretOnlyWhenItChanged(t *testing.T) {
 		}
 	})
 
+	t.Run("a metadata cache that cannot sync is given up on, and the Secret read", func(t *testing.T) {
+		// As the manager's cache is when the controller may not list Secrets: a Get waits for a sync
+		// that never comes.
+		stuck := &Clients{Secrets: secrets, Versions: neverSynced{}, Hub: cfg, Scheme: scheme}
+		before := hub.get("GET " + secretPath + "shared")
+		for i := range 3 {
+			if _, err := stuck.Client(ctx, fc(fmt.Sprintf("c%d", i), "shared")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := hub.get("GET "+secretPath+"shared") - before; n != 3 {
+			t.Errorf("%d GETs, want 3", n)
+		}
+	})
+
 	t.Run("without the metadata cache every use reads the Secret", func(t *testing.T) {
 		// The control: what the cache saves.
 		uncached := &Clients{Secrets: secrets, Hub: cfg, Scheme: scheme}
@@ -242,4 +257,12 @@ func TestClientsReadASecretOnlyWhenItChanged(t *testing.T) {
 			t.Errorf("%d GETs without the cache, want 5", n)
 		}
 	})
+}
+
+// neverSynced is a cache whose informers never sync: a Get waits until its context ends.
+type neverSynced struct{ client.Reader }
+
+func (neverSynced) Get(ctx context.Context, _ client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	<-ctx.Done()
+	return ctx.Err()
 }
