@@ -169,7 +169,7 @@ var sourceChanged = viewChanged[sourceView]{view: func(o client.Object) sourceVi
 }}
 
 // fleetClusterView is what the plan reads of a FleetCluster (fleets.InventoryFrom): its spec, labels
-// and reachability; not lastObservedTime, which every probe rewrites.
+// and reachability; not serverVersion or lastObservedTime.
 type fleetClusterView struct {
 	generation int64
 	labels     string

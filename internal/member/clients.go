@@ -113,8 +113,16 @@ func (m *Clients) init() {
 	})
 }
 
-// Config returns the member's REST config (see RESTConfig): a copy the caller may change, sharing
-// the member's rate limiter.
+// Config returns the member's REST config: a copy the caller may change, sharing the member's rate
+// limiter. It comes from spec.kubeConfig.secretRef (keys: the ref's key, else "value", else
+// "value.yaml", as Flux does) in the FleetCluster's namespace, or from Hub when spec.kubeConfig is nil.
+//
+// A missing Secret or key and an unusable kubeconfig give an error for which IsKubeConfigError is
+// true; other errors (reading the Secret failed) are transient. Errors name the FleetCluster and the
+// Secret and never quote its content. Kubeconfigs that reference local files or run exec or
+// auth-provider plugins are refused: the kubeconfig comes from a Secret that any fleet author may
+// write, and must not make the controller read its own files or run programs. Client and Discovery
+// return the same errors.
 func (m *Clients) Config(ctx context.Context, fc *v1alpha1.FleetCluster) (*rest.Config, error) {
 	mc, err := m.member(ctx, fc)
 	if err != nil {

@@ -1,7 +1,6 @@
 package member
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -35,37 +34,6 @@ func (e *kubeConfigError) Error() string { return e.msg }
 func IsKubeConfigError(err error) bool {
 	var kce *kubeConfigError
 	return errors.As(err, &kce)
-}
-
-// RESTConfig returns a rest.Config for a FleetCluster: from spec.kubeConfig.secretRef (keys: the
-// ref's key, else "value", else "value.yaml", as Flux does) in the FleetCluster's namespace, or hubConfig
-// when spec.kubeConfig is nil.
-//
-// A missing Secret or key and an unusable kubeconfig give an error for which IsKubeConfigError is true;
-// other errors (reading the Secret failed) are transient. Errors name the Secret and never quote its content.
-// Kubeconfigs that reference local files or run exec or auth-provider plugins are refused: the
-// kubeconfig comes from a Secret that any fleet author may write, and must not make the controller read
-// its own files or run programs.
-func RESTConfig(ctx context.Context, c client.Reader, hubConfig *rest.Config, fc *v1alpha1.FleetCluster) (*rest.Config, error) {
-	if fc.Spec.KubeConfig == nil {
-		if hubConfig == nil {
-			return nil, noHubError(fc)
-		}
-		return rest.CopyConfig(hubConfig), nil
-	}
-	key, err := secretOf(fc)
-	if err != nil {
-		return nil, err
-	}
-	var secret corev1.Secret
-	if err := c.Get(ctx, key, &secret); err != nil {
-		return nil, readError(fc, key, err)
-	}
-	cfg, err := configFromSecret(&secret, fc.Spec.KubeConfig.SecretRef.Key)
-	if err != nil {
-		return nil, forCluster(fc, err)
-	}
-	return cfg, nil
 }
 
 func noHubError(fc *v1alpha1.FleetCluster) error {
