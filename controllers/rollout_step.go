@@ -554,7 +554,10 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 	back, total := 0, 0
 	var gone []string
 	for c, o := range w.Kustomizations {
-		if !o.Exists || !rolledBack(o.Source, st) {
+		if !o.Exists {
+			continue
+		}
+		if !rolledBack(o.Source, st) {
 			continue // held back at an older revision by an earlier rollout: it stays there
 		}
 		if !present[c] {
