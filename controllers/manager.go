@@ -129,7 +129,9 @@ func cacheOptions() cache.Options {
 }
 
 // trimKustomization keeps of a Kustomization what tidegate reads (its metadata, spec, conditions and
-// revisions) and drops the rest before it enters the cache: managedFields; status.history; and of
+// revisions, the latest entry of status.history, by which a member in the middle of a reconcile is
+// judged: collector.Observation) and drops the rest before it enters the cache: managedFields; the
+// older entries of status.history; and of
 // status.inventory every entry but the workloads sampled for availability (Deployments,
 // StatefulSets and DaemonSets, availability.WorkloadsFromInventory) and any entry whose ID does not
 // parse, which that function reports. At 1,000 clusters the inventory is most of a cached
@@ -141,7 +143,9 @@ func trimKustomization(obj any) (any, error) {
 		return cache.TransformStripManagedFields()(obj)
 	}
 	ks.ManagedFields = nil
-	ks.Status.History = nil
+	if len(ks.Status.History) > 1 {
+		ks.Status.History = slices.Clip(ks.Status.History[:1])
+	}
 	if inv := ks.Status.Inventory; inv != nil {
 		kept := inv.Entries[:0]
 		for _, e := range inv.Entries {
