@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -66,12 +67,15 @@ func TestFleetClusterReconciler(t *testing.T) {
 		}
 	})
 
-	t.Run("a reconcile that changes nothing writes nothing", func(t *testing.T) {
+	t.Run("a probe that sees nothing new writes nothing and reads no Secret", func(t *testing.T) {
 		before := fcGet(t, f, ns, "member-1")
-		// lastObservedTime has a resolution of one second: let a second pass so a re-probe would show.
+		// lastObservedTime has a resolution of one second: let a second pass so a rewrite would show.
 		time.Sleep(1100 * time.Millisecond)
-		for range 2 {
-			res, err := env.r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "member-1"}})
+		requests := env.hub.snapshot()
+		key := types.NamespacedName{Namespace: ns, Name: "member-1"}
+		for range 3 {
+			env.r.forgetProbe(key) // due now: each reconcile probes the member
+			res, err := env.r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,6 +87,11 @@ func TestFleetClusterReconciler(t *testing.T) {
 		if after.ResourceVersion != before.ResourceVersion {
 			t.Errorf("resourceVersion moved from %s to %s; status before %+v, after %+v",
 				before.ResourceVersion, after.ResourceVersion, before.Status, after.Status)
+		}
+		// The manager's requests to the hub over those probes: none (cached reads, an unchanged
+		// Secret, nothing to write).
+		if got := env.hub.since(requests); len(got) != 0 {
+			t.Errorf("3 probes of an unchanged cluster made hub requests %v, want none", got)
 		}
 	})
 
@@ -158,6 +167,30 @@ func TestFleetClusterReconciler(t *testing.T) {
 		if got.Status.LastObservedTime != nil || got.Status.ServerVersion != "" {
 			t.Errorf("lastObservedTime = %v, serverVersion = %q; want neither", got.Status.LastObservedTime, got.Status.ServerVersion)
 		}
+	})
+
+	t.Run("a server that never answers is Unreachable within the probe timeout", func(t *testing.T) {
+		// Accepts connections and says nothing: without a deadline the probe would wait for ever.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+			}
+		}()
+		fcSecret(t, f, ns, "silent-kubeconfig", "value", fcRewriteServer(t, member1, "https://"+l.Addr().String(), ""))
+		fc := fcCreate(t, f, ns, "silent", "silent-kubeconfig", "", false)
+		got := fcWaitFor(t, f, fc, "Ready=False Unreachable", func(fc *v1alpha1.FleetCluster) bool {
+			return settled(fc) && conditions.GetReason(fc, v1alpha1.ReadyCondition) == v1alpha1.UnreachableReason
+		})
+		fcExpectCondition(t, got, v1alpha1.ReachableCondition, metav1.ConditionFalse, v1alpha1.UnreachableReason, l.Addr().String())
 	})
 
 	t.Run("refused credentials are a KubeConfigError", func(t *testing.T) {
@@ -317,7 +350,9 @@ func TestFleetClusterReadyFollowsReachable(t *testing.T) {
 
 // fcEnv is a running manager with the FleetCluster reconciler and what it recorded.
 type fcEnv struct {
-	r      *FleetClusterReconciler
+	r *FleetClusterReconciler
+	// hub counts the manager's requests to the hub.
+	hub    requestCounter
 	mu     sync.Mutex
 	events []string
 	logs   bytes.Buffer
@@ -347,7 +382,7 @@ func fcStartManager(t *testing.T, f *localfleet.Fleet) *fcEnv {
 	skipNameValidation := true
 	opts := ManagerOptions(ManagerConfig{Logger: logger})
 	opts.Controller = config.Controller{SkipNameValidation: &skipNameValidation}
-	mgr, err := ctrl.NewManager(f.HubConfig, opts)
+	mgr, err := ctrl.NewManager(env.hub.wrap(f.HubConfig), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

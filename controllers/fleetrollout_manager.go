@@ -31,8 +31,8 @@ type FleetRolloutOptions struct {
 }
 
 // SetupWithManager registers the controller: FleetRollouts on spec change or reconcile request;
-// their Kustomizations when their spec, applied revision, Ready or Healthy changes
-// (kustomizationChanged); tracked, pinned and policy sources when their artifact or Ready changes
+// their Kustomizations when their spec, applied revision, Ready or Healthy changes, not on
+// kustomize-controller's periodic reconciles that end where they started (kustomizationChanges); tracked, pinned and policy sources when their artifact or Ready changes
 // (sourceChanged); FleetClusters of the namespace when their spec, labels or reachability change
 // (fleetClusterChanged). Status writes that change none of these trigger nothing.
 func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRolloutOptions) error {
@@ -53,7 +53,7 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.FleetRollout{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
-		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(kustomizationChanged)).
+		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(newKustomizationChanges())).
 		Watches(&sourcev1.GitRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.GitRepositoryKind)),
 			builder.WithPredicates(sourceChanged)).
 		Watches(&sourcev1.OCIRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.OCIRepositoryKind)),

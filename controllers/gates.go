@@ -103,7 +103,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		if err := WriteReceipt(ctx, r.Client, fr, rc); err != nil {
 			return nil, err
 		}
-		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name})
+		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: ev.Evidence})
 		eventType := corev1.EventTypeNormal
 		if d.Result != v1alpha1.ResultPass {
 			eventType = corev1.EventTypeWarning

@@ -1,9 +1,20 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
+	"reflect"
 	"testing"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence/availability"
+	"github.com/tidegate/tidegate/evidence/collector"
 )
 
 // TestManagerOptions: every manager reads kubeconfig Secrets uncached and never binds :8080 by default.
@@ -23,5 +34,95 @@ func TestManagerOptions(t *testing.T) {
 	}
 	if on := ManagerOptions(ManagerConfig{LeaderElection: true}); !on.LeaderElection || on.LeaderElectionID != LeaderElectionID {
 		t.Errorf("leader election = %v on %q", on.LeaderElection, on.LeaderElectionID)
+	}
+}
+
+// TestCacheKeepsWhatTidegateReadsOfAKustomization: a Kustomization in the manager's cache has no
+// managedFields, no history, and of its inventory only the workloads sampled for availability (and
+// an entry that does not parse); everything else tidegate reads is as the API server has it.
+func TestCacheKeepsWhatTidegateReadsOfAKustomization(t *testing.T) {
+	hub := startTestHub(t)
+	mgr := hub.manager(t, &requestCounter{}, nil)
+	fr, _ := hub.rollout(t, "trim", true)
+	ctx := context.Background()
+
+	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: fr.Namespace}}
+	ks := desiredKustomization(fr, fc, "app-0123456789ab", "main@sha1:1", "all")
+	ks.Spec.HealthChecks = []meta.NamespacedObjectKindReference{{Kind: "Deployment", Name: "web", Namespace: "web"}}
+	if err := hub.admin.Create(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	entries := []kustomizev1.ResourceRef{
+		{ID: "_web__Namespace", Version: "v1"},
+		{ID: "web_web-config__ConfigMap", Version: "v1"},
+		{ID: "web_web_apps_Deployment", Version: "v1"},
+		{ID: "web_db_apps_StatefulSet", Version: "v1"},
+		{ID: "web_agent_apps_DaemonSet", Version: "v1"},
+		{ID: "web_web-rs_apps_ReplicaSet", Version: "v1"},
+		{ID: "web_web_networking.k8s.io_Ingress", Version: "v1"},
+		{ID: "not-an-id", Version: "v1"},
+	}
+	for i := range 200 {
+		entries = append(entries, kustomizev1.ResourceRef{ID: fmt.Sprintf("web_cm-%d__ConfigMap", i), Version: "v1"})
+	}
+	ks.Status = kustomizev1.KustomizationStatus{
+		ObservedGeneration:    ks.Generation,
+		LastAppliedRevision:   "main@sha1:1",
+		LastAttemptedRevision: "main@sha1:1",
+		Conditions: []metav1.Condition{
+			{Type: meta.ReadyCondition, Status: metav1.ConditionTrue, Reason: meta.ReconciliationSucceededReason, Message: "Applied revision: main@sha1:1", LastTransitionTime: metav1.Now(), ObservedGeneration: ks.Generation},
+			{Type: meta.HealthyCondition, Status: metav1.ConditionTrue, Reason: meta.SucceededReason, Message: "Health check passed", LastTransitionTime: metav1.Now(), ObservedGeneration: ks.Generation},
+		},
+		Inventory: &kustomizev1.ResourceInventory{Entries: entries},
+		History: meta.History{
+			{Digest: "sha256:2", FirstReconciled: metav1.Now(), LastReconciled: metav1.Now(), LastReconciledStatus: meta.ReconciliationSucceededReason, TotalReconciliations: 3, Metadata: map[string]string{"revision": "main@sha1:1"}},
+			{Digest: "sha256:1", FirstReconciled: metav1.Now(), LastReconciled: metav1.Now(), LastReconciledStatus: meta.ReconciliationSucceededReason, TotalReconciliations: 1, Metadata: map[string]string{"revision": "main@sha1:0"}},
+		},
+	}
+	if err := hub.admin.Status().Update(ctx, ks); err != nil {
+		t.Fatal(err)
+	}
+	var live kustomizev1.Kustomization
+	if err := hub.admin.Get(ctx, client.ObjectKeyFromObject(ks), &live); err != nil {
+		t.Fatal(err)
+	}
+	if len(live.ManagedFields) == 0 {
+		t.Fatal("the API server recorded no managedFields: nothing to strip")
+	}
+	var cached kustomizev1.Kustomization
+	eventually(t, "the Kustomization's status in the cache", func() (bool, string) {
+		if err := mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(ks), &cached); err != nil {
+			return false, err.Error()
+		}
+		return cached.ResourceVersion == live.ResourceVersion, "resourceVersion " + cached.ResourceVersion
+	})
+
+	if len(cached.ManagedFields) != 0 {
+		t.Errorf("managedFields %d entries; want none", len(cached.ManagedFields))
+	}
+	// The latest history entry judges a member in the middle of a reconcile (collector.Observation).
+	if len(cached.Status.History) != 1 || !reflect.DeepEqual(cached.Status.History[0], live.Status.History[0]) {
+		t.Errorf("cached history %+v, want only the latest of %+v", cached.Status.History, live.Status.History)
+	}
+	var ids []string
+	for _, e := range cached.Status.Inventory.Entries {
+		ids = append(ids, e.ID)
+	}
+	want := []string{"web_web_apps_Deployment", "web_db_apps_StatefulSet", "web_agent_apps_DaemonSet", "not-an-id"}
+	if !reflect.DeepEqual(ids, want) {
+		t.Errorf("cached inventory = %v, want %v", ids, want)
+	}
+	// What tidegate reads is the same as from the API server (the unparseable entry an error in both).
+	liveWorkloads, liveErr := availability.WorkloadsFromInventory(live.Status.Inventory)
+	cachedWorkloads, cachedErr := availability.WorkloadsFromInventory(cached.Status.Inventory)
+	if !reflect.DeepEqual(liveWorkloads, cachedWorkloads) || liveErr == nil || cachedErr == nil {
+		t.Errorf("workloads from the cache %v (%v), from the API server %v (%v)", cachedWorkloads, cachedErr, liveWorkloads, liveErr)
+	}
+	if collector.Observe(&live) != collector.Observe(&cached) {
+		t.Errorf("observation from the cache %+v, from the API server %+v", collector.Observe(&cached), collector.Observe(&live))
+	}
+	if !reflect.DeepEqual(live.Spec, cached.Spec) || !reflect.DeepEqual(live.Labels, cached.Labels) || !reflect.DeepEqual(live.Annotations, cached.Annotations) ||
+		!reflect.DeepEqual(live.Status.Conditions, cached.Status.Conditions) || !reflect.DeepEqual(live.OwnerReferences, cached.OwnerReferences) {
+		t.Error("the cache changed the spec, metadata or conditions")
 	}
 }

@@ -65,11 +65,24 @@ func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, revision str
 }
 
 // ensurePinnedSource creates the pinned source for revision if it does not exist. An existing pinned
-// source is left as it is: its ref already names the revision.
+// source is left as it is: its ref already names the revision. c is the manager's client, so the
+// existence check reads the cache and a pass over pins that exist makes no API call; a Create is
+// tried only when the cache has none, and AlreadyExists then (the cache lagging a create of a moment
+// ago) is as good as done.
 func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, tracked client.Object, revision string) error {
 	pin, err := pinnedSource(fr, tracked, revision)
 	if err != nil {
 		return err
+	}
+	existing, ok := pin.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("pinned source %s/%s: %T is not an object", fr.Namespace, pin.GetName(), pin)
+	}
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(pin), existing); {
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading pinned source %s/%s for revision %s: %w", fr.Namespace, pin.GetName(), revision, err)
 	}
 	if err := controllerutil.SetControllerReference(fr, pin, c.Scheme()); err != nil {
 		return err

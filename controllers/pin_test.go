@@ -100,3 +100,49 @@ func TestPrunePinnedSourcesKeepsWhatIsNeeded(t *testing.T) {
 		t.Errorf("after pruning: %v, want %v", left, want)
 	}
 }
+
+// TestEnsurePinnedSourceCreatesOnlyWhenMissing: against a real API server, the first pass creates the
+// pinned source; the passes after it make no request at all (the existence check reads the cache).
+func TestEnsurePinnedSourceCreatesOnlyWhenMissing(t *testing.T) {
+	hub := startTestHub(t)
+	var requests requestCounter
+	mgr := hub.manager(t, &requests, nil)
+	fr, git := hub.rollout(t, "pins", true)
+	ctx := context.Background()
+	const revision = "main@sha1:0123456789abcdef0123456789abcdef01234567"
+	c := mgr.GetClient()
+
+	if err := ensurePinnedSource(ctx, c, fr, git, revision); err != nil {
+		t.Fatal(err)
+	}
+	name := v1alpha1.PinnedSourceName(fr.Name, revision)
+	eventually(t, "the pinned source in the cache", func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: fr.Namespace, Name: name}, &sourcev1.GitRepository{})
+		return err == nil, fmt.Sprint(err)
+	})
+	before := requests.snapshot()
+	for range 5 {
+		if err := ensurePinnedSource(ctx, c, fr, git, revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := requests.since(before); len(got) != 0 {
+		t.Errorf("5 passes over an existing pinned source made requests %v, want none", got)
+	}
+	creates := requests.snapshot()["POST /apis/source.toolkit.fluxcd.io/v1/namespaces/pins/gitrepositories"]
+	if creates != 1 {
+		t.Errorf("%d creates of the pinned source, want 1", creates)
+	}
+
+	// Deleted behind the controller's back: created again.
+	if err := hub.admin.Delete(ctx, &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: fr.Namespace, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pinned source created again", func() (bool, string) {
+		if err := ensurePinnedSource(ctx, c, fr, git, revision); err != nil {
+			return false, err.Error()
+		}
+		err := hub.admin.Get(ctx, client.ObjectKey{Namespace: fr.Namespace, Name: name}, &sourcev1.GitRepository{})
+		return err == nil, fmt.Sprint(err)
+	})
+}

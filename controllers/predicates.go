@@ -1,11 +1,15 @@
 package controllers
 
 import (
+	"sync"
+
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -49,10 +53,7 @@ func conditionOf(o conditions.Getter, typ string) conditionView {
 	return conditionView{status: string(c.Status), reason: c.Reason, observedGeneration: c.ObservedGeneration}
 }
 
-// kustomizationChanged passes a Kustomization update that changes its spec, the revision it
-// applied, or its Ready or Healthy condition; not the rest of kustomize-controller's status writes
-// (messages, inventory rewrites of the same revision, timestamps).
-var kustomizationChanged = viewChanged[kustomizationView]{view: func(o client.Object) kustomizationView {
+func kustomizationViewOf(o client.Object) kustomizationView {
 	ks, ok := o.(*kustomizev1.Kustomization)
 	if !ok {
 		return kustomizationView{}
@@ -61,7 +62,89 @@ var kustomizationChanged = viewChanged[kustomizationView]{view: func(o client.Ob
 		generation: ks.Generation, observedGeneration: ks.Status.ObservedGeneration, lastApplied: ks.Status.LastAppliedRevision,
 		ready: conditionOf(ks, meta.ReadyCondition), healthy: conditionOf(ks, meta.HealthyCondition),
 	}
-}}
+}
+
+// settled tells whether kustomize-controller is done with the Kustomization for now: Ready is True
+// or False, and its health checks, if it has a Healthy condition, are not in progress.
+func (v kustomizationView) settled() bool {
+	ready := v.ready.status == string(metav1.ConditionTrue) || v.ready.status == string(metav1.ConditionFalse)
+	return ready && v.healthy.status != string(metav1.ConditionUnknown)
+}
+
+// moved tells whether what a Kustomization applies changed between two views: its spec, the
+// generation kustomize-controller observed, or the revision it applied.
+func (v kustomizationView) moved(from kustomizationView) bool {
+	return v.generation != from.generation || v.observedGeneration != from.observedGeneration || v.lastApplied != from.lastApplied
+}
+
+// kustomizationChanges passes the Kustomization events a rollout acts on, and not the status writes
+// of kustomize-controller's periodic reconcile, which at every interval turns Ready (and Healthy)
+// Unknown and back to where it was: at 1,000 clusters, several events a second that change nothing.
+//
+// It passes creates, deletes and generic events; an update that changes the spec, the observed
+// generation or the applied revision; and an update that leaves the Kustomization settled (Ready True
+// or False, health checks not in progress) in a view (kustomizationView) other than the last settled
+// one it saw of that Kustomization. An update into or within a transient state (Ready or Healthy
+// Unknown) of the same revision passes nothing: what comes after it is judged against what came
+// before it. A rollout that waits on a transient state (a noDisruption decision, say) comes back by
+// its own requeue, not by this watch.
+//
+// It remembers one view per Kustomization, seeded by its create event (the informer's first list
+// after a start), forgotten on delete. One per controller: newKustomizationChanges.
+type kustomizationChanges struct {
+	mu      sync.Mutex
+	settled map[types.NamespacedName]kustomizationView
+}
+
+func newKustomizationChanges() *kustomizationChanges {
+	return &kustomizationChanges{settled: map[types.NamespacedName]kustomizationView{}}
+}
+
+func (p *kustomizationChanges) Create(e event.CreateEvent) bool {
+	p.remember(e.Object, kustomizationViewOf(e.Object))
+	return true
+}
+
+func (p *kustomizationChanges) Delete(e event.DeleteEvent) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.settled, client.ObjectKeyFromObject(e.Object))
+	return true
+}
+
+func (p *kustomizationChanges) Generic(event.GenericEvent) bool { return true }
+
+func (p *kustomizationChanges) Update(e event.UpdateEvent) bool {
+	if e.ObjectOld == nil || e.ObjectNew == nil {
+		return false
+	}
+	old, now := kustomizationViewOf(e.ObjectOld), kustomizationViewOf(e.ObjectNew)
+	if old == now {
+		return false
+	}
+	moved := now.moved(old)
+	if !now.settled() {
+		return moved
+	}
+	key := client.ObjectKeyFromObject(e.ObjectNew)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, ok := p.settled[key]
+	if !ok {
+		last = old
+	}
+	p.settled[key] = now
+	return moved || last != now
+}
+
+func (p *kustomizationChanges) remember(o client.Object, v kustomizationView) {
+	if !v.settled() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.settled[client.ObjectKeyFromObject(o)] = v
+}
 
 // sourceView is what the engine reads of a Flux source: its artifact and whether it is Ready.
 type sourceView struct {
@@ -86,7 +169,7 @@ var sourceChanged = viewChanged[sourceView]{view: func(o client.Object) sourceVi
 }}
 
 // fleetClusterView is what the plan reads of a FleetCluster (fleets.InventoryFrom): its spec, labels
-// and reachability; not lastObservedTime, which every probe rewrites.
+// and reachability; not serverVersion or lastObservedTime.
 type fleetClusterView struct {
 	generation int64
 	labels     string

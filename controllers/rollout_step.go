@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
 )
@@ -194,24 +195,42 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 	return res
 }
 
+// settleGrace bounds how long, after a wave's soak, its decision waits for members that
+// kustomize-controller has between two outcomes (collector.Observation.Unsettled); then they are
+// judged as seen.
+const settleGrace = time.Minute
+
 // stepActiveWave observes a switched wave: Ready at the candidate, then soaking, then the gate.
+// Members held back before the wave count as failed; they are never switched.
 func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wave, now metav1.Time, res stepResult) stepResult {
 	st := &fr.Status
 	wv := &st.Waves[i]
 	cand := st.Candidate
 	wv.Missing = fleets.Missing(wv.Clusters, w.Inventory)
-	var updated, healthy, failed int32
+	held := heldBack(wv)
+	var updated, healthy, failed, retrying int32
+	var unsettled []string
 	soaking := wv.Phase == v1alpha1.WaveSoaking
 	for _, c := range wv.Clusters {
+		if held[c] {
+			failed++
+			continue
+		}
 		o := w.Kustomizations[c]
 		if o.Exists && o.Source == cand.Source {
 			updated++
 		}
 		switch {
-		case slices.Contains(wv.Missing, c) || o.FailedAt(cand.Source):
+		case slices.Contains(wv.Missing, c) || o.FailedAt(cand.Source, cand.Revision):
 			failed++
 		case o.ReadyAt(cand.Source, cand.Revision), soaking && o.StillAt(cand.Source, cand.Revision):
 			healthy++
+		case soaking && o.RetryingAt(cand.Source, cand.Revision):
+			// A retried failure of the revision it had applied: not judged before the soak ends.
+			retrying++
+		}
+		if soaking && o.Unsettled(cand.Source, cand.Revision) {
+			unsettled = append(unsettled, c)
 		}
 	}
 	wv.Updated, wv.Healthy = updated, healthy
@@ -231,19 +250,27 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		wv.ReadyAt = &now
 		res.RequeueAfter = soak
 		res.waitForSoak(wv, soak)
-	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed < total && budget == 0:
+	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed+retrying < total && budget == 0:
 		// A member lost readiness during the soak and the wave allows no failure: decide now, the
 		// gate will say why. (With a failure budget the soak runs its course and the policy counts.)
 		res.GateWave = i
 	case wv.Phase == v1alpha1.WaveSoaking:
-		if left := soak - w.Now.Sub(wv.ReadyAt.Time); left > 0 {
+		soakEnd := wv.ReadyAt.Add(soak)
+		switch left, over := soakEnd.Sub(w.Now), w.Now.Sub(soakEnd); {
+		case left > 0:
 			res.RequeueAfter = left
 			res.waitForSoak(wv, soak)
-		} else {
+		case len(unsettled) > 0 && over < settleGrace:
+			// Members kustomize-controller has between two outcomes are waited for, not judged.
+			res.RequeueAfter = settleGrace - over
+			res.waitFor(v1alpha1.WaitingForSettle, wv.Name, &metav1.Time{Time: soakEnd}, &metav1.Time{Time: soakEnd.Add(settleGrace)},
+				"wave %s soaked; %s between two reconcile outcomes (%s): decided when they settle, or at the latest %s after the soak, as seen",
+				wv.Name, plural(len(unsettled), "cluster is", "clusters are"), firstNames(unsettled, 3), settleGrace)
+		default:
 			res.GateWave = i
 		}
 	default:
-		deadline := waveDeadline(fr)
+		deadline := waveDeadline(fr, wv)
 		if w.Now.Sub(wv.StartedAt.Time) > deadline {
 			res.GateWave = i
 		} else {
@@ -386,6 +413,14 @@ func applyGates(fr *v1alpha1.FleetRollout, w *world, i int, decided []decidedGat
 	for _, g := range decided {
 		recordGate(fr, wv, g.Gate, g.Decision, g.Receipt, w.Now)
 		pass = pass && g.Decision.Result == v1alpha1.ResultPass
+		if g.Gate == v1alpha1.GateDeploySafe && (wv.Phase == v1alpha1.WavePending || wv.Phase == v1alpha1.WaveAwaiting) {
+			// The targets whose preflight failed are held back when the gate passes (the policy
+			// counted them against the wave's budget); a failed gate starts nothing.
+			wv.HeldBack = nil
+			if g.Decision.Result == v1alpha1.ResultPass {
+				wv.HeldBack = heldBackBy(wv, g.Evidence)
+			}
+		}
 	}
 	switch wv.Phase {
 	case v1alpha1.WavePending, v1alpha1.WaveAwaiting:
@@ -410,11 +445,13 @@ func applyGates(fr *v1alpha1.FleetRollout, w *world, i int, decided []decidedGat
 	onFailure(fr, w)
 }
 
-// decidedGate is one gate decision with the receipt that records it.
+// decidedGate is one gate decision with the receipt that records it and the evidence collected for
+// it (deploySafe's names the targets to hold back).
 type decidedGate struct {
 	Gate     string
 	Decision GateDecision
 	Receipt  string
+	Evidence any
 }
 
 // stepRehearsal moves a rollback rehearsal of the wave: back to the known-good until every member is
@@ -431,17 +468,18 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 		return res
 	}
 	wv.Missing = fleets.Missing(wv.Clusters, w.Inventory)
+	held := heldBack(wv)
 	at := func(rev *v1alpha1.RevisionStatus) int {
 		n := 0
 		for _, c := range wv.Clusters {
-			if w.Kustomizations[c].ReadyAt(rev.Source, rev.Revision) {
+			if !held[c] && w.Kustomizations[c].ReadyAt(rev.Source, rev.Revision) {
 				n++
 			}
 		}
 		return n
 	}
-	total := len(wv.Clusters)
-	deadline := waveDeadline(fr)
+	total := len(wv.Clusters) - len(held)
+	deadline := waveDeadline(fr, wv)
 	// leg observes one leg: every member Ready at rev (ready), or the deadline passed (over, with why),
 	// or what the rollout waits for.
 	leg := func(doing, what string, rev *v1alpha1.RevisionStatus, started *metav1.Time) (ready, over bool, msg string) {
@@ -518,6 +556,9 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 	for c, o := range w.Kustomizations {
 		if !o.Exists {
 			continue
+		}
+		if !rolledBack(o.Source, st) {
+			continue // held back at an older revision by an earlier rollout: it stays there
 		}
 		if !present[c] {
 			// Its FleetCluster is gone, so its kubeconfig is unknown: it cannot be switched back.
@@ -639,10 +680,76 @@ func anyStarted(st *v1alpha1.FleetRolloutStatus) bool {
 	return false
 }
 
-// waveDeadline bounds how long a wave may take to become Ready before it fails: twice the
-// Kustomization timeout, plus a minute for source fetching and scheduling.
-func waveDeadline(fr *v1alpha1.FleetRollout) time.Duration {
-	return 2*durationOr(fr.Spec.Template.Timeout, defaultKustomizationTimeout).Duration + time.Minute
+// fluxThroughput is how many of a wave's Kustomizations kustomize-controller is assumed to apply
+// per second: about half of the 4 a second Flux measures at concurrency 20, for the periodic
+// re-reconciles of the rest of the fleet and for packages slower than its benchmark's.
+const fluxThroughput = 2
+
+// waveDeadline bounds how long a wave (or a leg of its rehearsal) may take to become Ready before it
+// fails: twice the Kustomization timeout, plus a minute for source fetching and scheduling, plus
+// the time kustomize-controller needs to work through the wave's switched members at
+// fluxThroughput (a 1,000-cluster wave: 8m20s more).
+func waveDeadline(fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus) time.Duration {
+	switched := len(wv.Clusters) - len(wv.HeldBack)
+	return 2*durationOr(fr.Spec.Template.Timeout, defaultKustomizationTimeout).Duration + time.Minute +
+		time.Duration(max(switched, 0))*time.Second/fluxThroughput
+}
+
+// heldBack is the set of wave members its deploySafe held back.
+func heldBack(wv *v1alpha1.WaveStatus) map[string]bool {
+	if len(wv.HeldBack) == 0 {
+		return nil
+	}
+	out := make(map[string]bool, len(wv.HeldBack))
+	for _, h := range wv.HeldBack {
+		out[h.Cluster] = true
+	}
+	return out
+}
+
+// maxHeldBackReason bounds a held-back member's reason in status; the receipt has the whole story.
+const maxHeldBackReason = 256
+
+// heldBackBy lists the members of wave wv whose preflight in deploySafe's evidence ev failed.
+func heldBackBy(wv *v1alpha1.WaveStatus, ev any) []v1alpha1.HeldBackCluster {
+	var ds tgcue.DeploySafeEvidence
+	switch e := ev.(type) {
+	case tgcue.DeploySafeEvidence:
+		ds = e
+	case *tgcue.DeploySafeEvidence:
+		if e == nil {
+			return nil
+		}
+		ds = *e
+	default:
+		return nil
+	}
+	var out []v1alpha1.HeldBackCluster
+	for _, c := range ds.Preflight.Clusters {
+		if c.Failed() && slices.Contains(wv.Clusters, c.Name) {
+			reason := c.Problem()
+			if len(reason) > maxHeldBackReason {
+				reason = reason[:maxHeldBackReason-3] + "..."
+			}
+			out = append(out, v1alpha1.HeldBackCluster{Cluster: c.Name, Reason: reason})
+		}
+	}
+	return out
+}
+
+// firstNames lists the first n names, then how many more.
+func firstNames(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // previousFinished is when the wave before wave i finished, nil for the first.

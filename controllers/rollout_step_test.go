@@ -1,7 +1,11 @@
 package controllers
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,10 +29,24 @@ type sim struct {
 	broken map[string]bool // cluster → the candidate fails there
 	// failGate makes a gate fail: the pre-wave gates always, noDisruption on top of broken clusters.
 	failGate map[string]bool
+	// noCRD are clusters that lack a CRD every revision after the first needs: their preflight fails.
+	noCRD map[string]bool
+	// weather says what kustomize-controller shows of cluster c on a turn besides its outcome: ""
+	// (settled), "busy" (mid-reconcile: Ready and Healthy Unknown, Progressing) or "retrying" (a
+	// failed apply of the revision it had applied, ReconciliationFailed). nil: always settled.
+	weather func(turn int, c string) string
+	// noHistory: Kustomizations keep no status.history.
+	noHistory bool
+	// throughput is how many switches Flux applies per turn; 0 means all of them.
+	throughput int
 	// decisions counts the gate decisions made, by gate.
 	decisions map[string]int
 	settings  tgcue.Settings
 	now       time.Time
+	turns     int
+	applied   map[string]target // what Flux applied last, by cluster
+	lastGood  map[string]string // the last revision that applied and passed, by cluster
+	plan      fleets.WavePlan
 	log       []string
 	lastLog   string
 }
@@ -36,7 +54,8 @@ type sim struct {
 func newSim(t *testing.T, clusters ...string) *sim {
 	one := int32(1)
 	soak := &metav1.Duration{Duration: 10 * time.Second}
-	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, decisions: map[string]int{},
+	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, noCRD: map[string]bool{},
+		decisions: map[string]int{}, applied: map[string]target{}, lastGood: map[string]string{},
 		now: time.Unix(1_000_000, 0), settings: tgcue.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
@@ -62,6 +81,7 @@ func (s *sim) turn(target string) (stepResult, fleets.WavePlan) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	s.plan = plan
 	w := &world{Rollout: s.fr, Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings}
 	if c := s.fr.Status.Candidate; c != nil {
 		w.Candidate = collector.SourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
@@ -70,7 +90,8 @@ func (s *sim) turn(target string) (stepResult, fleets.WavePlan) {
 	var decided []decidedGate
 	if res.GateWave >= 0 {
 		for _, g := range res.Gates {
-			decided = append(decided, decidedGate{Gate: g, Decision: s.decide(g, &s.fr.Status.Waves[res.GateWave]), Receipt: "receipt-" + g})
+			d, ev := s.decide(g, res.GateWave)
+			decided = append(decided, decidedGate{Gate: g, Decision: d, Receipt: "receipt-" + g, Evidence: ev})
 		}
 	}
 	return advance(w, res, decided), plan
@@ -79,48 +100,165 @@ func (s *sim) turn(target string) (stepResult, fleets.WavePlan) {
 // run takes turns until the phase is want (or 200 turns), deciding gates as decide says.
 func (s *sim) run(target, want string) {
 	s.t.Helper()
-	for turn := 0; turn < 200; turn++ {
-		_, plan := s.turn(target)
-		s.note()
-		if s.fr.Status.Phase == want {
+	s.runFor(target, want, 200)
+}
+
+func (s *sim) runFor(target, want string, turns int) {
+	s.t.Helper()
+	for turn := 0; turn < turns; turn++ {
+		if s.once(target) == want {
 			return
 		}
-		s.flux(plan)
-		s.now = s.now.Add(2 * time.Second)
 	}
 	s.t.Fatalf("never reached %s:\n%s", want, strings.Join(s.log, "\n"))
 }
 
-// decide stands in for a policy: a gate in failGate fails; noDisruption fails when a member is not
-// Ready at the candidate.
-func (s *sim) decide(gate string, wv *v1alpha1.WaveStatus) GateDecision {
-	s.decisions[gate]++
-	fail := s.failGate[gate]
-	if gate == v1alpha1.GateNoDisruption {
-		for _, c := range wv.Clusters {
-			if !s.ks[c].ReadyAt(s.fr.Status.Candidate.Source, s.fr.Status.Candidate.Revision) {
-				fail = true
-			}
-		}
-	}
-	if fail {
-		return GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + " failed"}}
-	}
-	return GateDecision{Result: v1alpha1.ResultPass}
+// once takes one turn of the engine, then one of Flux, and returns the phase the engine left.
+func (s *sim) once(target string) string {
+	s.t.Helper()
+	_, plan := s.turn(target)
+	s.note()
+	phase := s.fr.Status.Phase
+	s.flux(plan)
+	s.now = s.now.Add(2 * time.Second)
+	return phase
 }
 
-// flux applies what the recorded status asks for and reports health.
+// untilWave takes turns until wave i is in phase.
+func (s *sim) untilWave(target string, i int, phase string) {
+	s.t.Helper()
+	for turn := 0; turn < 200; turn++ {
+		if len(s.fr.Status.Waves) > i && s.fr.Status.Waves[i].Phase == phase {
+			return
+		}
+		s.once(target)
+	}
+	s.t.Fatalf("wave %d never reached %s:\n%s", i, phase, strings.Join(s.log, "\n"))
+}
+
+// decide stands in for collecting the evidence and deciding it. A gate in failGate fails.
+// deploySafe is the built-in policy's decision over the preflight a collector would gather: the
+// wave's targets and, on the first wave, every later wave's planned targets; a cluster in noCRD
+// fails it for any revision but the first. noDisruption fails when more members than the wave's
+// maxFailures are not Ready at the candidate as the evidence judges them, held-back ones included.
+func (s *sim) decide(gate string, i int) (GateDecision, any) {
+	s.decisions[gate]++
+	wv := &s.fr.Status.Waves[i]
+	fail := s.failGate[gate]
+	var ev any
+	switch gate {
+	case v1alpha1.GateDeploySafe:
+		ds := s.deploySafe(i)
+		d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), gate, ds)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		fail, ev = fail || !d.Pass, ds
+	case v1alpha1.GateNoDisruption:
+		cand := s.fr.Status.Candidate
+		bad := len(wv.HeldBack)
+		held := heldBack(wv)
+		for _, c := range wv.Clusters {
+			if ready, _, _ := s.ks[c].JudgedAt(cand.Source, cand.Revision); !ready && !held[c] {
+				bad++
+			}
+		}
+		budget := 0
+		if m := s.fr.WaveSpec(wv.Name).MaxFailures; m != nil {
+			budget = int(*m)
+		}
+		fail = fail || bad > budget
+	}
+	if fail {
+		return GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + " failed"}}, ev
+	}
+	return GateDecision{Result: v1alpha1.ResultPass}, ev
+}
+
+// deploySafe is the deploySafe evidence of wave i as the collector gathers it, its preflight from noCRD.
+func (s *sim) deploySafe(i int) tgcue.DeploySafeEvidence {
+	st := s.fr.Status
+	wv := st.Waves[i]
+	sum := sha256.Sum256([]byte(st.Candidate.Revision))
+	ev := tgcue.DeploySafeEvidence{
+		Evidence: tgcue.Evidence{Rollout: "fleet/web", Wave: wv.Name, Targets: slices.Sorted(slices.Values(wv.Clusters)), CollectedAt: s.now,
+			Candidate: tgcue.Revision{Revision: st.Candidate.Revision, Digest: "sha256:" + hex.EncodeToString(sum[:])}},
+		Render: tgcue.RenderEvidence{OK: true},
+	}
+	preflight := func(clusters []string) []tgcue.ClusterPreflight {
+		var out []tgcue.ClusterPreflight
+		for _, c := range clusters {
+			p := tgcue.ClusterPreflight{Name: c, Reachable: true, ServerVersion: "v1.37.2"}
+			if s.noCRD[c] && st.Candidate.Revision != "r1" {
+				p.MissingAPIs = []string{"monitoring.coreos.com/v1, Kind=ServiceMonitor: ServiceMonitor demo/web"}
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	budget := func(wave string) int {
+		if m := s.fr.WaveSpec(wave).MaxFailures; m != nil {
+			return int(*m)
+		}
+		return 0
+	}
+	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", budget(wv.Name), preflight(ev.Targets))
+	if i == 0 {
+		for _, pw := range s.plan.Waves[1:] {
+			ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(pw.Name, budget(pw.Name), preflight(pw.Clusters)))
+		}
+	}
+	return ev
+}
+
+// flux applies what the recorded status asks for, at most throughput switches a turn, and reports
+// what each Kustomization says: its outcome, seen through the turn's weather.
 func (s *sim) flux(plan fleets.WavePlan) {
+	s.turns++
 	existing := map[string]*kustomizev1.Kustomization{}
 	for c, o := range s.ks {
 		if o.Exists {
 			existing[c] = &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
+			existing[c].Spec.SourceRef.Name = o.Source
 		}
 	}
-	for c, tg := range desiredTargets(s.fr, plan, existing) {
-		o := collector.Observation{Exists: true, Source: tg.Source, Current: true, ReadyCurrent: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue, LastApplied: tg.Revision}
-		if s.broken[c] && s.fr.Status.Candidate != nil && tg.Revision == s.fr.Status.Candidate.Revision {
-			o.Ready, o.Reason, o.LastApplied = metav1.ConditionFalse, "HealthCheckFailed", s.ks[c].LastApplied
+	desired := desiredTargets(s.fr, plan, existing)
+	switched := 0
+	for _, c := range slices.Sorted(maps.Keys(desired)) {
+		tg := desired[c]
+		if s.applied[c] == tg && !s.broken[c] {
+			s.lastGood[c] = tg.Revision // a cluster fixed in place: Flux's next reconcile passes
+			continue
+		}
+		if s.applied[c] != tg {
+			if s.throughput > 0 && switched == s.throughput {
+				continue
+			}
+			switched++
+			s.applied[c] = tg
+			if !s.broken[c] || s.fr.Status.Candidate == nil || tg.Revision != s.fr.Status.Candidate.Revision {
+				s.lastGood[c] = tg.Revision
+			}
+		}
+	}
+	for c, tg := range s.applied {
+		o := collector.Observation{Exists: true, Source: tg.Source, Current: true, ReadyCurrent: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue,
+			LastApplied: s.lastGood[c], Health: tgcue.HealthChecksPassed, LastReconciled: s.lastGood[c], LastReconciledStatus: "ReconciliationSucceeded"}
+		if s.lastGood[c] != tg.Revision {
+			o.Ready, o.Reason, o.Health, o.LastReconciled, o.LastReconciledStatus = metav1.ConditionFalse, "HealthCheckFailed", tgcue.HealthChecksFailed, tg.Revision, "HealthCheckFailed"
+		}
+		var weather string
+		if s.weather != nil && o.Ready == metav1.ConditionTrue {
+			weather = s.weather(s.turns, c)
+		}
+		switch weather {
+		case "busy":
+			o.Ready, o.Reason, o.Health, o.HealthReason, o.Progressing = metav1.ConditionUnknown, "Progressing", tgcue.HealthChecksProgressing, "Progressing", true
+		case "retrying":
+			o.Ready, o.Reason, o.LastReconciledStatus = metav1.ConditionFalse, "ReconciliationFailed", "ReconciliationFailed"
+		}
+		if s.noHistory {
+			o.LastReconciled, o.LastReconciledStatus = "", ""
 		}
 		s.ks[c] = o
 	}
@@ -411,4 +549,273 @@ func mustPlan(t *testing.T, s *sim) fleets.WavePlan {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// fleet is n clusters named c0001...; waves take the first one, then percent of the rest's share
+// (0: no ring), then the rest.
+func fleet(t *testing.T, n int, ringPercent int32) *sim {
+	var names []string
+	for i := 1; i <= n; i++ {
+		names = append(names, fmt.Sprintf("c%04d", i))
+	}
+	s := newSim(t, names...)
+	if ringPercent > 0 {
+		s.fr.Spec.Waves = slices.Insert(s.fr.Spec.Waves, 1, v1alpha1.Wave{Name: "ring", Percent: &ringPercent, Selector: &metav1.LabelSelector{}, Soak: s.fr.Spec.Waves[0].Soak})
+	}
+	return s
+}
+
+// every makes cluster c mid-reconcile (or retrying) one turn in period, each cluster on its own turn.
+func every(period int, what string) func(int, string) string {
+	return func(turn int, c string) string {
+		h := 0
+		for _, b := range []byte(c) {
+			h = h*31 + int(b)
+		}
+		if (h+turn)%period == 0 {
+			return what
+		}
+		return ""
+	}
+}
+
+// restSoaking is a three-cluster sim that rolled r1 out and soaks r2 on its second wave (b, c).
+func restSoaking(t *testing.T, noHistory bool) *sim {
+	s := newSim(t, "a", "b", "c")
+	s.noHistory = noHistory
+	s.run("r1", v1alpha1.PhaseCompleted)
+	s.untilWave("r2", 1, v1alpha1.WaveSoaking)
+	return s
+}
+
+func TestStepTransientFluxStates(t *testing.T) {
+	t.Run("a healthy release at 1,000 clusters completes while Flux re-reconciles members all the time", func(t *testing.T) {
+		s := fleet(t, 1000, 10)
+		s.throughput = 8 // 4 Kustomizations a second
+		s.run("r1", v1alpha1.PhaseCompleted)
+		// About 25 members are mid-reconcile at any moment (Ready and Healthy Unknown): never are
+		// all of a wave's members Ready at once, yet each one's last reconcile passed.
+		s.weather = every(40, "busy")
+		busyAtDecision := 0
+		for turn := 0; turn < 600 && (turn == 0 || s.fr.Status.Phase != v1alpha1.PhaseCompleted); turn++ {
+			res, plan := s.turn("r2")
+			if res.GateWave >= 0 && slices.Contains(res.Gates, v1alpha1.GateNoDisruption) {
+				for _, c := range s.fr.Status.Waves[res.GateWave].Clusters {
+					if s.ks[c].Progressing {
+						busyAtDecision++
+					}
+				}
+			}
+			s.flux(plan)
+			s.now = s.now.Add(2 * time.Second)
+		}
+		if s.fr.Status.Phase != v1alpha1.PhaseCompleted || s.fr.Status.LastKnownGood.Revision != "r2" {
+			t.Fatalf("the release did not complete: %s %+v", s.fr.Status.Phase, s.fr.Status.WaitingFor)
+		}
+		for _, wv := range s.fr.Status.Waves {
+			if o := gateOutcome(&wv, v1alpha1.GateNoDisruption); o == nil || o.Result != v1alpha1.ResultPass {
+				t.Errorf("wave %s: noDisruption %+v", wv.Name, o)
+			}
+		}
+		if busyAtDecision == 0 {
+			t.Errorf("no member was mid-reconcile when a wave was decided: the test shows nothing")
+		}
+	})
+	t.Run("without status.history a member mid-reconcile at the end of the soak is waited for, then judged as seen", func(t *testing.T) {
+		s := restSoaking(t, true)
+		readyAt := s.fr.Status.Waves[1].ReadyAt.Time
+		s.weather = func(_ int, c string) string {
+			if c == "b" {
+				return "busy"
+			}
+			return ""
+		}
+		var settled bool
+		for s.fr.Status.Phase == v1alpha1.PhaseProgressing {
+			s.once("r2")
+			if wf := s.fr.Status.WaitingFor; wf != nil && wf.Reason == v1alpha1.WaitingForSettle {
+				settled = true
+				if !strings.Contains(wf.Message, "1 cluster is between two reconcile outcomes (b)") {
+					t.Errorf("settle message: %q", wf.Message)
+				}
+			}
+		}
+		wv := s.fr.Status.Waves[1]
+		if !settled || s.fr.Status.Phase != v1alpha1.PhaseHeld || wv.Phase != v1alpha1.WaveFailed {
+			t.Fatalf("want a wait to settle, then a failed wave: settled=%v %s %+v", settled, s.fr.Status.Phase, wv)
+		}
+		if decided := wv.FinishedAt.Sub(readyAt); decided < 10*time.Second+settleGrace || decided > 10*time.Second+settleGrace+4*time.Second {
+			t.Errorf("decided %s after readyAt, want the soak and the settle bound (%s)", decided, 10*time.Second+settleGrace)
+		}
+	})
+	t.Run("a member that settles during the wait passes", func(t *testing.T) {
+		s := restSoaking(t, true)
+		until := s.turns + 10 // busy through the soak's end, settled 20 s after it
+		s.weather = func(turn int, c string) string {
+			if c == "b" && turn < until {
+				return "busy"
+			}
+			return ""
+		}
+		var waited bool
+		for s.fr.Status.Phase == v1alpha1.PhaseProgressing {
+			s.once("r2")
+			waited = waited || (s.fr.Status.WaitingFor != nil && s.fr.Status.WaitingFor.Reason == v1alpha1.WaitingForSettle)
+		}
+		if !waited || s.fr.Status.Phase != v1alpha1.PhaseCompleted {
+			t.Fatalf("want a wait to settle, then completion: waited=%v %s", waited, s.fr.Status.Phase)
+		}
+	})
+	t.Run("a retried apply failure of the applied revision during the soak is waited for, not judged", func(t *testing.T) {
+		s := restSoaking(t, false)
+		from := s.turns + 1
+		s.weather = func(turn int, c string) string {
+			if c == "b" && turn >= from && turn < from+3 {
+				return "retrying"
+			}
+			return ""
+		}
+		s.log = nil
+		s.run("r2", v1alpha1.PhaseCompleted)
+		s.expect(
+			"Progressing canary=Succeeded[a] rest=Succeeded[b c] knownGood=r1",
+			"Completed canary=Succeeded[a] rest=Succeeded[b c] knownGood=r2",
+		)
+	})
+	t.Run("a retried failure still there past the bound fails the wave", func(t *testing.T) {
+		s := restSoaking(t, false)
+		s.weather = func(_ int, c string) string {
+			if c == "b" {
+				return "retrying"
+			}
+			return ""
+		}
+		s.run("r2", v1alpha1.PhaseHeld)
+		if wv := s.fr.Status.Waves[1]; wv.Phase != v1alpha1.WaveFailed || wv.FinishedAt.Sub(wv.ReadyAt.Time) < 10*time.Second+settleGrace {
+			t.Fatalf("want the wave failed after its soak and the settle bound: %+v", wv)
+		}
+	})
+}
+
+func TestStepHeldBack(t *testing.T) {
+	one := int32(1)
+	t.Run("a CRD missing on the last wave fails the first wave's deploySafe before anything switches", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.noCRD["c"] = true
+		s.log = nil
+		for i := 0; i < 20; i++ {
+			s.once("r2")
+		}
+		s.expect(
+			"Progressing canary=Pending[] rest=Pending[] knownGood=r1",
+			"Progressing canary=Pending[a] rest=Pending[] knownGood=r1",
+		)
+		if o := gateOutcome(&s.fr.Status.Waves[0], v1alpha1.GateDeploySafe); o == nil || o.Result != v1alpha1.ResultFail {
+			t.Fatalf("the canary's deploySafe should fail on the last wave's preflight: %+v", s.fr.Status.Waves[0].Gates)
+		}
+		for c, o := range s.ks {
+			if o.LastApplied != "r1" {
+				t.Errorf("%s switched to %s", c, o.LastApplied)
+			}
+		}
+	})
+	t.Run("within the wave's maxFailures the cluster is held back and listed, never switched", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.fr.Spec.Waves[1].MaxFailures = &one
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.noCRD["c"] = true
+		s.log = nil
+		s.run("r2", v1alpha1.PhaseCompleted)
+		s.expect(
+			"Progressing canary=Pending[] rest=Pending[] knownGood=r1",
+			"Progressing canary=Progressing[a] rest=Pending[] knownGood=r1",
+			"Progressing canary=Soaking[a] rest=Pending[] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Pending[] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Progressing[b c] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Soaking[b c] knownGood=r1",
+			"Progressing canary=Succeeded[a] rest=Succeeded[b c] knownGood=r1",
+			"Completed canary=Succeeded[a] rest=Succeeded[b c] knownGood=r2",
+		)
+		rest := s.fr.Status.Waves[1]
+		if len(rest.HeldBack) != 1 || rest.HeldBack[0].Cluster != "c" || !strings.Contains(rest.HeldBack[0].Reason, "ServiceMonitor") {
+			t.Fatalf("heldBack = %+v", rest.HeldBack)
+		}
+		if rest.Updated != 1 || rest.Healthy != 1 {
+			t.Errorf("a held-back member is neither updated nor healthy: %+v", rest)
+		}
+		for i := 0; i < 10; i++ {
+			s.once("r2")
+		}
+		if s.ks["c"].LastApplied != "r1" || s.ks["b"].LastApplied != "r2" {
+			t.Fatalf("c must stay at r1 after the rollout completes, b run r2: %+v", s.ks)
+		}
+		// The next revision preflights it again; with the CRD installed it goes.
+		s.noCRD["c"] = false
+		s.run("r3", v1alpha1.PhaseCompleted)
+		if s.ks["c"].LastApplied != "r3" || len(s.fr.Status.Waves[1].HeldBack) != 0 {
+			t.Fatalf("c should run r3 once its preflight passes: %+v %+v", s.ks["c"], s.fr.Status.Waves[1])
+		}
+	})
+	t.Run("a held-back member counts against the budget of the wave's noDisruption", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c", "d")
+		s.fr.Spec.Waves[1].MaxFailures = &one
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.noCRD["c"] = true
+		s.broken["d"] = true
+		s.run("r2", v1alpha1.PhaseHeld)
+		if rest := s.fr.Status.Waves[1]; rest.Phase != v1alpha1.WaveFailed || len(rest.HeldBack) != 1 {
+			t.Fatalf("one held back and one broken is two failures over a budget of one: %+v", rest)
+		}
+		if s.ks["c"].LastApplied != "r1" {
+			t.Errorf("the held-back member was switched: %+v", s.ks["c"])
+		}
+	})
+}
+
+func TestWaveDeadlineGrowsWithTheWave(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{}
+	fr.Spec.Template.Timeout = &metav1.Duration{Duration: 30 * time.Second}
+	wave := func(n int) *v1alpha1.WaveStatus {
+		wv := &v1alpha1.WaveStatus{}
+		for i := 0; i < n; i++ {
+			wv.Clusters = append(wv.Clusters, fmt.Sprint(i))
+		}
+		return wv
+	}
+	if got := waveDeadline(fr, wave(1)); got != 2*time.Minute+500*time.Millisecond {
+		t.Errorf("one member: %s", got)
+	}
+	if got := waveDeadline(fr, wave(1000)); got != 2*time.Minute+500*time.Second {
+		t.Errorf("1,000 members: %s", got)
+	}
+
+	t.Run("a 1,000-cluster wave that Flux applies at 4 a second makes its deadline", func(t *testing.T) {
+		s := fleet(t, 1000, 0)
+		s.fr.Spec.Template.Timeout = &metav1.Duration{Duration: 30 * time.Second}
+		s.throughput = 8
+		s.runFor("r1", v1alpha1.PhaseCompleted, 400)
+		rest := s.fr.Status.Waves[1]
+		if took := rest.ReadyAt.Sub(rest.StartedAt.Time); took <= 2*time.Minute {
+			t.Fatalf("the wave took %s: not longer than the size-blind deadline, the test shows nothing", took)
+		}
+	})
+	t.Run("a wave whose member never becomes Ready fails at its deadline", func(t *testing.T) {
+		s := fleet(t, 1000, 0)
+		s.fr.Spec.Template.Timeout = &metav1.Duration{Duration: 30 * time.Second}
+		s.throughput = 8
+		s.noHistory = true
+		s.weather = func(_ int, c string) string {
+			if c == "c0500" {
+				return "busy"
+			}
+			return ""
+		}
+		s.runFor("r1", v1alpha1.PhaseHeld, 600)
+		rest := s.fr.Status.Waves[1]
+		deadline := waveDeadline(s.fr, &rest)
+		if took := rest.FinishedAt.Sub(rest.StartedAt.Time); rest.Phase != v1alpha1.WaveFailed || took < deadline || took > deadline+4*time.Second {
+			t.Fatalf("want the wave failed at its deadline %s: %s after %s", deadline, rest.Phase, took)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
@@ -22,8 +23,34 @@ type Options struct {
 	Gates GateEvaluator
 	// TestHook is passed to the FleetRollout reconciler (crash-point tests).
 	TestHook func(point string) error
+	// ClusterConcurrency is how many FleetClusters are reconciled at once; zero is
+	// DefaultClusterConcurrency.
+	ClusterConcurrency int
+	// Members limits the requests to member clusters.
+	Members MemberOptions
 	// SkipNameValidation lets tests start several managers in one process.
 	SkipNameValidation bool
+}
+
+// MemberOptions limit what tidegate asks of member clusters; zero values are member's defaults.
+type MemberOptions struct {
+	// QPS and Burst limit the requests to one member cluster.
+	QPS   float32
+	Burst int
+	// Timeout bounds one request to a member.
+	Timeout time.Duration
+	// CacheSize bounds the kubeconfigs and member clients kept.
+	CacheSize int
+}
+
+// NewMemberClients returns the member clients of a manager: kubeconfig Secrets are read from the API
+// server, and only when their resourceVersion, which the manager's cache keeps from a metadata-only
+// watch of Secrets, changed; the manager never holds a Secret's data.
+func NewMemberClients(mgr ctrl.Manager, hubConfig *rest.Config, o MemberOptions) *member.Clients {
+	return &member.Clients{
+		Secrets: mgr.GetAPIReader(), Versions: mgr.GetCache(), Hub: hubConfig, Scheme: mgr.GetScheme(),
+		QPS: o.QPS, Burst: o.Burst, Timeout: o.Timeout, CacheSize: o.CacheSize,
+	}
 }
 
 // Setup registers the FleetRollout and FleetCluster controllers with mgr, with one Flux event
@@ -34,14 +61,14 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		return fmt.Errorf("creating event recorder: %w", err)
 	}
 	m := runtimectrl.NewMetrics(mgr, metricsRecorder())
+	members := NewMemberClients(mgr, hubConfig, opts.Members)
 	rollouts := &FleetRolloutReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: recorder,
 		Metrics:       &m,
 		Evidence: &collector.Collector{
-			// Kubeconfig Secrets are read uncached: the manager does not list and watch every Secret.
-			Members: &member.Clients{Secrets: mgr.GetAPIReader(), Hub: hubConfig, Scheme: mgr.GetScheme()},
+			Members: members,
 			Sources: mgr.GetClient(),
 		},
 		Gates:    opts.Gates,
@@ -54,8 +81,10 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		Client:        mgr.GetClient(),
 		EventRecorder: recorder,
 		HubConfig:     hubConfig,
+		Members:       members,
 
-		SkipNameValidation: opts.SkipNameValidation,
+		MaxConcurrentReconciles: opts.ClusterConcurrency,
+		SkipNameValidation:      opts.SkipNameValidation,
 	}
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the fleetcluster controller: %w", err)

@@ -16,11 +16,15 @@ type target struct {
 
 // desiredTargets derives, from the recorded status alone, what each cluster's Kustomization should
 // point at. Clusters without an entry are left as they are.
-//   - Rolling back or rolled back: every managed cluster goes to the known-good.
+//   - Rolling back or rolled back: every managed cluster at the candidate goes to the known-good
+//     (one that a wave held back at an older revision stays there: its preflight refused it).
 //   - Members of a started wave run the candidate, except during the first leg of a rehearsal, when
-//     they run the known-good.
+//     they run the known-good, and except the members the wave held back (deploySafe's preflight
+//     failed on them): they keep what they run, and are never switched.
 //   - Other eligible clusters keep what they run; one without a Kustomization gets the known-good,
-//     so a cluster that joins the fleet runs what the rest of the fleet ran last.
+//     so a cluster that joins the fleet runs what the rest of the fleet ran last. A held-back one
+//     gets it only while the candidate is in flight: once it completes, the known-good is the
+//     candidate.
 func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]*kustomizev1.Kustomization) map[string]target {
 	st := &fr.Status
 	out := map[string]target{}
@@ -36,12 +40,19 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 			return out
 		}
 		for c, ks := range existing {
+			if !rolledBack(ks.Spec.SourceRef.Name, st) {
+				continue
+			}
 			out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: ks.Labels[v1alpha1.WaveLabel]}
 		}
 		return out
 	}
+	held := map[string]bool{}
 	if st.Candidate != nil {
 		for _, w := range st.Waves {
+			for _, h := range w.HeldBack {
+				held[h.Cluster] = true
+			}
 			if w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting || w.Phase == v1alpha1.WaveRolledBack {
 				continue
 			}
@@ -50,17 +61,28 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 				to = kg // the rehearsal's first leg: the wave goes back to the known-good
 			}
 			for _, c := range w.Clusters {
-				out[c] = target{Source: to.Source, Revision: to.Revision, Wave: w.Name}
+				if !held[c] {
+					out[c] = target{Source: to.Source, Revision: to.Revision, Wave: w.Name}
+				}
 			}
 		}
 	}
 	if kg != nil {
 		for _, c := range plan.Eligible {
-			if _, ok := out[c]; ok || existing[c] != nil {
+			if _, ok := out[c]; ok || existing[c] != nil || (held[c] && !inFlight(st)) {
 				continue
 			}
 			out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
 		}
 	}
 	return out
+}
+
+// rolledBack tells whether a rollback sends a Kustomization pointing at source to the known-good:
+// it points at the candidate or the known-good, or at no source tidegate knows of. One a wave held
+// back at an older revision stays there: its preflight refused the candidate, and nothing says it
+// would take the known-good.
+func rolledBack(source string, st *v1alpha1.FleetRolloutStatus) bool {
+	return source == "" || st.LastKnownGood == nil || source == st.LastKnownGood.Source ||
+		(st.Candidate != nil && source == st.Candidate.Source)
 }

@@ -78,3 +78,61 @@ func TestLateJoinersAreReported(t *testing.T) {
 		t.Errorf("no late joiners once every cluster is held: %v", fr.Status.LateJoiners)
 	}
 }
+
+func TestDesiredTargetsHoldBack(t *testing.T) {
+	plan := fleets.WavePlan{
+		Waves:    []fleets.PlannedWave{{Name: "canary", Clusters: []string{"a"}}, {Name: "rest", Clusters: []string{"b", "c", "d"}}},
+		Eligible: []string{"a", "b", "c", "d"},
+	}
+	kg := &v1alpha1.RevisionStatus{Revision: "main@sha1:1", Source: "web-1"}
+	cand := &v1alpha1.RevisionStatus{Revision: "main@sha1:2", Source: "web-2"}
+	at := func(source string) *kustomizev1.Kustomization {
+		ks := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.WaveLabel: "rest"}}}
+		ks.Spec.SourceRef.Name = source
+		return ks
+	}
+	// c's preflight failed (held back, it runs the known-good); d was held back with no
+	// Kustomization yet.
+	existing := map[string]*kustomizev1.Kustomization{"a": at("web-2"), "b": at("web-1"), "c": at("web-1")}
+	fr := &v1alpha1.FleetRollout{Status: v1alpha1.FleetRolloutStatus{
+		Phase: v1alpha1.PhaseProgressing, Candidate: cand, LastKnownGood: kg,
+		Waves: []v1alpha1.WaveStatus{
+			{Name: "canary", Phase: v1alpha1.WaveSucceeded, Clusters: []string{"a"}},
+			{Name: "rest", Phase: v1alpha1.WaveProgressing, Clusters: []string{"b", "c", "d"},
+				HeldBack: []v1alpha1.HeldBackCluster{{Cluster: "c", Reason: "1 API(s) not served"}, {Cluster: "d"}}},
+		},
+	}}
+	got := desiredTargets(fr, plan, existing)
+	if got["b"].Source != "web-2" {
+		t.Errorf("b runs the candidate: %+v", got["b"])
+	}
+	if _, ok := got["c"]; ok {
+		t.Errorf("a held-back member keeps what it runs: %+v", got["c"])
+	}
+	if got["d"].Source != "web-1" {
+		t.Errorf("a held-back member without a Kustomization gets the known-good while the candidate is in flight: %+v", got["d"])
+	}
+
+	// Completed: the known-good is the candidate now, and the held-back members stay behind.
+	fr.Status.Phase, fr.Status.LastKnownGood = v1alpha1.PhaseCompleted, cand
+	fr.Status.Waves[1].Phase = v1alpha1.WaveSucceeded
+	got = desiredTargets(fr, plan, existing)
+	if _, ok := got["c"]; ok {
+		t.Errorf("after completion a held-back member is not switched: %+v", got["c"])
+	}
+	if _, ok := got["d"]; ok {
+		t.Errorf("after completion a held-back member gets nothing it was not given: %+v", got["d"])
+	}
+
+	// The next candidate rolls back: c, held back at web-1 by the last rollout, stays there.
+	next := &v1alpha1.RevisionStatus{Revision: "main@sha1:3", Source: "web-3"}
+	existing["b"] = at("web-3")
+	fr.Status = v1alpha1.FleetRolloutStatus{Phase: v1alpha1.PhaseRollingBack, Candidate: next, LastKnownGood: cand}
+	got = desiredTargets(fr, plan, existing)
+	if got["b"].Source != "web-2" || got["a"].Source != "web-2" {
+		t.Errorf("members at the candidate or the known-good go to the known-good: %+v", got)
+	}
+	if _, ok := got["c"]; ok {
+		t.Errorf("a member held back at an older revision stays there: %+v", got["c"])
+	}
+}

@@ -413,3 +413,86 @@ func TestGateNamesMatchAPI(t *testing.T) {
 		t.Fatalf("Gates %v, API %v", Gates, v1alpha1.Gates)
 	}
 }
+
+// fleetPreflight is a first wave's deploySafe evidence over a fleet of 1 + n + m clusters: the
+// canary, a ring of n and the rest of m, every one reachable and accepting the candidate.
+func fleetPreflight(n, m int, ringBudget, restBudget int) DeploySafeEvidence {
+	ev := DeploySafeEvidence{
+		Evidence: Evidence{
+			Rollout: "apps/podinfo", Wave: "canary", Targets: []string{"member-0000"},
+			Candidate:   Revision{Revision: "main@sha1:2222222222222222222222222222222222222222", Digest: "sha256:" + strings.Repeat("c", 64)},
+			CollectedAt: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC),
+		},
+		Render: RenderEvidence{OK: true},
+	}
+	ok := func(i int) ClusterPreflight {
+		return ClusterPreflight{Name: fmt.Sprintf("member-%04d", i), Reachable: true, ServerVersion: "v1.37.2"}
+	}
+	ev.Preflight.Clusters = []ClusterPreflight{ok(0)}
+	var ring, rest []ClusterPreflight
+	for i := 1; i <= n; i++ {
+		ring = append(ring, ok(i))
+	}
+	for i := n + 1; i <= n+m; i++ {
+		rest = append(rest, ok(i))
+	}
+	ev.Preflight.LaterWaves = []WavePreflight{NewWavePreflight("ring", ringBudget, ring), NewWavePreflight("rest", restBudget, rest)}
+	return ev
+}
+
+// refill recomputes the later waves' failed lists after a test broke some of their clusters.
+func (ev *DeploySafeEvidence) refill() {
+	for i, w := range ev.Preflight.LaterWaves {
+		ev.Preflight.LaterWaves[i] = NewWavePreflight(w.Name, w.MaxFailures, w.Clusters)
+	}
+}
+
+// The first wave's deploySafe judges every later wave's preflight against that wave's own budget:
+// a CRD missing on the last ring fails it with no budget, passes within one, and fails beyond it.
+func TestFleetPreflightBudget(t *testing.T) {
+	const crd = "monitoring.coreos.com/v1, Kind=ServiceMonitor: ServiceMonitor web/web"
+	if d, err := Evaluate(DefaultPolicy(), GateDeploySafe, fleetPreflight(99, 900, 0, 0)); err != nil || !d.Pass {
+		t.Fatalf("a healthy fleet of 1,000: %+v %v", d, err)
+	}
+	ev := fleetPreflight(99, 900, 0, 0)
+	ev.Preflight.LaterWaves[1].Clusters[899].MissingAPIs = []string{crd}
+	ev.refill()
+	d, err := Evaluate(DefaultPolicy(), GateDeploySafe, ev)
+	want := `deploySafe.preflight.laterWaves.1.clusters.899.missingAPIs.0: the cluster does not serve this API, which the candidate uses (laterWaves.1: rest; clusters.899: member-0999; missingAPIs.0: "` + strings.ReplaceAll(crd, `"`, `\"`) + `")`
+	if err != nil || d.Pass || len(d.Reasons) != 1 || d.Reasons[0] != want {
+		t.Fatalf("the last ring misses a CRD and allows no failure: %+v %v\nwant %s", d, err, want)
+	}
+
+	ev = fleetPreflight(99, 900, 0, 1)
+	ev.Preflight.LaterWaves[1].Clusters[899].MissingAPIs = []string{crd}
+	ev.refill()
+	if d, err := Evaluate(DefaultPolicy(), GateDeploySafe, ev); err != nil || !d.Pass {
+		t.Fatalf("one failure within the last ring's budget of one: %+v %v", d, err)
+	}
+	if got := ev.Preflight.LaterWaves[1].Failed; len(got) != 1 || got[0] != "member-0999" {
+		t.Fatalf("failed = %v", got)
+	}
+
+	ev.Preflight.LaterWaves[1].Clusters[10].Reachable = false
+	ev.refill()
+	d, err = Evaluate(DefaultPolicy(), GateDeploySafe, ev)
+	want = "deploySafe.preflight.laterWaves.1._budget: 2 targets failed their preflight, more than the wave's maxFailures of 1: member-0110, member-0999 (laterWaves.1: rest)"
+	if err != nil || d.Pass || len(d.Reasons) != 1 || d.Reasons[0] != want {
+		t.Fatalf("two failures over a budget of one: %+v %v\nwant %s", d, err, want)
+	}
+
+	// The ring's budget is its own: a failure there with none allowed fails the gate.
+	ev = fleetPreflight(99, 900, 0, 5)
+	ev.Preflight.LaterWaves[0].Clusters[3].DryRunErrors = []string{"Deployment web/web: admission webhook denied"}
+	ev.refill()
+	if d, err := Evaluate(DefaultPolicy(), GateDeploySafe, ev); err != nil || d.Pass {
+		t.Fatalf("a ring without budget: %+v %v", d, err)
+	}
+
+	// failed is derived from the clusters: evidence that says otherwise does not fit the schema.
+	ev = fleetPreflight(2, 2, 0, 1)
+	ev.Preflight.LaterWaves[1].Failed = []string{"member-0003"}
+	if d, err := Evaluate(DefaultPolicy(), GateDeploySafe, ev); err != nil || d.Pass {
+		t.Fatalf("a failed list the clusters do not support: %+v %v", d, err)
+	}
+}

@@ -1,6 +1,10 @@
 package cue
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // The Go side of the evidence schemas in schema/*.cue. Collectors fill these and hand them to
 // Evaluate; a test keeps every JSON field here in step with a field of the schema. Lists are
@@ -84,9 +88,57 @@ type InstallFindings struct {
 	Violations    []string `json:"violations,omitempty"`
 }
 
-// PreflightEvidence has one entry per target of the wave.
+// PreflightEvidence is the preflight of the wave's targets (#WavePreflight) and, on the first
+// wave, of every later wave's planned targets.
 type PreflightEvidence struct {
-	Clusters []ClusterPreflight `json:"clusters,omitempty"`
+	WavePreflight
+	LaterWaves []WavePreflight `json:"laterWaves,omitempty"`
+}
+
+// WavePreflight is #WavePreflight: one wave's targets, its failure budget, and the targets whose
+// preflight failed (FailedPreflights).
+type WavePreflight struct {
+	// Name is the wave; empty for the wave the evidence is about.
+	Name        string             `json:"name,omitempty"`
+	MaxFailures int                `json:"maxFailures"`
+	Clusters    []ClusterPreflight `json:"clusters,omitempty"`
+	Failed      []string           `json:"failed,omitempty"`
+}
+
+// Failed tells whether the preflight of a cluster found a problem: not reachable, an API not
+// served, a dry-run rejection. The schema derives #WavePreflight.failed the same way.
+func (c ClusterPreflight) Failed() bool {
+	return !c.Reachable || len(c.MissingAPIs) > 0 || len(c.DryRunErrors) > 0
+}
+
+// Problem says in one line why a cluster's preflight failed, "" when it did not.
+func (c ClusterPreflight) Problem() string {
+	var parts []string
+	if !c.Reachable {
+		why := "unreachable"
+		if c.Unreachable != "" {
+			why += ": " + c.Unreachable
+		}
+		parts = append(parts, why)
+	}
+	if n := len(c.MissingAPIs); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d API(s) not served: %s", n, c.MissingAPIs[0]))
+	}
+	if n := len(c.DryRunErrors); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d dry-run rejection(s): %s", n, c.DryRunErrors[0]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// NewWavePreflight is the preflight of one wave with Failed filled from its clusters.
+func NewWavePreflight(name string, maxFailures int, clusters []ClusterPreflight) WavePreflight {
+	w := WavePreflight{Name: name, MaxFailures: maxFailures, Clusters: clusters}
+	for _, c := range clusters {
+		if c.Failed() {
+			w.Failed = append(w.Failed, c.Name)
+		}
+	}
+	return w
 }
 
 // ClusterPreflight is #Preflight.
@@ -106,7 +158,14 @@ type NoDisruptionEvidence struct {
 	Soak           string              `json:"soak"`
 	SampleInterval string              `json:"sampleInterval"`
 	MaxFailures    int                 `json:"maxFailures"`
+	HeldBack       []HeldBack          `json:"heldBack,omitempty"`
 	Clusters       []ClusterContinuity `json:"clusters,omitempty"`
+}
+
+// HeldBack is #HeldBack: a member the wave did not switch, because its preflight failed.
+type HeldBack struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // Health-check outcomes of a per-cluster Kustomization (#ClusterContinuity.healthChecks).
@@ -114,7 +173,9 @@ const (
 	HealthChecksPassed  = "Passed"
 	HealthChecksFailed  = "Failed"
 	HealthChecksUnknown = "Unknown"
-	HealthChecksNone    = "None"
+	// HealthChecksProgressing: kustomize-controller is running the health checks now.
+	HealthChecksProgressing = "Progressing"
+	HealthChecksNone        = "None"
 )
 
 // ClusterContinuity is #ClusterContinuity: one cluster's soak, summarised.
@@ -126,6 +187,8 @@ type ClusterContinuity struct {
 	UnavailableSeconds float64 `json:"unavailableSeconds"`
 	Samples            int     `json:"samples"`
 	HealthChecks       string  `json:"healthChecks"`
+	// Transient is what kustomize-controller was doing, when it was between two outcomes.
+	Transient string `json:"transient,omitempty"`
 }
 
 // RollbackSafeEvidence is #RollbackSafeEvidence.

@@ -91,7 +91,10 @@ type FleetClusterStatus struct {
 	// +optional
 	ServerVersion string `json:"serverVersion,omitempty"`
 
-	// lastObservedTime is when the member API server last answered. Gates treat older observations as stale.
+	// lastObservedTime is when the member API server answered the probe that last changed this
+	// status: it became reachable, or its version changed. A probe that sees what status already
+	// says writes nothing, so this is not a heartbeat: while the controller runs, status is at most
+	// one spec.interval (plus the probe timeout) behind the member.
 	// +optional
 	LastObservedTime *metav1.Time `json:"lastObservedTime,omitempty"`
 

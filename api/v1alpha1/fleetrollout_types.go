@@ -315,6 +315,7 @@ const (
 	WaitingForGateBlocked  = "GateBlocked"
 	WaitingForMembers      = "MembersReady"
 	WaitingForSoak         = "Soak"
+	WaitingForSettle       = "Settle"
 	WaitingForRehearsal    = "Rehearsal"
 	WaitingForRollback     = "RollingBack"
 	WaitingForFailedWave   = "FailedWave"
@@ -323,7 +324,8 @@ const (
 // WaitingFor says what a rollout waits for before its next step, as the controller decided it.
 type WaitingFor struct {
 	// reason is one word for what it waits for: Source, PinnedSource, RevisionInFlight, Retry, Hold,
-	// Approval, PreWaveGates, GateBlocked, MembersReady, Soak, Rehearsal, RollingBack or FailedWave.
+	// Approval, PreWaveGates, GateBlocked, MembersReady, Soak, Settle, Rehearsal, RollingBack or
+	// FailedWave.
 	// +required
 	Reason string `json:"reason"`
 
@@ -484,6 +486,13 @@ type WaveStatus struct {
 	// +optional
 	Missing []string `json:"missing,omitempty"`
 
+	// heldBack lists members whose deploySafe preflight failed while the gate passed within the
+	// wave's maxFailures: they are kept at the known-good, never switched, and count as failed.
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	HeldBack []HeldBackCluster `json:"heldBack,omitempty"`
+
 	// startedAt is when the wave started switching clusters.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
@@ -503,6 +512,18 @@ type WaveStatus struct {
 	// rehearsal is the rollback rehearsal of the first wave, when the policy asks for one.
 	// +optional
 	Rehearsal *RehearsalStatus `json:"rehearsal,omitempty"`
+}
+
+// HeldBackCluster is a member a wave did not switch, and why.
+type HeldBackCluster struct {
+	// cluster is the FleetCluster's name.
+	// +required
+	Cluster string `json:"cluster"`
+
+	// reason is what its preflight found, in at most 256 bytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
 }
 
 // Rehearsal legs.

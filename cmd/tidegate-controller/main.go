@@ -11,13 +11,13 @@ import (
 	"os"
 	"time"
 
-	fluxclient "github.com/fluxcd/pkg/runtime/client"
 	"github.com/fluxcd/pkg/runtime/logger"
 	flag "github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/member"
 )
 
 // podNamespaceEnv holds the pod's namespace (the Deployment sets it from the downward API): the
@@ -34,7 +34,10 @@ func main() {
 		renewDeadline   time.Duration
 		retryPeriod     time.Duration
 		concurrent      int
-		clientOptions   fluxclient.Options
+		clusterWorkers  int
+		hubQPS          float32
+		hubBurst        int
+		members         controllers.MemberOptions
 		logOptions      logger.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -52,14 +55,27 @@ func main() {
 	flag.DurationVar(&retryPeriod, "leader-election-retry-period", 5*time.Second,
 		"How often replicas try to acquire or renew the lease.")
 	flag.IntVar(&concurrent, "concurrent", 4, "How many FleetRollouts are reconciled at once.")
-	clientOptions.BindFlags(flag.CommandLine)
+	flag.IntVar(&clusterWorkers, "concurrent-clusters", controllers.DefaultClusterConcurrency,
+		"How many FleetClusters are probed at once.")
+	flag.Float32Var(&hubQPS, "kube-api-qps", controllers.DefaultHubQPS,
+		"The maximum queries per second of requests to the hub's API server.")
+	flag.IntVar(&hubBurst, "kube-api-burst", controllers.DefaultHubBurst,
+		"The maximum burst of requests to the hub's API server.")
+	flag.Float32Var(&members.QPS, "member-api-qps", member.DefaultQPS,
+		"The maximum queries per second of requests to one member cluster's API server.")
+	flag.IntVar(&members.Burst, "member-api-burst", member.DefaultBurst,
+		"The maximum burst of requests to one member cluster's API server.")
+	flag.DurationVar(&members.Timeout, "member-request-timeout", member.DefaultTimeout,
+		"How long one request to a member cluster's API server may take.")
+	flag.IntVar(&members.CacheSize, "member-client-cache-size", member.DefaultCacheSize,
+		"How many member kubeconfigs, and how many member clients, are kept (least recently used first out).")
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 
 	ctrl.SetLogger(logger.NewLogger(logOptions))
 	log := ctrl.Log.WithName("setup")
 
-	restConfig := fluxclient.GetConfigOrDie(clientOptions)
+	restConfig := controllers.HubConfig(ctrl.GetConfigOrDie(), controllers.ManagerConfig{QPS: hubQPS, Burst: hubBurst})
 	mgr, err := ctrl.NewManager(restConfig, controllers.ManagerOptions(controllers.ManagerConfig{
 		MetricsAddr:             metricsAddr,
 		HealthAddr:              healthAddr,
@@ -73,7 +89,9 @@ func main() {
 		log.Error(err, "unable to create manager")
 		os.Exit(1)
 	}
-	if err := controllers.Setup(mgr, restConfig, controllers.Options{MaxConcurrentReconciles: concurrent}); err != nil {
+	if err := controllers.Setup(mgr, restConfig, controllers.Options{
+		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members,
+	}); err != nil {
 		log.Error(err, "unable to set up controllers")
 		os.Exit(1)
 	}
@@ -89,7 +107,8 @@ func main() {
 		log.Error(err, "unable to add ready check")
 		os.Exit(1)
 	}
-	log.Info("starting manager", "leaderElection", leaderElect, "leaderElectionNamespace", leaderNamespace, "concurrent", concurrent)
+	log.Info("starting manager", "leaderElection", leaderElect, "leaderElectionNamespace", leaderNamespace, "concurrent", concurrent,
+		"concurrentClusters", clusterWorkers, "hubQPS", hubQPS, "hubBurst", hubBurst, "memberQPS", members.QPS, "memberBurst", members.Burst)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

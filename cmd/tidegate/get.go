@@ -228,7 +228,8 @@ func newGetClustersCommand(o *getOptions) *cobra.Command {
 		Aliases: []string{"cluster", "fleetclusters", "fleetcluster", "fc"},
 		Short:   "List FleetClusters: server version, Ready, when last seen",
 		Long: `clusters lists FleetClusters: NAME, VERSION (the member API server's), READY (the Ready condition's
-status), LAST SEEN (how long ago the member API server last answered) and MESSAGE (Ready's message).`,
+status), LAST SEEN (lastObservedTime: how long ago the member API server last answered something new;
+status is written only when the cluster changes) and MESSAGE (Ready's message).`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkKubeOutput(o.output); err != nil {

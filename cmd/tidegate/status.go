@@ -44,17 +44,18 @@ type conditionView struct {
 }
 
 type waveView struct {
-	Name       string                 `json:"name"`
-	Phase      string                 `json:"phase"`
-	Clusters   []string               `json:"clusters,omitempty"`
-	Updated    int32                  `json:"updated"`
-	Healthy    int32                  `json:"healthy"`
-	Missing    []string               `json:"missing,omitempty"`
-	StartedAt  *metav1.Time           `json:"startedAt,omitempty"`
-	ReadyAt    *metav1.Time           `json:"readyAt,omitempty"`
-	FinishedAt *metav1.Time           `json:"finishedAt,omitempty"`
-	Gates      []v1alpha1.GateOutcome `json:"gates,omitempty"`
-	Waiting    *waiting               `json:"waiting,omitempty"`
+	Name       string                     `json:"name"`
+	Phase      string                     `json:"phase"`
+	Clusters   []string                   `json:"clusters,omitempty"`
+	Updated    int32                      `json:"updated"`
+	Healthy    int32                      `json:"healthy"`
+	Missing    []string                   `json:"missing,omitempty"`
+	HeldBack   []v1alpha1.HeldBackCluster `json:"heldBack,omitempty"`
+	StartedAt  *metav1.Time               `json:"startedAt,omitempty"`
+	ReadyAt    *metav1.Time               `json:"readyAt,omitempty"`
+	FinishedAt *metav1.Time               `json:"finishedAt,omitempty"`
+	Gates      []v1alpha1.GateOutcome     `json:"gates,omitempty"`
+	Waiting    *waiting                   `json:"waiting,omitempty"`
 }
 
 // waiting says what a wave waits for, since when and until when, when status tells.
@@ -257,7 +258,15 @@ func printStatus(w io.Writer, output string, now time.Time, fr *v1alpha1.FleetRo
 		cells = append(cells, waitingCell(now, wv.Waiting))
 		t.add(cells...)
 	}
-	return t.write(w)
+	if err := t.write(w); err != nil {
+		return err
+	}
+	for _, wv := range v.Waves {
+		for _, h := range wv.HeldBack {
+			fmt.Fprintf(w, "held back in wave %s: %s (%s)\n", wv.Name, h.Cluster, h.Reason)
+		}
+	}
+	return nil
 }
 
 func revisionLine(r *v1alpha1.RevisionStatus) string {
@@ -336,7 +345,7 @@ func toStatusView(fr *v1alpha1.FleetRollout) statusView {
 	for i, w := range fr.Status.Waves {
 		wv := waveView{
 			Name: w.Name, Phase: w.Phase, Clusters: w.Clusters, Updated: w.Updated, Healthy: w.Healthy,
-			Missing: w.Missing, StartedAt: w.StartedAt, ReadyAt: w.ReadyAt, FinishedAt: w.FinishedAt,
+			Missing: w.Missing, HeldBack: w.HeldBack, StartedAt: w.StartedAt, ReadyAt: w.ReadyAt, FinishedAt: w.FinishedAt,
 			Waiting: waitingFor(fr, i),
 		}
 		for _, g := range v1alpha1.Gates {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,5 +65,21 @@ func TestWaiting(t *testing.T) {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestStatusListsHeldBack: members a wave held back are listed under the wave table, with why.
+func TestStatusListsHeldBack(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{Status: v1alpha1.FleetRolloutStatus{
+		Phase: v1alpha1.PhaseCompleted, Candidate: webCandidate, LastKnownGood: webCandidate,
+		Waves: []v1alpha1.WaveStatus{{Name: "everyone", Phase: v1alpha1.WaveSucceeded, Clusters: []string{"eu-2", "us-1"}, Updated: 1, Healthy: 1,
+			HeldBack: []v1alpha1.HeldBackCluster{{Cluster: "us-1", Reason: "1 API(s) not served: monitoring.coreos.com/v1, Kind=ServiceMonitor"}}}},
+	}}
+	var b strings.Builder
+	if err := printStatus(&b, outputTable, fixedNow, fr); err != nil {
+		t.Fatal(err)
+	}
+	if want := "held back in wave everyone: us-1 (1 API(s) not served: monitoring.coreos.com/v1, Kind=ServiceMonitor)\n"; !strings.HasSuffix(b.String(), want) {
+		t.Errorf("status:\n%s\nwant it to end with %q", b.String(), want)
 	}
 }

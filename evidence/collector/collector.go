@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,10 +152,14 @@ func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now 
 
 // deploySafe gathers the candidate's provenance, its render, its install-time values (the
 // rollout's, and each target's own) against its install schema, and a preflight of every target of
-// the wave with the objects as its Kustomization substitutes them.
+// the wave, with the objects as its Kustomization substitutes them and the wave's failure budget.
+// The first wave's preflight also covers every later wave's planned targets (laterWaves), so that
+// a cluster that cannot take the candidate is found before the canary runs it.
 func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) tgcue.DeploySafeEvidence {
 	fr := sc.Rollout
 	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
+	ev.Preflight.MaxFailures = maxFailuresOf(fr.WaveSpec(wv.Name))
+	later := laterWaves(sc, wv)
 	ev.Source = tgcue.SourceEvidence{Verified: sc.Candidate.Verified, Verification: sc.Candidate.Verification, Message: sc.Candidate.VerifyMessage}
 
 	pkg, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
@@ -194,8 +199,12 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	if err != nil {
 		ev.Render.OK, ev.Render.Error = false, "postBuild substitution: "+err.Error()
 	}
-	targets := make([]preflight.Target, 0, len(ev.Targets))
-	for _, name := range ev.Targets {
+	names := slices.Clone(ev.Targets)
+	for _, lw := range later {
+		names = append(names, lw.Clusters...)
+	}
+	targets := make([]preflight.Target, 0, len(names))
+	for _, name := range names {
 		t := preflight.Target{Name: name}
 		if fc := sc.Clusters[name]; fc != nil {
 			t.Config, t.Err = c.Members.Config(ctx, fc)
@@ -204,10 +213,64 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 		}
 		targets = append(targets, t)
 	}
-	values.substitute(targets, pkg.Objects)
-	ev.Preflight.Clusters = preflight.CheckAll(ctx, targets, objs, preflight.Options{Force: fr.Spec.Template.Force}, preflightParallel)
+	substituteOwnValues(fr, sc.Clusters, targets, pkg.Objects)
+	results := preflight.CheckAll(ctx, targets, objs, preflight.Options{Force: fr.Spec.Template.Force}, preflightParallel)
+	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", ev.Preflight.MaxFailures, results[:len(ev.Targets)])
+	results = results[len(ev.Targets):]
+	for _, lw := range later {
+		ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(lw.Name, lw.MaxFailures, results[:len(lw.Clusters)]))
+		results = results[len(lw.Clusters):]
+	}
 	ev.Limits = append(ev.Limits, "the preflight is a server-side dry-run at decision time; admission webhooks and quotas may still decide otherwise when Flux applies")
+	if len(later) > 0 {
+		ev.Limits = append(ev.Limits, "the later waves' preflight covers the clusters planned for them now; each wave is checked again, on its own members, before it starts")
+	}
 	return ev
+}
+
+// plannedWave is a wave after the one a first wave's deploySafe is about, as planned now.
+type plannedWave struct {
+	Name        string
+	MaxFailures int
+	Clusters    []string
+}
+
+// laterWaves are the waves after wv with the clusters today's plan gives them, when wv is the
+// first wave (else none): its deploySafe preflights the whole fleet.
+func laterWaves(sc *Scope, wv *v1alpha1.WaveStatus) []plannedWave {
+	waves := sc.Rollout.Status.Waves
+	if len(waves) < 2 || waves[0].Name != wv.Name {
+		return nil
+	}
+	taken := make(map[string]bool, len(wv.Clusters))
+	for _, c := range wv.Clusters {
+		taken[c] = true
+	}
+	var out []plannedWave
+	for _, w := range waves[1:] {
+		lw := plannedWave{Name: w.Name, MaxFailures: maxFailuresOf(sc.Rollout.WaveSpec(w.Name))}
+		for _, pw := range sc.Plan.Waves {
+			if pw.Name != w.Name {
+				continue
+			}
+			for _, c := range pw.Clusters {
+				if !taken[c] {
+					taken[c] = true
+					lw.Clusters = append(lw.Clusters, c)
+				}
+			}
+		}
+		out = append(out, lw)
+	}
+	return out
+}
+
+// maxFailuresOf is a wave's failure budget: its spec's maxFailures, else 0.
+func maxFailuresOf(spec v1alpha1.Wave) int {
+	if spec.MaxFailures != nil {
+		return int(*spec.MaxFailures)
+	}
+	return 0
 }
 
 // rollbackSafe classifies the diff between the rendered known-good and candidate. The
@@ -311,15 +374,11 @@ func rehearsalLeg(started, ready *metav1.Time, now time.Time) *tgcue.RehearsalLe
 func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDisruptionEvidence {
 	fr, w := sc.Rollout, sc
 	spec := fr.WaveSpec(wv.Name)
-	maxFailures := 0
-	if spec.MaxFailures != nil {
-		maxFailures = int(*spec.MaxFailures)
-	}
 	ev := tgcue.NoDisruptionEvidence{
 		Evidence:       baseEvidence(fr, wv.Name, wv.Clusters, w.Now),
 		Soak:           WaveSoak(spec, w.Settings).String(),
 		SampleInterval: w.Settings.SampleInterval.String(),
-		MaxFailures:    maxFailures,
+		MaxFailures:    maxFailuresOf(spec),
 	}
 	cand := fr.Status.Candidate
 	var since time.Time
@@ -328,15 +387,28 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 	} else if wv.StartedAt != nil {
 		since = wv.StartedAt.Time
 	}
+	held := make(map[string]string, len(wv.HeldBack))
+	for _, h := range wv.HeldBack {
+		held[h.Cluster] = h.Reason
+	}
+	var settled, asSeen []string
 	summaries := make([]availability.ClusterSummary, 0, len(ev.Targets))
 	for _, name := range ev.Targets {
-		o := w.Kustomizations[name]
-		cc := tgcue.ClusterContinuity{Name: name, Revision: o.LastApplied, HealthChecks: o.Health}
-		if cc.HealthChecks == "" {
-			cc.HealthChecks = tgcue.HealthChecksUnknown
+		if reason, ok := held[name]; ok {
+			ev.HeldBack = append(ev.HeldBack, tgcue.HeldBack{Name: name, Reason: reason})
+			continue
 		}
-		cc.Ready = !slices.Contains(wv.Missing, name) &&
-			(o.ReadyAt(cand.Source, cand.Revision) || (wv.Phase == v1alpha1.WaveSoaking && o.StillAt(cand.Source, cand.Revision)))
+		o := w.Kustomizations[name]
+		ready, health, transient := o.JudgedAt(cand.Source, cand.Revision)
+		cc := tgcue.ClusterContinuity{Name: name, Revision: o.LastApplied, HealthChecks: health, Transient: transient}
+		cc.Ready = !slices.Contains(wv.Missing, name) && ready
+		switch {
+		case transient == "":
+		case cc.Ready:
+			settled = append(settled, name)
+		default:
+			asSeen = append(asSeen, name)
+		}
 		s := c.samples(w.Settings.SampleInterval).Summary(sampleKey(fr, name), since, w.Now)
 		s.Cluster = name
 		summaries = append(summaries, s)
@@ -344,7 +416,28 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 		ev.Clusters = append(ev.Clusters, cc)
 	}
 	ev.Limits = append(ev.Limits, availability.Limits(summaries...)...)
+	if len(settled) > 0 {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("%d clusters were mid-reconcile when the evidence was collected (%s): their ready and healthChecks are those of their last finished reconcile of the candidate (status.history)",
+			len(settled), firstOf(settled)))
+	}
+	if len(asSeen) > 0 {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("%d clusters were between two reconcile outcomes with none finished to go by (%s): they are judged as seen",
+			len(asSeen), firstOf(asSeen)))
+	}
+	if len(ev.HeldBack) > 0 {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("%d members were held back before the wave, their preflight failed: they were not switched, have no continuity evidence, and count against maxFailures",
+			len(ev.HeldBack)))
+	}
 	return ev
+}
+
+// firstOf names the first few of names, then how many more.
+func firstOf(names []string) string {
+	const shown = 5
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
 }
 
 // sampleKey keys a cluster's availability samples by rollout: two rollouts may soak on one cluster.

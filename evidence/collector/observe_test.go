@@ -2,10 +2,13 @@ package collector
 
 import (
 	"testing"
+	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tgcue "github.com/tidegate/tidegate/cue"
 )
 
 func TestSameRevision(t *testing.T) {
@@ -37,15 +40,15 @@ func ks(generation int64, source, applied string, ready metav1.ConditionStatus, 
 func TestObservations(t *testing.T) {
 	// kustomize-controller failed the current spec: status.observedGeneration lags, the condition does not.
 	failed := Observe(ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.HealthCheckFailedReason, 2))
-	if !failed.FailedAt("web-2") {
+	if !failed.FailedAt("web-2", "main@sha1:2") {
 		t.Errorf("a health check failure of the current spec is a failure: %+v", failed)
 	}
 	stale := Observe(ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.HealthCheckFailedReason, 1))
-	if stale.FailedAt("web-2") {
+	if stale.FailedAt("web-2", "main@sha1:2") {
 		t.Errorf("a failure written for the previous generation is not this spec's: %+v", stale)
 	}
 	waiting := Observe(ks(2, "web-2", "", metav1.ConditionFalse, meta.DependencyNotReadyReason, 2))
-	if waiting.FailedAt("web-2") {
+	if waiting.FailedAt("web-2", "main@sha1:2") {
 		t.Errorf("waiting on a dependency is not a failure of the revision")
 	}
 	// Mid-soak, kustomize-controller re-reconciles the same revision and marks Ready Unknown.
@@ -53,7 +56,7 @@ func TestObservations(t *testing.T) {
 	ok.Status.ObservedGeneration = 2
 	o := Observe(ok)
 	if o.ReadyAt("web-2", "main@sha1:2") || !o.StillAt("web-2", "main@sha1:2") {
-		t.Errorf("Unknown while re-reconciling the applied revision: not newly ready, but still at it: %+v", o)
+		t.Errorf("Unknown while re-reconciling the applied revision, with no history: not known ready, but still at it: %+v", o)
 	}
 	if Observe(nil).Exists {
 		t.Errorf("a missing Kustomization does not exist")
@@ -76,5 +79,97 @@ func TestSplitRevision(t *testing.T) {
 		if _, _, err := SplitRevision(bad); err == nil {
 			t.Errorf("SplitRevision(%q) should fail", bad)
 		}
+	}
+}
+
+// reconciling is a Kustomization of spec generation 2 at source web-2 that kustomize-controller
+// reconciled and is reconciling again, as it writes its status: applied is the last applied
+// revision, history the latest status.history snapshot ("" for none), then the conditions.
+func reconciling(observed int64, applied, history, historyStatus string, conds ...metav1.Condition) *kustomizev1.Kustomization {
+	k := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+	k.Spec.SourceRef.Name = "web-2"
+	k.Spec.Wait = true
+	k.Status.ObservedGeneration = observed
+	k.Status.LastAppliedRevision = applied
+	if history != "" {
+		k.Status.History.Upsert("sha256:aa", time.Unix(1000, 0), time.Second, historyStatus, map[string]string{"revision": history})
+	}
+	for _, c := range conds {
+		c.ObservedGeneration = 2
+		k.Status.Conditions = append(k.Status.Conditions, c)
+	}
+	return k
+}
+
+func cond(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
+}
+
+// kustomize-controller's transient states are read through, not judged: mid-reconcile, a
+// Kustomization is what its last finished reconcile of the current spec says (status.history);
+// a retried failure of a revision it applied is waited for; terminal failures stay failures.
+func TestTransientObservations(t *testing.T) {
+	const src, rev = "web-2", "main@sha1:2"
+	inProgress := []metav1.Condition{
+		cond(meta.ReadyCondition, metav1.ConditionUnknown, meta.ProgressingReason, "Reconciliation in progress"),
+		cond(meta.ReconcilingCondition, metav1.ConditionTrue, meta.ProgressingReason, "Running health checks for revision main@sha1:2 with a timeout of 5m0s"),
+		cond(meta.HealthyCondition, metav1.ConditionUnknown, meta.ProgressingReason, "Running health checks for revision main@sha1:2 with a timeout of 5m0s"),
+	}
+	type want struct {
+		ready, failed, retrying, unsettled bool
+		health                             string
+	}
+	for _, tc := range []struct {
+		name string
+		ks   *kustomizev1.Kustomization
+		want want
+	}{
+		{"the periodic re-reconcile of the applied revision, its last one succeeded",
+			reconciling(2, rev, rev, meta.ReconciliationSucceededReason, inProgress...),
+			want{ready: true, health: tgcue.HealthChecksPassed}},
+		{"the same with no history: nothing finished to go by, waited for",
+			reconciling(2, rev, "", "", inProgress...),
+			want{unsettled: true, health: tgcue.HealthChecksProgressing}},
+		{"the same with a spec changed since the last success: pending, not settled",
+			reconciling(1, rev, rev, meta.ReconciliationSucceededReason, inProgress...),
+			want{health: tgcue.HealthChecksProgressing}},
+		{"re-reconciling after a failed health check: the failure stands",
+			reconciling(2, rev, rev, meta.HealthCheckFailedReason, inProgress...),
+			want{health: tgcue.HealthChecksFailed}},
+		{"re-reconciling after a failed apply: waited for",
+			reconciling(2, rev, rev, meta.ReconciliationFailedReason, inProgress...),
+			want{unsettled: true, health: tgcue.HealthChecksUnknown}},
+		{"a failed apply of the revision it had applied: retried, not a failure yet",
+			reconciling(2, rev, rev, meta.ReconciliationFailedReason,
+				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ReconciliationFailedReason, "Deployment/demo/web dry-run failed: connection refused"),
+				cond(meta.HealthyCondition, metav1.ConditionTrue, meta.SucceededReason, "Health check passed in 2s")),
+			want{retrying: true, unsettled: true, health: tgcue.HealthChecksPassed}},
+		{"the same once kustomize-controller gave up: a failure",
+			reconciling(2, rev, rev, meta.ReconciliationFailedReason,
+				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ReconciliationFailedReason, "invalid"),
+				cond(meta.StalledCondition, metav1.ConditionTrue, meta.ReconciliationFailedReason, "invalid")),
+			want{failed: true, health: tgcue.HealthChecksUnknown}},
+		{"a failed health check of the revision it had applied: a failure at once",
+			reconciling(2, rev, rev, meta.HealthCheckFailedReason,
+				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.HealthCheckFailedReason, "timeout waiting for: [Deployment/demo/web status: 'InProgress']"),
+				cond(meta.HealthyCondition, metav1.ConditionFalse, meta.HealthCheckFailedReason, "timeout")),
+			want{failed: true, health: tgcue.HealthChecksFailed}},
+		{"a failed apply of a revision it never applied: a failure at once",
+			reconciling(2, "main@sha1:1", "main@sha1:1", meta.ReconciliationSucceededReason,
+				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ReconciliationFailedReason, "ServiceMonitor/demo/web dry-run failed: no matches for kind")),
+			want{failed: true, health: tgcue.HealthChecksUnknown}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Observe(tc.ks)
+			ready, health, transient := o.JudgedAt(src, rev)
+			got := want{ready: o.ReadyAt(src, rev), failed: o.FailedAt(src, rev), retrying: o.RetryingAt(src, rev), unsettled: o.Unsettled(src, rev), health: health}
+			if got != tc.want || ready != got.ready {
+				t.Errorf("got %+v (judged ready %v), want %+v; observation %+v", got, ready, tc.want, o)
+			}
+			between := o.Progressing || got.retrying
+			if (transient != "") != between {
+				t.Errorf("transient %q, want it said exactly when kustomize-controller is between two outcomes (%v)", transient, between)
+			}
+		})
 	}
 }

@@ -143,9 +143,27 @@ type Observation struct {
 	LastApplied   string
 	LastAttempted string
 	// Health is the outcome of the Kustomization's health checks (tgcue.HealthChecks*): None when it
-	// asks for none (no wait, no healthChecks), else its Healthy condition.
+	// asks for none (no wait, no healthChecks), else its Healthy condition: Progressing while
+	// kustomize-controller runs them.
 	Health string
+	// HealthReason and HealthMessage are the Healthy condition's.
+	HealthReason, HealthMessage string
+	// Stalled is true when kustomize-controller gave up on the current spec (Stalled=True).
+	Stalled bool
+	// Progressing is true while kustomize-controller works on the Kustomization: Ready or Healthy
+	// Unknown, or Reconciling True, with reason Progressing, and Ready not False. Ready and Health
+	// then say nothing yet of the reconcile under way.
+	Progressing bool
+	// LastReconciled and LastReconciledStatus are status.history's latest snapshot: the revision of
+	// the last reconcile that got as far as applying, and how it ended (ReconciliationSucceeded,
+	// HealthCheckFailed, ReconciliationFailed, PruneFailed); "" when the Kustomization keeps no
+	// history.
+	LastReconciled       string
+	LastReconciledStatus string
 }
+
+// maxSeen bounds what an observation says it saw (Seen).
+const maxSeen = 256
 
 func Observe(ks *kustomizev1.Kustomization) Observation {
 	if ks == nil {
@@ -158,29 +176,158 @@ func Observe(ks *kustomizev1.Kustomization) Observation {
 		Ready:         metav1.ConditionUnknown,
 		LastApplied:   ks.Status.LastAppliedRevision,
 		LastAttempted: ks.Status.LastAttemptedRevision,
+		Stalled:       conditions.IsStalled(ks),
 	}
+	progressing := false
 	if c := conditions.Get(ks, meta.ReadyCondition); c != nil {
 		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
 		o.ReadyCurrent = c.ObservedGeneration == ks.Generation
+		progressing = c.Status == metav1.ConditionUnknown && c.Reason == meta.ProgressingReason
+	}
+	if c := conditions.Get(ks, meta.ReconcilingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == meta.ProgressingReason {
+		progressing = true
 	}
 	o.Health = tgcue.HealthChecksNone
 	if ks.Spec.Wait || len(ks.Spec.HealthChecks) > 0 {
 		o.Health = tgcue.HealthChecksUnknown
 		if c := conditions.Get(ks, meta.HealthyCondition); c != nil {
-			switch c.Status {
-			case metav1.ConditionTrue:
+			o.HealthReason, o.HealthMessage = c.Reason, c.Message
+			switch {
+			case c.Status == metav1.ConditionTrue:
 				o.Health = tgcue.HealthChecksPassed
-			case metav1.ConditionFalse:
+			case c.Status == metav1.ConditionFalse:
 				o.Health = tgcue.HealthChecksFailed
+			case c.Reason == meta.ProgressingReason:
+				o.Health = tgcue.HealthChecksProgressing
+				progressing = true
 			}
 		}
+	}
+	o.Progressing = progressing && o.Ready != metav1.ConditionFalse
+	if h := ks.Status.History.Latest(); h != nil {
+		o.LastReconciled, o.LastReconciledStatus = h.Metadata["revision"], h.LastReconciledStatus
 	}
 	return o
 }
 
-// ReadyAt tells whether the Kustomization has applied revision from source and is healthy.
+// ReadyAt tells whether the Kustomization has applied revision from source and is healthy: Ready
+// for its current spec now, or, while kustomize-controller reconciles it again, by the last
+// reconcile of the current spec that finished (Settled). kustomize-controller marks Ready Unknown
+// at the start of every reconcile, the periodic one at the same revision too; at 1,000 clusters
+// some are always in the middle of one.
 func (o Observation) ReadyAt(source, revision string) bool {
+	if o.readyNow(source, revision) {
+		return true
+	}
+	ok, known := o.Settled(source, revision)
+	return ok && known
+}
+
+func (o Observation) readyNow(source, revision string) bool {
 	return o.Exists && o.Source == source && o.Current && o.Ready == metav1.ConditionTrue && SameRevision(o.LastApplied, revision)
+}
+
+// Settled tells, while kustomize-controller reconciles the Kustomization (Progressing), how its last
+// finished reconcile of the current spec went, when that was of revision from source: ok when it
+// succeeded (applied, health checks passed). known is false when there is none to go by: not
+// mid-reconcile, no history, a spec changed since its last success, or a reconcile of another
+// revision. status.history's latest snapshot is of the current spec when observedGeneration is the
+// generation: the last success was of this spec, so every reconcile since was too.
+func (o Observation) Settled(source, revision string) (ok, known bool) {
+	if !o.Exists || o.Source != source || !o.Progressing || !o.Current || o.LastReconciled == "" || !SameRevision(o.LastReconciled, revision) {
+		return false, false
+	}
+	return o.LastReconciledStatus == meta.ReconciliationSucceededReason, true
+}
+
+// RetryingAt tells whether kustomize-controller failed a reconcile of revision from source that it
+// had applied, with the current spec, before, for a reason a retry may clear (retried), and has
+// not given up (Stalled). Such a failure is waited
+// for, within a bound, before it is judged; a failed health check, a failed build, or any failure
+// of a revision the Kustomization never applied is a failure at once (FailedAt).
+func (o Observation) RetryingAt(source, revision string) bool {
+	return o.Exists && o.Source == source && o.ReadyCurrent && o.Ready == metav1.ConditionFalse && !o.Stalled &&
+		o.Current && SameRevision(o.LastApplied, revision) && retried(o.Reason)
+}
+
+// retried tells the reasons kustomize-controller fails a reconcile for that a retry of the same
+// revision and spec may clear: the apply (a member's API server that did not answer, say), the
+// artifact's fetch, the garbage collection of stale objects.
+func retried(reason string) bool {
+	switch reason {
+	case meta.ReconciliationFailedReason, meta.ArtifactFailedReason, meta.PruneFailedReason:
+		return true
+	}
+	return false
+}
+
+// Unsettled tells whether a member that applied revision from source with its current spec is
+// between two outcomes now: failed for a reason a retry may clear (RetryingAt), or mid-reconcile
+// with no finished reconcile to go by (no status.history) or right after such a failure. A
+// decision waits for it, within a bound, then judges it as seen.
+func (o Observation) Unsettled(source, revision string) bool {
+	if !o.Exists || o.Source != source || !o.Current || !SameRevision(o.LastApplied, revision) {
+		return false
+	}
+	if o.RetryingAt(source, revision) {
+		return true
+	}
+	if !o.Progressing || o.readyNow(source, revision) {
+		return false
+	}
+	_, known := o.Settled(source, revision)
+	return !known || retried(o.LastReconciledStatus)
+}
+
+// JudgedAt is what the evidence says of a member at revision from source: whether it is Ready
+// (ReadyAt), its health checks, and, when kustomize-controller was between two outcomes
+// (Progressing, RetryingAt), what was seen. Mid-reconcile, the health checks are those of the last
+// finished reconcile of the revision (Settled) when there is one, else what the Healthy condition
+// says now (Progressing, say).
+func (o Observation) JudgedAt(source, revision string) (ready bool, health, transient string) {
+	ready, health = o.ReadyAt(source, revision), o.Health
+	if health == "" {
+		health = tgcue.HealthChecksUnknown
+	}
+	if o.Source != source || !(o.Progressing || o.RetryingAt(source, revision)) {
+		return ready, health, ""
+	}
+	if ok, known := o.Settled(source, revision); known && health != tgcue.HealthChecksNone {
+		switch {
+		case ok:
+			health = tgcue.HealthChecksPassed
+		case o.LastReconciledStatus == meta.HealthCheckFailedReason:
+			health = tgcue.HealthChecksFailed
+		default:
+			health = tgcue.HealthChecksUnknown
+		}
+	}
+	return ready, health, o.Seen()
+}
+
+// Seen says what the Kustomization's Ready and Healthy conditions say now, in one line:
+// "Ready=Unknown Progressing: Reconciliation in progress; Healthy=Unknown Progressing: ...".
+func (o Observation) Seen() string {
+	if !o.Exists {
+		return ""
+	}
+	s := "Ready=" + string(o.Ready)
+	if o.Reason != "" {
+		s += " " + o.Reason
+	}
+	if o.Message != "" {
+		s += ": " + o.Message
+	}
+	if o.HealthReason != "" {
+		s += "; Healthy=" + o.Health + " " + o.HealthReason
+		if o.HealthMessage != "" {
+			s += ": " + o.HealthMessage
+		}
+	}
+	if len(s) > maxSeen {
+		s = s[:maxSeen-3] + "..."
+	}
+	return s
 }
 
 // StillAt tells whether a Kustomization that was ready at revision still is: kustomize-controller
@@ -201,13 +348,15 @@ func SameRevision(a, b string) bool {
 	return errA == nil && errB == nil && da == db
 }
 
-// FailedAt tells whether the Kustomization failed with the spec that points at source: the apply, the
-// build or the health check. Dependency and source waits are not failures of the revision.
-// kustomize-controller moves status.observedGeneration only on success, so a failure of the current
-// spec is recognised by the Ready condition's own observedGeneration; the pinned source's name is
-// unique to the revision, so the spec points at nothing else.
-func (o Observation) FailedAt(source string) bool {
-	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse {
+// FailedAt tells whether the Kustomization failed with the spec that points at source, at revision:
+// the apply, the build or the health check. Dependency and source waits are not failures of the
+// revision, and neither is a retried failure of a revision it had applied with this spec
+// (RetryingAt): that one is waited for. kustomize-controller moves status.observedGeneration only
+// on success, so a failure of the current spec is recognised by the Ready condition's own
+// observedGeneration; the pinned source's name is unique to the revision, so the spec points at
+// nothing else.
+func (o Observation) FailedAt(source, revision string) bool {
+	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse || o.RetryingAt(source, revision) {
 		return false
 	}
 	switch o.Reason {

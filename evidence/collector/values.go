@@ -68,19 +68,17 @@ func (v waveValues) check(schema []byte) tgcue.InstallEvidence {
 	return ev
 }
 
-// substitute has each target that sets values of its own preflighted with the rendered objects
-// substituted with its merged values, as kustomize-controller substitutes them for its
-// Kustomization; the others are preflighted with the objects substituted with the rollout's.
-func (v waveValues) substitute(targets []preflight.Target, rendered []*unstructured.Unstructured) {
-	own := make(map[string]map[string]string, len(v.own))
-	for _, o := range v.own {
-		own[o.name] = o.values
-	}
+// substituteOwnValues has each target whose FleetCluster sets values of its own preflighted with
+// the rendered objects substituted with them merged over the rollout's, as kustomize-controller
+// substitutes them for its Kustomization; the others are preflighted with the objects substituted
+// with the rollout's.
+func substituteOwnValues(fr *v1alpha1.FleetRollout, clusters map[string]*v1alpha1.FleetCluster, targets []preflight.Target, rendered []*unstructured.Unstructured) {
 	for i := range targets {
-		values, ok := own[targets[i].Name]
-		if !ok {
+		fc := clusters[targets[i].Name]
+		if fc == nil || len(fc.Spec.Values) == 0 {
 			continue
 		}
+		values := fr.InstallValues(fc)
 		targets[i].Objects = func() ([]*unstructured.Unstructured, error) {
 			objs, err := preflight.Substitute(rendered, values)
 			if err != nil {

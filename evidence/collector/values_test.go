@@ -97,7 +97,7 @@ func TestPreflightObjectsPerCluster(t *testing.T) {
 	}}
 	clusters := tenants(map[string]map[string]string{"plain": nil, "team-a": {"namespace": "team-a"}})
 	targets := []preflight.Target{{Name: "plain"}, {Name: "team-a"}, {Name: "gone"}}
-	valuesOf(tenantRollout(), []string{"plain", "team-a", "gone"}, clusters).substitute(targets, []*unstructured.Unstructured{cm})
+	substituteOwnValues(tenantRollout(), clusters, targets, []*unstructured.Unstructured{cm})
 	if targets[0].Objects != nil || targets[2].Objects != nil {
 		t.Errorf("targets without values of their own get the shared objects")
 	}

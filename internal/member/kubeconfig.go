@@ -1,7 +1,6 @@
 package member
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -37,49 +36,56 @@ func IsKubeConfigError(err error) bool {
 	return errors.As(err, &kce)
 }
 
-// RESTConfig returns a rest.Config for a FleetCluster: from spec.kubeConfig.secretRef (keys: the
-// ref's key, else "value", else "value.yaml", as Flux does) in the FleetCluster's namespace, or hubConfig
-// when spec.kubeConfig is nil.
-//
-// A missing Secret or key and an unusable kubeconfig give an error for which IsKubeConfigError is true;
-// other errors (reading the Secret failed) are transient. Errors name the Secret and never quote its content.
-// Kubeconfigs that reference local files or run exec or auth-provider plugins are refused: the
-// kubeconfig comes from a Secret that any fleet author may write, and must not make the controller read
-// its own files or run programs.
-func RESTConfig(ctx context.Context, c client.Reader, hubConfig *rest.Config, fc *v1alpha1.FleetCluster) (*rest.Config, error) {
-	if fc.Spec.KubeConfig == nil {
-		if hubConfig == nil {
-			return nil, fmt.Errorf("fleetcluster %s/%s: no kubeConfig and no hub config to fall back to", fc.Namespace, fc.Name)
-		}
-		return rest.CopyConfig(hubConfig), nil
-	}
+func noHubError(fc *v1alpha1.FleetCluster) error {
+	return fmt.Errorf("fleetcluster %s/%s: no kubeConfig and no hub config to fall back to", fc.Namespace, fc.Name)
+}
+
+// secretOf names the kubeconfig Secret of a FleetCluster that has a spec.kubeConfig.
+func secretOf(fc *v1alpha1.FleetCluster) (types.NamespacedName, error) {
 	ref := fc.Spec.KubeConfig.SecretRef
 	if ref == nil || ref.Name == "" {
-		return nil, &kubeConfigError{msg: fmt.Sprintf(
+		return types.NamespacedName{}, &kubeConfigError{msg: fmt.Sprintf(
 			"fleetcluster %s/%s: spec.kubeConfig has no secretRef: set spec.kubeConfig.secretRef.name to a Secret holding the member's kubeconfig (configMapRef is not supported)",
 			fc.Namespace, fc.Name)}
 	}
-	key := types.NamespacedName{Namespace: fc.Namespace, Name: ref.Name}
-	var secret corev1.Secret
-	if err := c.Get(ctx, key, &secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, &kubeConfigError{msg: fmt.Sprintf(
-				"fleetcluster %s/%s: kubeconfig Secret %s not found: create it with the member's kubeconfig under key %q, or fix spec.kubeConfig.secretRef.name",
-				fc.Namespace, fc.Name, key, keyHint(ref.Key))}
-		}
-		return nil, fmt.Errorf("fleetcluster %s/%s: reading kubeconfig Secret %s: %w", fc.Namespace, fc.Name, key, err)
+	return types.NamespacedName{Namespace: fc.Namespace, Name: ref.Name}, nil
+}
+
+// readError is the error of a failed read of the kubeconfig Secret key: a kubeconfig error when it
+// does not exist, else transient.
+func readError(fc *v1alpha1.FleetCluster, key types.NamespacedName, err error) error {
+	if apierrors.IsNotFound(err) {
+		return &kubeConfigError{msg: fmt.Sprintf(
+			"fleetcluster %s/%s: kubeconfig Secret %s not found: create it with the member's kubeconfig under key %q, or fix spec.kubeConfig.secretRef.name",
+			fc.Namespace, fc.Name, key, keyHint(fc.Spec.KubeConfig.SecretRef.Key))}
 	}
-	data, dataKey, err := kubeConfigData(&secret, ref.Key)
+	return fmt.Errorf("fleetcluster %s/%s: reading kubeconfig Secret %s: %w", fc.Namespace, fc.Name, key, err)
+}
+
+// configFromSecret builds a REST config from a kubeconfig Secret, from the data key named by key
+// (empty: the defaults). Its errors name the Secret, not a FleetCluster (forCluster adds that): many
+// FleetClusters may share one Secret.
+func configFromSecret(secret *corev1.Secret, key string) (*rest.Config, error) {
+	data, dataKey, err := kubeConfigData(secret, key)
 	if err != nil {
-		return nil, &kubeConfigError{msg: fmt.Sprintf("fleetcluster %s/%s: %s", fc.Namespace, fc.Name, err)}
+		return nil, &kubeConfigError{msg: err.Error()}
 	}
 	cfg, err := restConfigFromKubeConfig(data)
 	if err != nil {
 		return nil, &kubeConfigError{msg: fmt.Sprintf(
-			"fleetcluster %s/%s: invalid kubeconfig in Secret %s key %q: %s: put a self-contained kubeconfig (inline certificate and key data or token) in that key",
-			fc.Namespace, fc.Name, key, dataKey, err)}
+			"invalid kubeconfig in Secret %s key %q: %s: put a self-contained kubeconfig (inline certificate and key data or token) in that key",
+			client.ObjectKeyFromObject(secret), dataKey, err)}
 	}
 	return cfg, nil
+}
+
+// forCluster names fc in an error of configFromSecret.
+func forCluster(fc *v1alpha1.FleetCluster, err error) error {
+	var kce *kubeConfigError
+	if errors.As(err, &kce) {
+		return &kubeConfigError{msg: fmt.Sprintf("fleetcluster %s/%s: %s", fc.Namespace, fc.Name, kce.msg)}
+	}
+	return fmt.Errorf("fleetcluster %s/%s: %w", fc.Namespace, fc.Name, err)
 }
 
 // kubeConfigData picks the kubeconfig out of secret: the named key, else the first default key present.
@@ -141,4 +147,23 @@ func restConfigFromKubeConfig(data []byte) (*rest.Config, error) {
 		return nil, fmt.Errorf("it is incomplete: %s", strings.TrimSpace(err.Error()))
 	}
 	return cfg, nil
+}
+
+// CredentialSource names where a FleetCluster's credentials come from, for messages.
+func CredentialSource(fc *v1alpha1.FleetCluster) string {
+	if fc.Spec.KubeConfig == nil || fc.Spec.KubeConfig.SecretRef == nil {
+		return "the hub's own credentials"
+	}
+	return fmt.Sprintf("kubeconfig Secret %s/%s", fc.Namespace, fc.Spec.KubeConfig.SecretRef.Name)
+}
+
+// Redact removes the credentials of cfg from msg. Client errors do not quote credentials today
+// (net/http strips URL passwords); this keeps it so should one start to.
+func Redact(msg string, cfg *rest.Config) string {
+	for _, s := range []string{cfg.BearerToken, cfg.Password, string(cfg.KeyData)} {
+		if len(s) >= 4 {
+			msg = strings.ReplaceAll(msg, s, "[redacted]")
+		}
+	}
+	return msg
 }

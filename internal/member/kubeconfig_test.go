@@ -41,7 +41,7 @@ func fcKubeConfig(t *testing.T, server string, edit func(*clientcmdapi.Config)) 
 	return b
 }
 
-func TestRESTConfigForFleetClusterKeySelection(t *testing.T) {
+func TestConfigForFleetClusterKeySelection(t *testing.T) {
 	const ns = "fleet"
 	hub := &rest.Config{Host: "https://hub.example:6443"}
 	value := fcKubeConfig(t, "https://value.example:6443", nil)
@@ -107,7 +107,7 @@ func TestRESTConfigForFleetClusterKeySelection(t *testing.T) {
 			wantErr: []string{"fleet/no-context", "missing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := RESTConfig(context.Background(), c, hub, fc(tc.kc))
+			cfg, err := (&Clients{Secrets: c, Hub: hub, Scheme: c.Scheme()}).Config(context.Background(), fc(tc.kc))
 			if tc.wantErr != nil {
 				if err == nil {
 					t.Fatalf("got config for %s, want an error", cfg.Host)
@@ -139,7 +139,7 @@ func TestRESTConfigForFleetClusterKeySelection(t *testing.T) {
 	}
 
 	t.Run("hub config is copied, not shared", func(t *testing.T) {
-		cfg, err := RESTConfig(context.Background(), c, hub, fc(nil))
+		cfg, err := (&Clients{Secrets: c, Hub: hub, Scheme: c.Scheme()}).Config(context.Background(), fc(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestRESTConfigForFleetClusterKeySelection(t *testing.T) {
 				return errors.New("connection reset")
 			},
 		})
-		_, err := RESTConfig(context.Background(), failing, hub, fc(ref("both", "")))
+		_, err := (&Clients{Secrets: failing, Hub: hub, Scheme: c.Scheme()}).Config(context.Background(), fc(ref("both", "")))
 		if err == nil || IsKubeConfigError(err) {
 			t.Fatalf("err = %v, want a transient error", err)
 		}

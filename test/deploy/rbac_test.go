@@ -39,7 +39,8 @@ func (a access) String() string {
 // allowed is every request the controllers make on the hub: the audit of controllers/*.go and
 // cmd/tidegate-controller. Reads of FleetClusters, GateReceipts, Kustomizations, GitRepositories and
 // OCIRepositories go through the manager's informer cache (list and watch, never get); the
-// FleetRollout itself and kubeconfig Secrets are read from the API server (get). Writes:
+// FleetRollout itself and kubeconfig Secrets are read from the API server (get), a Secret only when
+// the resourceVersion a metadata-only informer of Secrets (list and watch) keeps has changed. Writes:
 // FleetRollout and FleetCluster status through Flux's patch helper (status patches only: neither
 // controller changes metadata or spec), receipts and pinned sources by create and, when pruned,
 // delete; Kustomizations by server-side apply (patch, and create when the apply creates one).
@@ -70,7 +71,9 @@ var allowed = []access{
 	{"source.toolkit.fluxcd.io", "ocirepositories", "", "create", fleetNS, "ensurePinnedSource"},
 	{"source.toolkit.fluxcd.io", "ocirepositories", "", "delete", fleetNS, "prunePinnedSources"},
 	{"", "configmaps", "", "create", fleetNS, "WriteReceipt: the parts of a large receipt's evidence, owned by the receipt"},
-	{"", "secrets", "", "get", fleetNS, "RESTConfigForCluster: kubeconfig Secrets, read uncached (APIReader, and the manager's client does not cache Secrets)"},
+	{"", "secrets", "", "get", fleetNS, "member.Clients: a kubeconfig Secret, read uncached (APIReader) when its resourceVersion changed"},
+	{"", "secrets", "", "list", "", "member.Clients: the metadata-only informer of Secrets (resourceVersions, never data)"},
+	{"", "secrets", "", "watch", "", "the metadata-only informer of Secrets"},
 	{"", "events", "", "create", fleetNS, "events about FleetRollouts (Flux's recorder, core/v1) and FleetClusters"},
 	{"", "events", "", "patch", fleetNS, "repeated events are patched (count)"},
 	{"coordination.k8s.io", "leases", "", "get", namespace, "leader election"},
@@ -83,9 +86,6 @@ var allowed = []access{
 // denied are requests the controllers must not be able to make.
 var denied = []access{
 	{"*", "*", "", "*", "", "no wildcard"},
-	{"", "secrets", "", "list", "", "kubeconfig Secrets are read one by one, never listed or cached"},
-	{"", "secrets", "", "watch", "", "kubeconfig Secrets are never cached"},
-	{"", "secrets", "", "list", fleetNS, "kubeconfig Secrets are read one by one"},
 	{"", "secrets", "", "create", fleetNS, "tidegate writes no Secret"},
 	{"", "secrets", "", "update", fleetNS, "tidegate writes no Secret"},
 	{"", "secrets", "", "patch", fleetNS, "tidegate writes no Secret"},
