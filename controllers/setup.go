@@ -34,18 +34,24 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		return fmt.Errorf("creating event recorder: %w", err)
 	}
 	m := runtimectrl.NewMetrics(mgr, metricsRecorder())
+	evidence := &collector.Collector{
+		// Kubeconfig Secrets are read uncached: the manager does not list and watch every Secret.
+		Members:  &member.Clients{Secrets: mgr.GetAPIReader(), Hub: hubConfig, Scheme: mgr.GetScheme()},
+		Sources:  mgr.GetClient(),
+		Rollouts: mgr.GetClient(),
+	}
+	// The collector's background work (sampling soaks, gathering evidence ahead) ends with the manager.
+	if err := mgr.Add(evidence); err != nil {
+		return fmt.Errorf("adding the evidence collector: %w", err)
+	}
 	rollouts := &FleetRolloutReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: recorder,
 		Metrics:       &m,
-		Evidence: &collector.Collector{
-			// Kubeconfig Secrets are read uncached: the manager does not list and watch every Secret.
-			Members: &member.Clients{Secrets: mgr.GetAPIReader(), Hub: hubConfig, Scheme: mgr.GetScheme()},
-			Sources: mgr.GetClient(),
-		},
-		Gates:    opts.Gates,
-		TestHook: opts.TestHook,
+		Evidence:      evidence,
+		Gates:         opts.Gates,
+		TestHook:      opts.TestHook,
 	}
 	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)

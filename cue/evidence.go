@@ -114,6 +114,7 @@ type ClusterContinuity struct {
 	MinAvailableRatio  float64 `json:"minAvailableRatio"`
 	UnavailableSeconds float64 `json:"unavailableSeconds"`
 	Samples            int     `json:"samples"`
+	FailedSamples      int     `json:"failedSamples"`
 	HealthChecks       string  `json:"healthChecks"`
 }
 

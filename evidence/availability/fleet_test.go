@@ -150,7 +150,7 @@ func waitAvailable(t *testing.T, c client.Reader, ws []Workload) {
 	for {
 		all := true
 		for _, w := range ws {
-			if r := read(context.Background(), c, "member", w); r.below() {
+			if r := read(context.Background(), c, "member", w); r.failed || r.below() {
 				all = false
 			}
 		}
