@@ -66,9 +66,37 @@ func (r reading) below() bool { return !r.failed && (r.missing || r.available < 
 // readParallel is how many workloads of one cluster Observe reads at once.
 const readParallel = 4
 
-// readAll reads workloads from c into readings (one per workload), a few at a time.
+// readAll reads workloads from c into readings (one per workload), a few at a time, until ctx ends:
+// the reads not done by then are failed reads. It does not wait for them: a client may not heed
+// ctx everywhere (controller-runtime's discovery of a kind's resource does not), and a sample must
+// end with its deadline. Such a read ends in the background, within the client's own timeout.
 func readAll(ctx context.Context, c client.Reader, cluster string, workloads []Workload, readings []reading) {
-	evidence.Each(len(workloads), readParallel, func(i int) { readings[i] = read(ctx, c, cluster, workloads[i]) })
+	type result struct {
+		i int
+		r reading
+	}
+	results := make(chan result, len(workloads)) // never blocks a read that ends after readAll returned
+	go evidence.Each(len(workloads), readParallel, func(i int) {
+		if err := ctx.Err(); err != nil {
+			results <- result{i, reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: not read before the sample's deadline: %w", workloads[i], cluster, err)}}
+			return
+		}
+		results <- result{i, read(ctx, c, cluster, workloads[i])}
+	})
+	done := make([]bool, len(workloads))
+	for range workloads {
+		select {
+		case res := <-results:
+			readings[res.i], done[res.i] = res.r, true
+		case <-ctx.Done():
+			for i, ok := range done {
+				if !ok {
+					readings[i] = reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: no answer before the sample's deadline: %w", workloads[i], cluster, ctx.Err())}
+				}
+			}
+			return
+		}
+	}
 }
 
 // read reads w from c on cluster. It never returns a bare error: a failure is a reading with err set,
