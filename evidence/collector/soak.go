@@ -234,11 +234,11 @@ func (c *Collector) runSoak(ctx, bg context.Context, s *soak) {
 		}
 		if c.dueToGather(plan) && s.gathering.CompareAndSwap(false, true) {
 			c.bg.wg.Add(1)
-			go func() {
+			go func(plan soakPlan) {
 				defer c.bg.wg.Done()
 				defer s.gathering.Store(false)
 				c.gatherAhead(bg, s.id, plan)
-			}()
+			}(plan)
 		}
 		select {
 		case <-ctx.Done():
