@@ -223,7 +223,7 @@ func TestTheNextWaveIsGatheredNearTheSoaksEndAndAgainAsItAges(t *testing.T) {
 }
 
 // waitGathered waits until the evidence of gates is gathered ahead for w's next wave.
-func waitGathered(t *testing.T, c *Collector, w *world, gates ...string) []*gathered {
+func waitGathered(t testing.TB, c *Collector, w *world, gates ...string) []*gathered {
 	t.Helper()
 	var out []*gathered
 	eventually(t, "evidence gathered ahead for "+strings.Join(gates, ", "), func() (bool, string) {

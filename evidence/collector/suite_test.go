@@ -106,7 +106,7 @@ data:
 
 // newWorld sets up a rollout of waves canary (1 cluster) and rest, over n clusters, with the canary
 // soaking since readyAgo for soak, sampled every interval.
-func newWorld(t *testing.T, n int, interval, soak, readyAgo time.Duration, now time.Time) *world {
+func newWorld(t testing.TB, n int, interval, soak, readyAgo time.Duration, now time.Time) *world {
 	t.Helper()
 	if envErr != nil {
 		t.Fatalf("no API server: %v", envErr)
@@ -119,20 +119,7 @@ func newWorld(t *testing.T, n int, interval, soak, readyAgo time.Duration, now t
 	ns := nsObj.Name
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), nsObj) })
 
-	one := int32(1)
-	web := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "example.com/web:v1"}}}}},
-	}
-	if err := k8s.Create(ctx, web); err != nil {
-		t.Fatal(err)
-	}
-	web.Status = appsv1.DeploymentStatus{Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, ObservedGeneration: web.Generation}
-	if err := k8s.Status().Update(ctx, web); err != nil {
-		t.Fatal(err)
-	}
+	createAvailableWeb(t, k8s, ns)
 
 	art, digest := tarball(t, map[string]string{
 		"app/kustomization.yaml": "resources: [config.yaml]\n",
@@ -148,6 +135,7 @@ func newWorld(t *testing.T, n int, interval, soak, readyAgo time.Duration, now t
 	}))
 	t.Cleanup(srv.Close)
 
+	one := int32(1)
 	fr := &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: v1alpha1.FleetRolloutSpec{
@@ -206,9 +194,29 @@ func newWorld(t *testing.T, n int, interval, soak, readyAgo time.Duration, now t
 	return w
 }
 
+// createAvailableWeb creates Deployment web in ns with its status saying it is fully available.
+func createAvailableWeb(t testing.TB, c client.Client, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	one := int32(1)
+	web := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "example.com/web:v1"}}}}},
+	}
+	if err := c.Create(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	web.Status = appsv1.DeploymentStatus{Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, ObservedGeneration: web.Generation}
+	if err := c.Status().Update(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // decision is the scope of the pass that decides the next wave's pre-wave gates at now: the canary
 // succeeded, and the rest wave's members are snapshotted as the step snapshots them.
-func (w *world) decision(t *testing.T, now time.Time) *Scope {
+func (w *world) decision(t testing.TB, now time.Time) *Scope {
 	t.Helper()
 	sc := *w.scope
 	sc.Rollout = w.scope.Rollout.DeepCopy()
@@ -224,7 +232,7 @@ func (w *world) decision(t *testing.T, now time.Time) *Scope {
 }
 
 // newCollector is a Collector of the hub (and its members), with its background work stopped when t ends.
-func newCollector(t *testing.T, clk *clock) *Collector {
+func newCollector(t testing.TB, clk *clock) *Collector {
 	t.Helper()
 	c := &Collector{
 		Members:  &member.Clients{Secrets: k8s, Hub: hubConfig, Scheme: testScheme},
@@ -239,7 +247,7 @@ func newCollector(t *testing.T, clk *clock) *Collector {
 }
 
 // tarball is a gzipped artifact of files (NS replaced by ns) and its digest.
-func tarball(t *testing.T, files map[string]string, ns string) ([]byte, string) {
+func tarball(t testing.TB, files map[string]string, ns string) ([]byte, string) {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -264,7 +272,7 @@ func tarball(t *testing.T, files map[string]string, ns string) ([]byte, string) 
 }
 
 // eventually polls cond every 20ms for up to 20s.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

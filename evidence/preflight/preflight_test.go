@@ -343,7 +343,7 @@ func closedPort(t *testing.T) string {
 }
 
 // silentServer returns the address of a local port that accepts connections and never answers.
-func silentServer(t *testing.T) string {
+func silentServer(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

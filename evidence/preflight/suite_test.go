@@ -92,7 +92,7 @@ func setup(t *testing.T) (context.Context, string) {
 }
 
 // objects parses a multi-document YAML stream, with NS replaced by ns, as the render decodes objects.
-func objects(t *testing.T, ns, docs string) []*unstructured.Unstructured {
+func objects(t testing.TB, ns, docs string) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
 	for _, doc := range strings.Split(strings.ReplaceAll(docs, "NS", ns), "\n---\n") {
