@@ -89,18 +89,14 @@ func BenchmarkDeploySafeGatheredAhead1000Targets(b *testing.B) {
 func BenchmarkNoDisruptionAtSoakEnd1000Members(b *testing.B) {
 	const interval = 5 * time.Second
 	w := benchWorld(b, 1000)
-	// The soaking wave is the big one here: the 1,000 members soak, sampled over a 5-minute soak.
+	// The 1,000 members soak, sampled over a 5-minute soak.
+	ready := restSoaks(b, w, interval, 5*time.Minute)
 	st := &w.scope.Rollout.Status
-	st.Waves[0].Phase, st.Waves[1].Phase = v1alpha1.WaveSucceeded, v1alpha1.WaveSoaking
-	st.Waves[1].Clusters = w.decision(b, w.scope.Now).Rollout.Status.Waves[1].Clusters
-	ready := metav1.NewTime(w.scope.Now.Add(-5 * time.Minute))
-	st.Waves[1].ReadyAt = &ready
-	w.scope.Settings.SampleInterval = interval
 	c := benchCollector(b, nil)
 	sampler := c.samples(interval)
 	ws := []availability.Workload{{Kind: availability.KindDeployment, Namespace: w.ns, Name: "web"}}
 	for _, name := range st.Waves[1].Clusters {
-		for at := ready.Time; !at.After(w.scope.Now); at = at.Add(interval) {
+		for at := ready; !at.After(w.scope.Now); at = at.Add(interval) {
 			if err := sampler.Observe(context.Background(), sampleKey(w.rollout, name), availableReader{}, ws, at); err != nil {
 				b.Fatal(err)
 			}
@@ -121,12 +117,7 @@ func BenchmarkNoDisruptionAtSoakEnd1000Members(b *testing.B) {
 func BenchmarkSoakPass1000Members(b *testing.B) {
 	const interval = 5 * time.Second
 	w := benchWorld(b, 1000)
-	st := &w.scope.Rollout.Status
-	st.Waves[0].Phase, st.Waves[1].Phase = v1alpha1.WaveSucceeded, v1alpha1.WaveSoaking
-	st.Waves[1].Clusters = w.decision(b, w.scope.Now).Rollout.Status.Waves[1].Clusters
-	ready := metav1.NewTime(w.scope.Now)
-	st.Waves[1].ReadyAt = &ready
-	w.scope.Settings.SampleInterval = interval
+	restSoaks(b, w, interval, 0)
 	c := benchCollector(b, nil)
 	plan := c.planSoak(w.scope, 1, nil, soakPlan{})
 	clients := map[string]*memberClient{}
@@ -143,6 +134,18 @@ func BenchmarkSoakPass1000Members(b *testing.B) {
 	if got.Samples != b.N+1 || got.FailedSamples != 0 {
 		b.Fatalf("last member: %+v after %d passes", got, b.N+1)
 	}
+}
+
+// restSoaks makes the rest wave of w (its 1,000 members) the soaking one, Ready for the given time
+// and sampled every interval, and returns when it was Ready.
+func restSoaks(b *testing.B, w *world, interval, readyFor time.Duration) time.Time {
+	st := &w.scope.Rollout.Status
+	st.Waves[0].Phase, st.Waves[1].Phase = v1alpha1.WaveSucceeded, v1alpha1.WaveSoaking
+	st.Waves[1].Clusters = w.decision(b, w.scope.Now).Rollout.Status.Waves[1].Clusters
+	ready := metav1.NewTime(w.scope.Now.Add(-readyFor))
+	st.Waves[1].ReadyAt = &ready
+	w.scope.Settings.SampleInterval = interval
+	return ready.Time
 }
 
 // benchWorld is newWorld with n+1 clusters (a canary and a rest wave of n), the odd ones reaching a
