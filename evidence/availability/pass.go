@@ -39,27 +39,40 @@ type PassOptions struct {
 	// Budget is how long the whole pass may take (the Sampler's interval when 0): the next pass is
 	// due then.
 	Budget time.Duration
-	// MemberTimeout bounds one member's sample (DefaultMemberTimeout when 0); the pass shortens it so
-	// that every round of Parallel members fits in Budget.
+	// MemberTimeout bounds one member's sample (DefaultMemberTimeout when 0); the pass shortens it to
+	// half its Budget, and to what is left of the Budget when the member's turn comes.
 	MemberTimeout time.Duration
-	// Now is the clock samples are timed by (time.Now when nil).
+	// Now is the clock samples are timed by (time.Now when nil). The pass's own deadlines are
+	// wall-clock time.
 	Now func() time.Time
 }
 
 // PassResult says how a pass went.
 type PassResult struct {
-	// MemberTimeout is the deadline each member had.
+	// MemberTimeout is the most time one member had.
 	MemberTimeout time.Duration
-	// Failed are the members whose sample had a failed read (a missed deadline, an error), sorted.
+	// Failed are the members whose sample had a failed read (a missed deadline, an error, no turn
+	// before the pass's time ran out), sorted.
 	Failed []string
+	// NotReached is how many of them had no turn before the pass's time ran out.
+	NotReached int
 }
 
-// ObservePass takes one sample of every member, at most Parallel at once, each within its own
-// deadline (evidence.MemberDeadline of Budget): a member that is slow or does not answer misses its deadline,
-// its reads not done by then fail, and its sample is recorded as such (a failed read counts one
-// interval, see ClusterSummary); the others are not held up by it. Samples are timed when each
-// member's turn begins. When ctx ends, the members not sampled yet are left out (the caller is
-// going away: nothing is recorded for them).
+// ObservePass takes one sample of every member, in the order given, at most Parallel at once, and
+// ends within Budget. Each member has its own deadline: MemberTimeout, at most half the Budget, and
+// at most what is left of the Budget when its turn comes. A member that is slow or does not answer
+// misses its deadline, its reads not done by then fail, and its sample is recorded as such (a
+// failed sample counts one interval, see ClusterSummary); it holds one of the Parallel slots while
+// it waits, and the others go on. A member whose turn has not come when the Budget is spent is
+// recorded as a failed sample too, without being asked: fail closed. A caller that puts the members
+// that failed last time at the end keeps a few slow members from costing the others their turn.
+// Samples are timed when each member's turn begins. When ctx ends, the members not sampled yet are
+// left out (the caller is going away: nothing is recorded for them).
+//
+// Half the Budget rather than a share of it per round (as a preflight's deadlines are): the sample
+// interval is seconds, and its share among the rounds of a large wave (500ms for 1,000 members at
+// 5s) is less than a loaded member needs for a few GETs. A failed read is a sample counted as
+// unavailable, so a deadline that busy members miss costs them their soak.
 func (s *Sampler) ObservePass(ctx context.Context, members []Member, opts PassOptions) PassResult {
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultPassParallel
@@ -73,12 +86,17 @@ func (s *Sampler) ObservePass(ctx context.Context, members []Member, opts PassOp
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	res := PassResult{MemberTimeout: evidence.MemberDeadline(len(members), opts.Parallel, opts.Budget, opts.MemberTimeout)}
+	end := time.Now().Add(opts.Budget)
+	res := PassResult{MemberTimeout: min(opts.MemberTimeout, opts.Budget/2)}
 	var mu sync.Mutex
 	evidence.Each(len(members), opts.Parallel, func(i int) {
-		if failed := s.observeMember(ctx, members[i], res.MemberTimeout, opts.Now); failed {
+		failed, reached := s.observeMember(ctx, members[i], min(res.MemberTimeout, time.Until(end)), opts)
+		if failed {
 			mu.Lock()
 			res.Failed = append(res.Failed, members[i].Cluster)
+			if !reached {
+				res.NotReached++
+			}
 			mu.Unlock()
 		}
 	})
@@ -86,12 +104,17 @@ func (s *Sampler) ObservePass(ctx context.Context, members []Member, opts PassOp
 	return res
 }
 
-// observeMember samples one member within timeout and says whether a read failed.
-func (s *Sampler) observeMember(ctx context.Context, m Member, timeout time.Duration, now func() time.Time) bool {
+// observeMember samples one member within timeout and says whether a read failed, and whether the
+// member was asked at all (no time left: it was not).
+func (s *Sampler) observeMember(ctx context.Context, m Member, timeout time.Duration, opts PassOptions) (failed, reached bool) {
 	if ctx.Err() != nil {
-		return false
+		return false, false
 	}
-	at := now()
+	at := opts.Now()
+	if timeout <= 0 {
+		err := s.Observe(ctx, m.Cluster, errReader{fmt.Errorf("not sampled: the pass's %s ran out before this cluster's turn", opts.Budget)}, m.Workloads, at)
+		return err != nil && ctx.Err() == nil, false
+	}
 	mctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var reader client.Reader
@@ -101,7 +124,7 @@ func (s *Sampler) observeMember(ctx context.Context, m Member, timeout time.Dura
 		case err != nil:
 			reader = errReader{fmt.Errorf("no client for the cluster: %w", err)}
 		case mctx.Err() != nil && ctx.Err() == nil:
-			reader = errReader{fmt.Errorf("no client for the cluster within the member's deadline of %s", timeout)}
+			reader = errReader{fmt.Errorf("no client for the cluster within its deadline of %s", timeout)}
 		default:
 			reader = r
 		}
@@ -112,7 +135,7 @@ func (s *Sampler) observeMember(ctx context.Context, m Member, timeout time.Dura
 		readCtx = ctx
 	}
 	err := s.Observe(readCtx, m.Cluster, reader, m.Workloads, at)
-	return err != nil && ctx.Err() == nil
+	return err != nil && ctx.Err() == nil, true
 }
 
 // errReader is a client.Reader that fails every read with err: a member whose client could not be had.

@@ -3,6 +3,7 @@ package availability
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,9 +17,9 @@ import (
 )
 
 // A pass over members of which some are behind a black hole or a link slower than their deadline,
-// or have no client: each of those misses its own deadline (the pass's budget shared by its rounds)
-// and its sample says its reads failed, counting one sample interval; the healthy members are
-// sampled all the same, in the same pass.
+// or have no client: each of those misses its own deadline (half the pass's budget, and no more than
+// is left of it) and its sample says its reads failed, counting one sample interval; the healthy
+// members are sampled all the same, in the same pass, with the slots the others leave.
 func TestAPassGivesEachMemberItsOwnDeadline(t *testing.T) {
 	f := localfleet.StartForTest(t, localfleet.Options{Members: 1, NoFlux: true})
 	m := f.Members[0]
@@ -63,10 +64,10 @@ func TestAPassGivesEachMemberItsOwnDeadline(t *testing.T) {
 	const interval = 5 * time.Second
 	s := New(Options{Interval: interval})
 	start := time.Now()
-	// 7 members, 2 at a time: 4 rounds of the 8s budget, 2s each.
+	// 7 members, 2 at a time, within 8s: 4s each at most.
 	res := s.ObservePass(context.Background(), members, PassOptions{Parallel: 2, Budget: 8 * time.Second})
-	if res.MemberTimeout != 2*time.Second {
-		t.Errorf("member deadline %s, want 2s (8s shared by 4 rounds)", res.MemberTimeout)
+	if res.MemberTimeout != 4*time.Second || res.NotReached != 0 {
+		t.Errorf("member deadline %s, %d members not reached; want 4s (half of 8s), every member asked", res.MemberTimeout, res.NotReached)
 	}
 	if want := []string{"hanging-client", "no-client", "silent", "slow"}; !reflect.DeepEqual(res.Failed, want) {
 		t.Errorf("failed members %q, want %q", res.Failed, want)
@@ -90,5 +91,42 @@ func TestAPassGivesEachMemberItsOwnDeadline(t *testing.T) {
 		if len(got.Errors) == 0 || !strings.Contains(strings.Join(got.Errors, "\n"), why) {
 			t.Errorf("%s: errors %q, want one saying %q", name, got.Errors, why)
 		}
+	}
+}
+
+// Members whose turn comes when the pass's time is spent are not asked: each has a failed sample,
+// counting one interval, and the pass ends with its budget.
+func TestMembersNotReachedInAPassFailClosed(t *testing.T) {
+	f := localfleet.StartForTest(t, localfleet.Options{Members: 1, NoFlux: true})
+	m := f.Members[0]
+	cfg, p := testenv.ProxyConfig(t, m.Config)
+	p.Silence(true)
+	cfg.Timeout = 10 * time.Second
+	silent, err := client.New(cfg, client.Options{Scheme: f.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := 0
+	ws := []Workload{{KindDeployment, "demo", "web"}}
+	var members []Member
+	for i := range 4 {
+		members = append(members, Member{Cluster: fmt.Sprintf("silent-%d", i), Workloads: ws,
+			Reader: func(context.Context) (client.Reader, error) { return silent, nil }})
+	}
+	members = append(members, Member{Cluster: "last", Workloads: ws, Reader: func(context.Context) (client.Reader, error) {
+		asked++
+		return m.Client, nil
+	}})
+	const interval = 5 * time.Second
+	s := New(Options{Interval: interval})
+	// Two at a time within 2s, 1s each at most: the four silent members spend it all.
+	res := s.ObservePass(context.Background(), members, PassOptions{Parallel: 2, Budget: 2 * time.Second})
+	if res.NotReached != 1 || len(res.Failed) != 5 || asked != 0 {
+		t.Fatalf("result %+v, last member asked %d times; want the 5 failed, the last one not reached nor asked", res, asked)
+	}
+	got := s.Summary("last", time.Time{}, time.Time{})
+	if got.Samples != 1 || got.FailedSamples != 1 || got.UnavailableSeconds != interval.Seconds() ||
+		len(got.Errors) != 1 || !strings.Contains(got.Errors[0], "not sampled: the pass's 2s ran out before this cluster's turn") {
+		t.Fatalf("summary of the member not reached: %+v", got)
 	}
 }

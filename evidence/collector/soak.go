@@ -124,8 +124,12 @@ func (c *Collector) Follow(sc *Scope, preWave func(wave int) []string) {
 	go c.runSoak(ctx, c.bg.ctx, s)
 }
 
-// activeWave is the index of the wave that soaks or rehearses, or -1.
+// activeWave is the index of the wave that soaks or rehearses, or -1 (also while the rollout rolls
+// back: its waves keep their phases until it has rolled back, but nothing goes forward).
 func activeWave(fr *v1alpha1.FleetRollout) int {
+	if rollingBack(fr) {
+		return -1
+	}
 	for i := range fr.Status.Waves {
 		switch fr.Status.Waves[i].Phase {
 		case v1alpha1.WaveSoaking, v1alpha1.WaveRehearsing:
@@ -133,6 +137,10 @@ func activeWave(fr *v1alpha1.FleetRollout) int {
 		}
 	}
 	return -1
+}
+
+func rollingBack(fr *v1alpha1.FleetRollout) bool {
+	return fr.Status.Phase == v1alpha1.PhaseRollingBack || fr.Status.Phase == v1alpha1.PhaseRolledBack
 }
 
 // planSoak builds the loop's plan from the scope: the members to sample (their workloads from their
@@ -271,7 +279,7 @@ func (c *Collector) stillSoaking(ctx context.Context, plan soakPlan, id soakID) 
 	if fr.UID != id.rollout || !fr.DeletionTimestamp.IsZero() {
 		return false, true
 	}
-	if fr.Spec.Suspend || fr.Status.Candidate == nil || fr.Status.Candidate.Revision != id.candidate {
+	if fr.Spec.Suspend || rollingBack(&fr) || fr.Status.Candidate == nil || fr.Status.Candidate.Revision != id.candidate {
 		return false, false
 	}
 	for _, wv := range fr.Status.Waves {
@@ -287,16 +295,19 @@ func (c *Collector) stillSoaking(ctx context.Context, plan soakPlan, id soakID) 
 }
 
 // memberClient is one member's client in a soak loop, built once and again after a failed read
-// (its kubeconfig may have changed).
+// (its kubeconfig may have changed), and whether its last sample failed.
 type memberClient struct {
 	fc     *v1alpha1.FleetCluster
 	reader client.Reader
+	failed bool
 }
 
-// samplePass takes one sample of every member of the plan within the sample interval.
+// samplePass takes one sample of every member of the plan within the sample interval. The members
+// whose last sample failed go last: a few slow members then cost the others no turn.
 func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[string]*memberClient) {
-	byKey := make(map[string]string, len(plan.members))
+	byKey := make(map[string]*memberClient, len(plan.members))
 	members := make([]availability.Member, 0, len(plan.members))
+	var late []availability.Member
 	for _, m := range plan.members {
 		mc := clients[m.name]
 		if mc == nil || mc.fc.UID != m.fc.UID || mc.fc.Generation != m.fc.Generation {
@@ -304,8 +315,8 @@ func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[s
 			clients[m.name] = mc
 		}
 		key := sampleKeyOf(plan.rollout, m.name)
-		byKey[key] = m.name
-		members = append(members, availability.Member{
+		byKey[key] = mc
+		am := availability.Member{
 			Cluster:   key,
 			Workloads: m.workloads,
 			Reader: func(ctx context.Context) (client.Reader, error) {
@@ -319,19 +330,28 @@ func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[s
 				mc.reader = r
 				return r, nil
 			},
-		})
+		}
+		if mc.failed {
+			late = append(late, am)
+		} else {
+			members = append(members, am)
+		}
 	}
+	members = append(members, late...)
 	res := c.samples(plan.interval).ObservePass(ctx, members, availability.PassOptions{
 		Parallel: c.SampleParallel, Budget: plan.interval, Now: c.now,
 	})
+	for _, mc := range byKey {
+		mc.failed = false
+	}
 	for _, key := range res.Failed {
-		if mc := clients[byKey[key]]; mc != nil {
-			mc.reader = nil
+		if mc := byKey[key]; mc != nil {
+			mc.failed, mc.reader = true, nil
 		}
 	}
 	if len(res.Failed) > 0 {
 		log.FromContext(ctx).V(1).Info("availability samples with failed reads", "rollout", plan.rollout.String(),
-			"members", len(members), "failed", len(res.Failed), "memberDeadline", res.MemberTimeout.String())
+			"members", len(members), "failed", len(res.Failed), "notReached", res.NotReached, "memberDeadline", res.MemberTimeout.String())
 	}
 }
 
@@ -345,8 +365,8 @@ func (c *Collector) endSoak(rollout types.UID, wave string) {
 	}
 }
 
-// soakEnded cleans up after a loop: its members' samples go (unless a newer loop of the same rollout
-// took over), and when its rollout is gone, so does the evidence gathered ahead for it.
+// soakEnded cleans up after a loop: its members' samples go (but those a newer loop of the same
+// rollout samples), and when its rollout is gone, so does the evidence gathered ahead for it.
 func (c *Collector) soakEnded(s *soak, gone bool) {
 	s.cancel()
 	plan := s.getPlan()
@@ -364,10 +384,17 @@ func (c *Collector) soakEnded(s *soak, gone bool) {
 		}
 	}
 	c.bg.mu.Unlock()
-	if newer == nil {
-		sampler := c.samples(plan.interval)
-		for _, m := range plan.members {
-			sampler.Forget(sampleKeyOf(plan.rollout, m.name))
+	kept := map[string]bool{}
+	if newer != nil {
+		next := newer.getPlan()
+		for _, m := range next.members {
+			kept[sampleKeyOf(next.rollout, m.name)] = true
+		}
+	}
+	sampler := c.samples(plan.interval)
+	for _, m := range plan.members {
+		if key := sampleKeyOf(plan.rollout, m.name); !kept[key] {
+			sampler.Forget(key)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/internal/testbin"
@@ -39,6 +41,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	log.SetLogger(logr.Discard())
 	os.Exit(testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startAPIServer()
 		return env, envErr
