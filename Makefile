@@ -56,8 +56,9 @@ vet: ## Vet Go code and check formatting.
 
 # RACE_PKGS are the packages whose tests exercise concurrency on purpose (a Sampler, a Policy and
 # renders shared between goroutines, the simulator's loop beside faults changed from tests, parallel
-# preflights): make test runs them a second time under the race detector (docs/testing.md: its cost).
-RACE_PKGS ?= ./cue/ ./evidence/ ./evidence/availability/ ./evidence/preflight/ ./internal/simulator/
+# preflights, the collector's soak loops beside reconciles): make test runs them a second time under
+# the race detector (docs/testing.md: its cost).
+RACE_PKGS ?= ./cue/ ./evidence/ ./evidence/availability/ ./evidence/collector/ ./evidence/preflight/ ./internal/simulator/
 
 .PHONY: test
 test: testbin vet ## Run every test: unit, envtest and end to end, then RACE_PKGS under -race (builds the test binaries first when missing).

@@ -279,12 +279,11 @@ func (r *FleetRolloutReconciler) step(_ context.Context, p *pass) outcome {
 	return proceeding()
 }
 
-// sample takes the availability samples of a soaking wave: on every pass, at least every sample
-// interval (settle requeues by it).
-func (r *FleetRolloutReconciler) sample(ctx context.Context, p *pass) outcome {
-	if i := soakingWave(p.Rollout); i >= 0 {
-		r.Evidence.Sample(ctx, p.world, i)
-	}
+// sample keeps the collector's background work in step with the status the step left: a soaking
+// wave's members are sampled on the collector's own ticker, every sample interval, and the next
+// wave's pre-wave evidence is gathered ahead while it soaks. The pass itself samples nothing.
+func (r *FleetRolloutReconciler) sample(_ context.Context, p *pass) outcome {
+	r.Evidence.Follow(p.world, preWaveGatesOf)
 	return proceeding()
 }
 
@@ -332,8 +331,8 @@ func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 }
 
 // settle ends a pass that ran every sub-step: a policy that cannot decide stalls (or waits for its
-// source), a recorded intent is acted on next, else come back when the step asked, at the latest
-// after the interval.
+// source), a recorded intent is acted on next, else come back when the step asked (a soak's end), at
+// the latest after the interval. A soak needs no pass in between: the collector samples it.
 func (r *FleetRolloutReconciler) settle(p *pass) outcome {
 	fr := p.Rollout
 	if err := p.policyErr; err != nil {
@@ -352,23 +351,10 @@ func (r *FleetRolloutReconciler) settle(p *pass) outcome {
 	if d := p.res.RequeueAfter; d > 0 {
 		after = min(after, d)
 	}
-	if soakingWave(fr) >= 0 && p.Settings.SampleInterval > 0 {
-		after = min(after, p.Settings.SampleInterval)
-	}
 	if p.res.Wait != nil {
 		after = min(after, waitingRequeue)
 	}
 	return doneAfter(after)
-}
-
-// soakingWave returns the index of the wave that soaks now, or -1.
-func soakingWave(fr *v1alpha1.FleetRollout) int {
-	for i := range fr.Status.Waves {
-		if fr.Status.Waves[i].Phase == v1alpha1.WaveSoaking {
-			return i
-		}
-	}
-	return -1
 }
 
 func (r *FleetRolloutReconciler) listKustomizations(ctx context.Context, fr *v1alpha1.FleetRollout) (map[string]*kustomizev1.Kustomization, error) {

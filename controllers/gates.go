@@ -59,6 +59,15 @@ func (CUEGates) Evaluate(_ context.Context, req GateRequest) (GateDecision, erro
 	return out, nil
 }
 
+// preWaveGatesOf lists the gates decided before wave i switches anything, as preWaveGates decides
+// them: the collector gathers their evidence ahead while the wave before i soaks.
+func preWaveGatesOf(i int) []string {
+	if i == 0 {
+		return []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds}
+	}
+	return []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSucceeds}
+}
+
 func waveName(w *v1alpha1.WaveStatus) string {
 	if w == nil {
 		return ""

@@ -62,17 +62,23 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 	}
 	m := runtimectrl.NewMetrics(mgr, metricsRecorder())
 	members := NewMemberClients(mgr, hubConfig, opts.Members)
+	evidence := &collector.Collector{
+		Members:  members,
+		Sources:  mgr.GetClient(),
+		Rollouts: mgr.GetClient(),
+	}
+	// The collector's background work (sampling soaks, gathering evidence ahead) ends with the manager.
+	if err := mgr.Add(evidence); err != nil {
+		return fmt.Errorf("adding the evidence collector: %w", err)
+	}
 	rollouts := &FleetRolloutReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		EventRecorder: recorder,
 		Metrics:       &m,
-		Evidence: &collector.Collector{
-			Members: members,
-			Sources: mgr.GetClient(),
-		},
-		Gates:    opts.Gates,
-		TestHook: opts.TestHook,
+		Evidence:      evidence,
+		Gates:         opts.Gates,
+		TestHook:      opts.TestHook,
 	}
 	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)

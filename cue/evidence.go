@@ -186,6 +186,7 @@ type ClusterContinuity struct {
 	MinAvailableRatio  float64 `json:"minAvailableRatio"`
 	UnavailableSeconds float64 `json:"unavailableSeconds"`
 	Samples            int     `json:"samples"`
+	FailedSamples      int     `json:"failedSamples"`
 	HealthChecks       string  `json:"healthChecks"`
 	// Transient is what kustomize-controller was doing, when it was between two outcomes.
 	Transient string `json:"transient,omitempty"`

@@ -5,16 +5,20 @@
 //
 // A Sampler is fed one sample per cluster at a time by its caller (the engine, during a wave's
 // soak): Observe reads every Deployment, StatefulSet and DaemonSet it is given from the cluster and
-// records how many of each one's replicas are available against how many are desired. Summary
+// records how many of each one's replicas are available against how many are desired. ObservePass
+// samples many clusters at once, each within its own deadline (the pass's budget shared by its
+// rounds), so that a cluster that is slow or does not answer misses its own deadline only. Summary
 // folds the samples taken since a moment into a ClusterSummary, and Limits says, for one cluster or
 // a whole wave, what those summaries do not establish (the outages too short to see between
 // samples, the reads that failed, the time nobody looked).
 //
-// It fails closed everywhere a measurement is missing: a workload that is missing, being deleted,
-// of an unsupported kind or that could not be read counts as unavailable (ratio 0) for that
-// sample; a cluster with no samples has a MinAvailableRatio of 0; unavailable time is counted
-// conservatively (a whole interval between two samples counts when either end of it was
-// unavailable); and gaps longer than three sample intervals are reported, never smoothed over.
+// It fails closed everywhere a measurement is missing: a workload that is missing or being deleted
+// counts as unavailable (ratio 0) for that sample; one of an unsupported kind or that could not be
+// read (a timeout, an error) saw nothing, and its sample counts one interval as unavailable; a
+// cluster with no samples, or none that read anything, has a MinAvailableRatio of 0; unavailable
+// time is counted conservatively (a whole interval between two samples counts when either end of
+// it saw a workload below); and gaps longer than three sample intervals are reported, never
+// smoothed over.
 //
 // Memory is bounded: a cluster keeps at most Options.MaxSamples compact samples (when it has more,
 // the oldest are folded into a running summary rather than forgotten) and Options.MaxErrors

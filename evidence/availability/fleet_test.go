@@ -144,13 +144,13 @@ func sampleFor(t *testing.T, s *Sampler, m *localfleet.Member, ws []Workload, d 
 }
 
 // waitAvailable waits until every workload in ws is fully available.
-func waitAvailable(t *testing.T, c client.Reader, ws []Workload) {
+func waitAvailable(t testing.TB, c client.Reader, ws []Workload) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for {
 		all := true
 		for _, w := range ws {
-			if r := read(context.Background(), c, "member", w); r.below() {
+			if r := read(context.Background(), c, "member", w); r.failed || r.below() {
 				all = false
 			}
 		}
@@ -164,7 +164,7 @@ func waitAvailable(t *testing.T, c client.Reader, ws []Workload) {
 	}
 }
 
-func namespace(t *testing.T, c client.Client) string {
+func namespace(t testing.TB, c client.Client) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "avail-"}}
 	if err := c.Create(context.Background(), ns); err != nil {
@@ -173,7 +173,7 @@ func namespace(t *testing.T, c client.Client) string {
 	return ns.Name
 }
 
-func create(t *testing.T, c client.Client, objs ...client.Object) {
+func create(t testing.TB, c client.Client, objs ...client.Object) {
 	t.Helper()
 	for _, o := range objs {
 		if err := c.Create(context.Background(), o); err != nil {

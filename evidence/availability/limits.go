@@ -13,7 +13,7 @@ const maxNamed = 5
 // Limits says what summaries do not establish, for one cluster or for a whole wave (one line per kind
 // of limit, naming the clusters it applies to): the outages too short to fall between two samples, the
 // gaps longer than three sample intervals, the start or end of the window that nobody sampled, the
-// clusters with no samples at all, the reads that failed and were counted as unavailable, the clusters
+// clusters with no samples at all, the reads that failed (each counted one interval as unavailable), the clusters
 // with no workload to sample, and summaries that took in folded samples from outside their window.
 // The lines are meant to be copied into the evidence's limits as they are.
 func Limits(summaries ...ClusterSummary) []string {
@@ -47,7 +47,7 @@ func Limits(summaries ...ClusterSummary) []string {
 			earlyEnd = append(earlyEnd, fmt.Sprintf("%s (%s)", s.Cluster, dur(s.Until.Sub(s.LastSample))))
 		}
 		if s.ReadErrors > 0 {
-			reads = append(reads, fmt.Sprintf("%s (%d)", s.Cluster, s.ReadErrors))
+			reads = append(reads, fmt.Sprintf("%s (%s in %s)", s.Cluster, plural(s.ReadErrors, "read"), plural(s.FailedSamples, "sample")))
 		}
 		if s.Workloads == 0 {
 			noWorkloads = append(noWorkloads, s.Cluster)
@@ -84,7 +84,7 @@ func Limits(summaries ...ClusterSummary) []string {
 		out = append(out, fmt.Sprintf("sampling stopped early %s: the end of the window was not observed", on(earlyEnd)))
 	}
 	if len(reads) > 0 {
-		out = append(out, fmt.Sprintf("workload reads failed and were counted as unavailable %s: those workloads may have been available",
+		out = append(out, fmt.Sprintf("workload reads failed (timeouts, errors) %s: each such sample counted one sample interval as unavailable; those workloads may have been available",
 			on(reads)))
 	}
 	if len(noWorkloads) > 0 {

@@ -85,15 +85,19 @@ type ClusterSummary struct {
 	Interval time.Duration
 	// Samples is how many samples the window has.
 	Samples int
-	// MinAvailableRatio is the lowest available/desired ratio any sampled workload had, in [0, 1]: 1 for a
-	// workload that desires no replicas (and for a sample of no workloads), 0 for one that was missing or
-	// could not be read, and 0 when the window has no samples at all (nothing is known).
+	// MinAvailableRatio is the lowest available/desired ratio any workload was seen at, in [0, 1]: 1 for
+	// a workload that desires no replicas (and for a sample of no workloads), 0 for one that was missing,
+	// and 0 when the window has no sample that read anything (nothing is known). A read that failed saw
+	// nothing, so it is not a ratio: it counts as unavailable time instead (see UnavailableSeconds).
 	MinAvailableRatio float64
 	// Worst is the workload behind MinAvailableRatio when it is below 1; nil otherwise.
 	Worst *Shortfall
 	// UnavailableSeconds is how long some workload was below its desired availability, counted
-	// conservatively: the whole interval between two consecutive samples counts when either of them had a
-	// workload below, and an unavailable last sample counts until Until, and for at least one Interval.
+	// conservatively: the whole interval between two consecutive samples counts when either of them saw
+	// a workload below (or missing), and such a last sample counts until Until, and for at least one
+	// Interval. A sample whose reads failed and that saw nothing below counts one Interval: nothing was
+	// seen then, and nothing is assumed about the time around it, which the samples before and after
+	// it saw.
 	UnavailableSeconds float64
 	// FirstSample and LastSample are the times of the window's first and last samples.
 	FirstSample, LastSample time.Time
@@ -103,9 +107,11 @@ type ClusterSummary struct {
 	LongGaps int
 	// Workloads is the most workloads one sample covered (0: the package has none the Sampler reads).
 	Workloads int
-	// ReadErrors is how many workload reads failed (or named an unsupported kind) and so counted as
-	// unavailable although the workload may have been available.
+	// ReadErrors is how many workload reads failed (a timeout, an error, an unsupported kind).
 	ReadErrors int
+	// FailedSamples is how many samples had a read fail; those that saw no workload below each
+	// counted one Interval in UnavailableSeconds, although the workloads may have been available.
+	FailedSamples int
 	// Missing is how many workload reads found no object, or one being deleted.
 	Missing int
 	// Errors are the distinct messages of the failed and missing reads last seen in the window, in the
@@ -119,8 +125,12 @@ type ClusterSummary struct {
 
 // sample is one compact sample of a cluster: all its workloads read at one time.
 type sample struct {
-	at    time.Time
+	at time.Time
+	// ratio is the lowest ratio of the workloads read; valid when observed.
 	ratio float64
+	// observed: some workload was read (or there is none to read).
+	observed bool
+	// below: some workload read was below its desired availability, or missing.
 	below bool
 	// worst is the workload with the lowest ratio when that is below 1.
 	worst     *Shortfall
@@ -132,22 +142,25 @@ type sample struct {
 // tally folds samples, in time order, into the numbers of a summary.
 type tally struct {
 	samples     int
+	observed    int // samples that read something
 	first, last time.Time
 	lastBelow   bool
 	minRatio    float64
 	worst       *Shortfall
 	unavailable time.Duration
-	maxGap      time.Duration
-	longGaps    int
-	workloads   int
-	failed      int
-	missing     int
+	// unseen is how many samples had a failed read and saw nothing below: one interval each.
+	unseen        int
+	maxGap        time.Duration
+	longGaps      int
+	workloads     int
+	failed        int
+	failedSamples int
+	missing       int
 }
 
 func (t *tally) add(s sample, interval time.Duration) {
 	if t.samples == 0 {
-		t.first, t.minRatio = s.at, s.ratio
-		t.worst = s.worst
+		t.first = s.at
 	} else {
 		gap := s.at.Sub(t.last)
 		t.maxGap = max(t.maxGap, gap)
@@ -157,8 +170,17 @@ func (t *tally) add(s sample, interval time.Duration) {
 		if t.lastBelow || s.below {
 			t.unavailable += gap
 		}
-		if s.ratio < t.minRatio {
+	}
+	if s.observed {
+		if t.observed == 0 || s.ratio < t.minRatio {
 			t.minRatio, t.worst = s.ratio, s.worst
+		}
+		t.observed++
+	}
+	if s.failed > 0 {
+		t.failedSamples++
+		if !s.below {
+			t.unseen++
 		}
 	}
 	t.samples++
@@ -188,14 +210,16 @@ type history struct {
 	droppedFirst, droppedLast time.Time
 }
 
-// Observe takes one sample of cluster at now: it reads every workload from c and records how many of
-// its replicas were available against how many are desired (Deployment: status.availableReplicas /
-// spec.replicas; StatefulSet: status.availableReplicas / spec.replicas; DaemonSet:
-// status.numberAvailable / status.desiredNumberScheduled). A workload that is missing, being deleted,
-// of an unsupported kind or that cannot be read (a nil c cannot read anything) counts as unavailable
-// in the sample, and the reason is kept for Summary.Errors. The sample is recorded whatever happens
-// to the reads, even when ctx ends while they run; the returned error joins the read failures (not
-// the missing objects, which are findings) for the caller to log.
+// Observe takes one sample of cluster at now: it reads every workload from c (a few at a time) and
+// records how many of its replicas were available against how many are desired (Deployment:
+// status.availableReplicas / spec.replicas; StatefulSet: status.availableReplicas / spec.replicas;
+// DaemonSet: status.numberAvailable / status.desiredNumberScheduled). A workload that is missing or
+// being deleted counts as unavailable in the sample; one of an unsupported kind or that cannot be
+// read (a nil c cannot read anything) is a failed read, which counts one interval of unavailable
+// time (see ClusterSummary.UnavailableSeconds). Either reason is kept for Summary.Errors. The sample
+// is recorded whatever happens to the reads, even when ctx ends while they run (the reads not done
+// by then fail); the returned error joins the read failures (not the missing objects, which are
+// findings) for the caller to log.
 //
 // The only errors that record nothing are an empty cluster name, a zero now, a ctx already done when
 // Observe is called, and a now older than the samples this cluster has folded away.
@@ -210,12 +234,12 @@ func (s *Sampler) Observe(ctx context.Context, cluster string, c client.Reader, 
 		return fmt.Errorf("observing workload availability on cluster %s: %w", cluster, err)
 	}
 	readings := make([]reading, len(workloads))
-	for i, w := range workloads {
-		if c == nil {
+	if c == nil {
+		for i, w := range workloads {
 			readings[i] = reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: no client for the cluster", w, cluster)}
-			continue
 		}
-		readings[i] = read(ctx, c, cluster, w)
+	} else {
+		readAll(ctx, c, cluster, workloads, readings)
 	}
 	var failures []error
 	for _, r := range readings {
@@ -233,10 +257,11 @@ func (s *Sampler) Observe(ctx context.Context, cluster string, c client.Reader, 
 func (s *Sampler) record(cluster string, now time.Time, workloads []Workload, readings []reading) error {
 	smp := sample{at: now, ratio: 1, workloads: len(workloads)}
 	for i, r := range readings {
-		switch {
-		case r.failed:
+		if r.failed {
 			smp.failed++
-		case r.missing:
+			continue
+		}
+		if r.missing {
 			smp.missing++
 		}
 		smp.below = smp.below || r.below()
@@ -245,6 +270,7 @@ func (s *Sampler) record(cluster string, now time.Time, workloads []Workload, re
 			smp.worst = &Shortfall{Workload: workloads[i], Available: r.available, Desired: r.desired, At: now}
 		}
 	}
+	smp.observed = len(workloads) == 0 || smp.failed < len(workloads)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -332,7 +358,7 @@ func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary
 	if t.samples == 0 {
 		return out
 	}
-	unavailable := t.unavailable
+	unavailable := t.unavailable + time.Duration(t.unseen)*s.opts.Interval
 	if t.lastBelow {
 		// Nobody saw it recover: count at least one interval, and up to the end of the window.
 		tail := s.opts.Interval
@@ -342,7 +368,9 @@ func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary
 		unavailable += tail
 	}
 	out.Samples = t.samples
-	out.MinAvailableRatio = t.minRatio
+	if t.observed > 0 {
+		out.MinAvailableRatio = t.minRatio
+	}
 	if t.worst != nil {
 		w := *t.worst
 		out.Worst = &w
@@ -350,7 +378,7 @@ func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary
 	out.UnavailableSeconds = unavailable.Seconds()
 	out.FirstSample, out.LastSample = t.first, t.last
 	out.MaxGap, out.LongGaps = t.maxGap, t.longGaps
-	out.Workloads, out.ReadErrors, out.Missing = t.workloads, t.failed, t.missing
+	out.Workloads, out.ReadErrors, out.FailedSamples, out.Missing = t.workloads, t.failed, t.failedSamples, t.missing
 	out.Errors = h.errorsIn(since, until)
 	return out
 }

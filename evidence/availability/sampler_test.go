@@ -75,31 +75,44 @@ func TestUnavailableTimeIsCountedConservatively(t *testing.T) {
 		until       float64 // 0: open
 		ratio       float64
 		unavailable float64
+		failed      int // samples with a failed read
 	}{
 		{"one bad sample taints both intervals around it",
-			[]step{{0, []reading{ok(2)}}, {5, []reading{partial(0, 2)}}, {10, []reading{ok(2)}}}, 0, 0, 10},
+			[]step{{0, []reading{ok(2)}}, {5, []reading{partial(0, 2)}}, {10, []reading{ok(2)}}}, 0, 0, 10, 0},
 		{"partial availability is below desired",
-			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(4), partial(2, 4)}}, {10, []reading{ok(2)}}, {15, []reading{ok(2)}}}, 0, 0.5, 10},
+			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(4), partial(2, 4)}}, {10, []reading{ok(2)}}, {15, []reading{ok(2)}}}, 0, 0.5, 10, 0},
 		{"the lowest ratio of any workload in any sample",
-			[]step{{0, []reading{partial(3, 4)}}, {5, []reading{partial(1, 3)}}, {10, []reading{ok(1)}}}, 0, 1.0 / 3, 10},
+			[]step{{0, []reading{partial(3, 4)}}, {5, []reading{partial(1, 3)}}, {10, []reading{ok(1)}}}, 0, 1.0 / 3, 10, 0},
 		{"an unavailable last sample counts one interval",
-			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(2)}}, {10, []reading{partial(1, 2)}}}, 0, 0.5, 10},
+			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(2)}}, {10, []reading{partial(1, 2)}}}, 0, 0.5, 10, 0},
 		{"an unavailable last sample counts up to the end of the window",
-			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(2)}}, {10, []reading{partial(1, 2)}}}, 30, 0.5, 25},
+			[]step{{0, []reading{ok(2)}}, {5, []reading{ok(2)}}, {10, []reading{partial(1, 2)}}}, 30, 0.5, 25, 0},
 		{"a single unavailable sample counts one interval",
-			[]step{{0, []reading{partial(0, 1)}}}, 0, 0, 5},
+			[]step{{0, []reading{partial(0, 1)}}}, 0, 0, 5, 0},
 		{"a missing workload is unavailable",
-			[]step{{0, []reading{ok(1)}}, {5, []reading{gone(web)}}}, 0, 0, 10},
-		{"a failed read is unavailable",
-			[]step{{0, []reading{broken("reading Deployment demo/web on cluster member-1: timeout")}}, {5, []reading{ok(1)}}}, 0, 0, 5},
+			[]step{{0, []reading{ok(1)}}, {5, []reading{gone(web)}}}, 0, 0, 10, 0},
+		{"a failed read counts one interval and no ratio",
+			[]step{{0, []reading{broken("reading Deployment demo/web on cluster member-1: timeout")}}, {5, []reading{ok(1)}}}, 0, 1, 5, 1},
+		{"a failed read between two good samples counts one interval, not the gaps around it",
+			[]step{{0, []reading{ok(1)}}, {20, []reading{broken("timeout")}}, {40, []reading{ok(1)}}}, 0, 1, 5, 1},
+		{"each failed sample counts one interval",
+			[]step{{0, []reading{ok(1)}}, {5, []reading{broken("timeout")}}, {10, []reading{broken("timeout")}}, {15, []reading{broken("timeout")}}, {20, []reading{ok(1)}}}, 0, 1, 15, 3},
+		{"a failed last sample counts one interval, not up to the end of the window",
+			[]step{{0, []reading{ok(1)}}, {5, []reading{broken("timeout")}}}, 30, 1, 5, 1},
+		{"a failed read next to an outage adds its interval to the outage's",
+			[]step{{0, []reading{ok(1)}}, {5, []reading{partial(0, 1)}}, {10, []reading{broken("timeout")}}, {15, []reading{ok(1)}}}, 0, 0, 15, 1},
+		{"a sample that saw one workload below and failed to read another is below",
+			[]step{{0, []reading{ok(2), ok(2)}}, {5, []reading{broken("timeout"), partial(0, 2)}}, {10, []reading{ok(2), ok(2)}}}, 0, 0, 10, 1},
+		{"reads that all failed saw nothing: no ratio is known",
+			[]step{{0, []reading{broken("timeout")}}, {5, []reading{broken("timeout")}}}, 0, 0, 10, 2},
 		{"nothing desired is fully available",
-			[]step{{0, []reading{partial(0, 0)}}, {5, []reading{partial(0, 0)}}}, 0, 1, 0},
+			[]step{{0, []reading{partial(0, 0)}}, {5, []reading{partial(0, 0)}}}, 0, 1, 0, 0},
 		{"more than desired (a surge) is fully available",
-			[]step{{0, []reading{partial(4, 3)}}, {5, []reading{partial(3, 3)}}}, 0, 1, 0},
+			[]step{{0, []reading{partial(4, 3)}}, {5, []reading{partial(3, 3)}}}, 0, 1, 0, 0},
 		{"no workloads is fully available",
-			[]step{{0, nil}, {5, nil}}, 0, 1, 0},
+			[]step{{0, nil}, {5, nil}}, 0, 1, 0, 0},
 		{"uneven intervals count their real length",
-			[]step{{0, []reading{ok(1)}}, {2, []reading{partial(0, 1)}}, {9, []reading{ok(1)}}, {12, []reading{ok(1)}}}, 0, 0, 9},
+			[]step{{0, []reading{ok(1)}}, {2, []reading{partial(0, 1)}}, {9, []reading{ok(1)}}, {12, []reading{ok(1)}}}, 0, 0, 9, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,11 +125,14 @@ func TestUnavailableTimeIsCountedConservatively(t *testing.T) {
 				until = at(tc.until)
 			}
 			got := s.Summary(cl, time.Time{}, until)
-			if got.Samples != len(tc.steps) || got.MinAvailableRatio != tc.ratio || got.UnavailableSeconds != tc.unavailable {
-				t.Fatalf("samples %d, ratio %v, unavailable %vs; want %d, %v, %vs",
-					got.Samples, got.MinAvailableRatio, got.UnavailableSeconds, len(tc.steps), tc.ratio, tc.unavailable)
+			if got.Samples != len(tc.steps) || got.MinAvailableRatio != tc.ratio || got.UnavailableSeconds != tc.unavailable || got.FailedSamples != tc.failed {
+				t.Fatalf("samples %d, ratio %v, unavailable %vs, failed samples %d; want %d, %v, %vs, %d",
+					got.Samples, got.MinAvailableRatio, got.UnavailableSeconds, got.FailedSamples, len(tc.steps), tc.ratio, tc.unavailable, tc.failed)
 			}
-			if (got.Worst != nil) != (tc.ratio < 1) {
+			// A workload was seen below its desired availability exactly when the ratio is below 1 and
+			// some read succeeded.
+			seen := tc.ratio < 1 && got.FailedSamples < got.Samples
+			if (got.Worst != nil) != seen {
 				t.Fatalf("worst %+v with ratio %v", got.Worst, tc.ratio)
 			}
 		})
@@ -274,7 +290,7 @@ func TestErrorsAreKeptDistinctAndBounded(t *testing.T) {
 	if got := s.Summary(cl, at(0), at(4)); len(got.Errors) != 1 || !strings.HasPrefix(got.Errors[0], "reading Deployment") || got.ReadErrors != 1 {
 		t.Fatalf("errors up to 4s: %q", got.Errors)
 	}
-	want := "workload reads failed and were counted as unavailable on member-1 (6): those workloads may have been available"
+	want := "workload reads failed (timeouts, errors) on member-1 (6 reads in 6 samples): each such sample counted one sample interval as unavailable; those workloads may have been available"
 	if l := Limits(got); l[1] != want {
 		t.Fatalf("limits %q", l)
 	}
@@ -285,12 +301,12 @@ func TestWaveLimitsNameClustersBoundedly(t *testing.T) {
 	for i := 1; i <= 8; i++ {
 		sums = append(sums, ClusterSummary{Cluster: fmt.Sprintf("member-%d", i), Interval: 5 * time.Second})
 	}
-	sums[0] = ClusterSummary{Cluster: "member-1", Interval: 5 * time.Second, Samples: 12, MaxGap: 9 * time.Second, MinAvailableRatio: 1, ReadErrors: 2, Workloads: 3}
+	sums[0] = ClusterSummary{Cluster: "member-1", Interval: 5 * time.Second, Samples: 12, MaxGap: 9 * time.Second, MinAvailableRatio: 1, ReadErrors: 2, FailedSamples: 1, Workloads: 3}
 	sums[1] = ClusterSummary{Cluster: "member-2", Interval: 5 * time.Second, Samples: 12, MaxGap: 6 * time.Second, MinAvailableRatio: 1}
 	want := []string{
 		"workload availability sampled every 5s; an outage shorter than the largest gap between samples (9s on member-1) may be missed",
 		"no availability samples on member-3, member-4, member-5, member-6, member-7 and 1 more: nothing is known of the workloads there (minAvailableRatio 0)",
-		"workload reads failed and were counted as unavailable on member-1 (2): those workloads may have been available",
+		"workload reads failed (timeouts, errors) on member-1 (2 reads in 1 sample): each such sample counted one sample interval as unavailable; those workloads may have been available",
 		"no Deployment, StatefulSet or DaemonSet to sample on member-2: availability was not measured (minAvailableRatio 1)",
 	}
 	if l := Limits(sums...); !reflect.DeepEqual(l, want) {

@@ -11,6 +11,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/evidence"
 )
 
 // The workload kinds a Sampler reads, all in API group "apps".
@@ -41,11 +43,11 @@ type reading struct {
 	failed bool
 }
 
-// ratio is available/desired in [0, 1]: 1 when nothing is desired, 0 when the workload is missing
-// or could not be read.
+// ratio is available/desired in [0, 1]: 1 when nothing is desired, 0 when the workload is missing.
+// A failed read has no ratio: nothing was seen.
 func (r reading) ratio() float64 {
 	switch {
-	case r.err != nil:
+	case r.failed, r.missing:
 		return 0
 	case r.desired <= 0:
 		return 1
@@ -57,8 +59,45 @@ func (r reading) ratio() float64 {
 	return float64(r.available) / float64(r.desired)
 }
 
-// below says whether the workload was below its desired availability.
-func (r reading) below() bool { return r.err != nil || r.available < r.desired }
+// below says whether the workload was seen below its desired availability, or missing. A failed
+// read saw nothing: it is not below (the Sampler counts it as unavailable for one interval).
+func (r reading) below() bool { return !r.failed && (r.missing || r.available < r.desired) }
+
+// readParallel is how many workloads of one cluster Observe reads at once.
+const readParallel = 4
+
+// readAll reads workloads from c into readings (one per workload), a few at a time, until ctx ends:
+// the reads not done by then are failed reads. It does not wait for them: a client may not heed
+// ctx everywhere (controller-runtime's discovery of a kind's resource does not), and a sample must
+// end with its deadline. Such a read ends in the background, within the client's own timeout.
+func readAll(ctx context.Context, c client.Reader, cluster string, workloads []Workload, readings []reading) {
+	type result struct {
+		i int
+		r reading
+	}
+	results := make(chan result, len(workloads)) // never blocks a read that ends after readAll returned
+	go evidence.Each(len(workloads), readParallel, func(i int) {
+		if err := ctx.Err(); err != nil {
+			results <- result{i, reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: not read before the sample's deadline: %w", workloads[i], cluster, err)}}
+			return
+		}
+		results <- result{i, read(ctx, c, cluster, workloads[i])}
+	})
+	done := make([]bool, len(workloads))
+	for range workloads {
+		select {
+		case res := <-results:
+			readings[res.i], done[res.i] = res.r, true
+		case <-ctx.Done():
+			for i, ok := range done {
+				if !ok {
+					readings[i] = reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: no answer before the sample's deadline: %w", workloads[i], cluster, ctx.Err())}
+				}
+			}
+			return
+		}
+	}
+}
 
 // read reads w from c on cluster. It never returns a bare error: a failure is a reading with err set,
 // which counts as unavailable.

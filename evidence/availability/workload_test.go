@@ -83,7 +83,9 @@ func TestObserveReadsEachKind(t *testing.T) {
 	}
 }
 
-func TestObserveCountsWhatItCannotSeeAsUnavailable(t *testing.T) {
+// A missing workload, or one being deleted, is seen unavailable; one that cannot be read is a failed
+// read: the sample says so, and nothing is assumed about its ratio.
+func TestObserveCountsWhatItCannotSee(t *testing.T) {
 	boom := errors.New("connection refused")
 	now := metav1.Now()
 	deleting := &appsv1.Deployment{ObjectMeta: meta("leaving"), Status: appsv1.DeploymentStatus{AvailableReplicas: 1}}
@@ -110,10 +112,10 @@ func TestObserveCountsWhatItCannotSeeAsUnavailable(t *testing.T) {
 		"reading Deployment demo/flaky on cluster member-1: connection refused",
 		"reading Job demo/migrate on cluster member-1: unsupported workload kind \"Job\" (want Deployment, StatefulSet or DaemonSet)",
 	}
-	if got.Samples != 1 || got.MinAvailableRatio != 0 || got.ReadErrors != 2 || got.Missing != 2 || !reflect.DeepEqual(got.Errors, wantErrs) {
+	if got.Samples != 1 || got.MinAvailableRatio != 0 || got.ReadErrors != 2 || got.FailedSamples != 1 || got.Missing != 2 || !reflect.DeepEqual(got.Errors, wantErrs) {
 		t.Fatalf("summary %+v\nerrors %q", got, got.Errors)
 	}
-	if got.Worst == nil || got.Worst.Workload.Name != "flaky" {
+	if got.Worst == nil || got.Worst.Workload.Name != "gone" {
 		t.Fatalf("worst %+v", got.Worst)
 	}
 
@@ -121,7 +123,7 @@ func TestObserveCountsWhatItCannotSeeAsUnavailable(t *testing.T) {
 	if err := s.Observe(context.Background(), "member-2", nil, ws[:1], t0); err == nil || !strings.Contains(err.Error(), "no client") {
 		t.Fatalf("Observe without a client: %v", err)
 	}
-	if got := s.Summary("member-2", time.Time{}, time.Time{}); got.Samples != 1 || got.MinAvailableRatio != 0 || got.ReadErrors != 1 {
+	if got := s.Summary("member-2", time.Time{}, time.Time{}); got.Samples != 1 || got.MinAvailableRatio != 0 || got.ReadErrors != 1 || got.FailedSamples != 1 || got.Worst != nil {
 		t.Fatalf("summary without a client %+v", got)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -26,9 +28,6 @@ import (
 const (
 	// Timeout bounds the collection of one gate's evidence.
 	Timeout = 2 * time.Minute
-	// preflightParallel and sampleParallel bound how many member API servers are asked at once.
-	preflightParallel = 10
-	sampleParallel    = 20
 	// maxCachedRenders bounds the rendered packages kept in memory.
 	maxCachedRenders = 16
 	// installSchemaFile is where a package keeps its install-time schema, relative to its path.
@@ -38,20 +37,42 @@ const (
 // Collector gathers the evidence the gates decide over: it fetches and renders artifacts from
 // source-controller, asks member API servers (preflight, availability samples) and loads policies.
 // What it computes from content addressed by digest (renders, compiled policies) it keeps; samples
-// live in its samplers. One Collector serves every rollout of a controller; it is safe for
-// concurrent use.
+// live in its samplers.
+//
+// Besides the collection a gate asks for, it works in the background while a wave soaks (Follow):
+// it samples the wave's members on its own ticker, and gathers the next wave's pre-wave evidence
+// ahead, so that deciding at the end of the soak is a lookup. That work is tied to the Collector's
+// life: it is a manager.Runnable, and Stop ends it. One Collector serves every rollout of a
+// controller; it is safe for concurrent use.
 type Collector struct {
 	// Members reaches member clusters.
 	Members *member.Clients
 	// Sources reads Flux sources on the hub (the manager's cached client).
 	Sources client.Reader
+	// Rollouts reads FleetRollouts (the manager's cached client), so that a soak's background work
+	// ends when its rollout is gone, suspended or past that wave. nil: it ends only when Follow,
+	// Forget or Stop say so.
+	Rollouts client.Reader
 	// HTTPClient fetches artifacts from source-controller; nil means http.DefaultClient.
 	HTTPClient *http.Client
+	// PreflightParallel is how many member API servers a preflight asks at once
+	// (preflight.DefaultParallel when 0).
+	PreflightParallel int
+	// SampleParallel is how many members a sampling pass reads at once
+	// (availability.DefaultPassParallel when 0).
+	SampleParallel int
+	// Freshness bounds the age of evidence gathered ahead when a gate uses it (DefaultFreshness
+	// when 0); older evidence is collected again.
+	Freshness time.Duration
+	// Clock is the time samples and evidence are taken at; nil means time.Now.
+	Clock func() time.Time
 
 	policies   digestCache[*RolloutPolicy]
 	renders    digestCache[*renderedPackage]
 	samplersMu sync.Mutex
 	samplers   map[time.Duration]*availability.Sampler
+
+	bg background
 }
 
 // Collected is one gate's evidence, with the approvals it relied on (for the receipt).
@@ -65,9 +86,22 @@ type Collected struct {
 // Collect gathers the evidence of gate for wave i of the scope's rollout, within Timeout. An error
 // means the evidence could not be collected; the gate then fails closed, and Evidence holds what was
 // gathered before the error.
+//
+// Evidence gathered ahead for exactly this (the same gate, wave, targets, candidate, known-good,
+// sources, rollout generation and policy settings: evidenceKey) while the wave before soaked is
+// used once, when it is at most Freshness old; its limits then say when it was gathered. A gathering
+// still under way for it is waited for rather than repeated.
 func (c *Collector) Collect(ctx context.Context, sc *Scope, gate string, i int) (Collected, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
+	if out, ok := c.gatheredAhead(ctx, sc, gate, i); ok {
+		return out, nil
+	}
+	return c.collect(ctx, sc, gate, i)
+}
+
+// collect gathers the evidence of gate for wave i now, within ctx.
+func (c *Collector) collect(ctx context.Context, sc *Scope, gate string, i int) (Collected, error) {
 	wv := &sc.Rollout.Status.Waves[i]
 	var (
 		out Collected
@@ -203,18 +237,7 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	for _, lw := range later {
 		names = append(names, lw.Clusters...)
 	}
-	targets := make([]preflight.Target, 0, len(names))
-	for _, name := range names {
-		t := preflight.Target{Name: name}
-		if fc := sc.Clusters[name]; fc != nil {
-			t.Config, t.Err = c.Members.Config(ctx, fc)
-		} else {
-			t.Err = fmt.Errorf("fleetcluster %s/%s is gone", fr.Namespace, name)
-		}
-		targets = append(targets, t)
-	}
-	substituteOwnValues(fr, sc.Clusters, targets, pkg.Objects)
-	results := preflight.CheckAll(ctx, targets, objs, preflight.Options{Force: fr.Spec.Template.Force}, preflightParallel)
+	results := c.preflight(ctx, sc, names, pkg.Objects, objs, preflight.Options{Force: fr.Spec.Template.Force})
 	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", ev.Preflight.MaxFailures, results[:len(ev.Targets)])
 	results = results[len(ev.Targets):]
 	for _, lw := range later {
@@ -412,7 +435,7 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 		s := c.samples(w.Settings.SampleInterval).Summary(sampleKey(fr, name), since, w.Now)
 		s.Cluster = name
 		summaries = append(summaries, s)
-		cc.Samples, cc.MinAvailableRatio, cc.UnavailableSeconds = s.Samples, s.MinAvailableRatio, s.UnavailableSeconds
+		cc.Samples, cc.FailedSamples, cc.MinAvailableRatio, cc.UnavailableSeconds = s.Samples, s.FailedSamples, s.MinAvailableRatio, s.UnavailableSeconds
 		ev.Clusters = append(ev.Clusters, cc)
 	}
 	ev.Limits = append(ev.Limits, availability.Limits(summaries...)...)
@@ -442,41 +465,19 @@ func firstOf(names []string) string {
 
 // sampleKey keys a cluster's availability samples by rollout: two rollouts may soak on one cluster.
 func sampleKey(fr *v1alpha1.FleetRollout, cluster string) string {
-	return fr.Namespace + "/" + fr.Name + "/" + cluster
+	return sampleKeyOf(types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name}, cluster)
 }
 
-// Sample takes one availability sample of every member of wave i, in parallel, from the workloads
-// its Kustomization applied (status.inventory). A member that cannot be read is sampled as
-// unavailable, with the error recorded.
-func (c *Collector) Sample(ctx context.Context, sc *Scope, i int) {
-	fr, wv := sc.Rollout, &sc.Rollout.Status.Waves[i]
-	sampler := c.samples(sc.Settings.SampleInterval)
-	sem := make(chan struct{}, sampleParallel)
-	var wg sync.WaitGroup
-	for _, name := range wv.Clusters {
-		fc, ks := sc.Clusters[name], sc.Objects[name]
-		if fc == nil || ks == nil {
-			continue // a missing member has no samples, and its evidence says so
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			workloads, _ := availability.WorkloadsFromInventory(ks.Status.Inventory)
-			mc, err := c.Members.Client(ctx, fc)
-			var reader client.Reader = mc
-			if err != nil {
-				reader = errReader{err} // sampled as unavailable, with the error recorded
-			}
-			_ = sampler.Observe(ctx, sampleKey(fr, name), reader, workloads, sc.Now)
-		}()
-	}
-	wg.Wait()
+func sampleKeyOf(rollout types.NamespacedName, cluster string) string {
+	return rollout.Namespace + "/" + rollout.Name + "/" + cluster
 }
 
-// Forget drops the samples of wave i's members: its noDisruption is decided.
+// Forget ends the background work for wave i (its noDisruption is decided) and drops its members'
+// samples. Evidence gathered ahead for the next wave is kept until it is used or too old.
 func (c *Collector) Forget(sc *Scope, i int) {
-	for _, name := range sc.Rollout.Status.Waves[i].Clusters {
+	wv := &sc.Rollout.Status.Waves[i]
+	c.endSoak(sc.Rollout.UID, wv.Name)
+	for _, name := range wv.Clusters {
 		c.samples(sc.Settings.SampleInterval).Forget(sampleKey(sc.Rollout, name))
 	}
 }
@@ -497,13 +498,32 @@ func (c *Collector) samples(interval time.Duration) *availability.Sampler {
 	return s
 }
 
-// errReader is a client.Reader that fails every read with err: a member whose client cannot be built.
-type errReader struct{ err error }
-
-func (e errReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
-	return e.err
+// preflight checks targets, in the order given, at most PreflightParallel at once, each within its
+// share of the time ctx has left (preflight.CheckAll). A target's kubeconfig is read in its own
+// turn, within its own deadline.
+func (c *Collector) preflight(ctx context.Context, sc *Scope, targets []string, rendered, objs []*unstructured.Unstructured, opts preflight.Options) []tgcue.ClusterPreflight {
+	fr := sc.Rollout
+	pts := make([]preflight.Target, 0, len(targets))
+	for _, name := range targets {
+		t := preflight.Target{Name: name}
+		if fc := sc.Clusters[name]; fc != nil {
+			t.Resolve = func(ctx context.Context) (*rest.Config, error) { return c.Members.Config(ctx, fc) }
+		} else {
+			t.Err = fmt.Errorf("fleetcluster %s/%s is gone", fr.Namespace, name)
+		}
+		pts = append(pts, t)
+	}
+	// A target with values of its own is checked with the package substituted with them.
+	substituteOwnValues(fr, sc.Clusters, pts, rendered)
+	return preflight.CheckAll(ctx, pts, objs, opts, c.PreflightParallel)
 }
-func (e errReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return e.err }
+
+func (c *Collector) now() time.Time {
+	if c.Clock != nil {
+		return c.Clock()
+	}
+	return time.Now()
+}
 
 // WaveSoak is the wave's soak: its spec's, else the policy's, else a minute.
 func WaveSoak(spec v1alpha1.Wave, s tgcue.Settings) time.Duration {

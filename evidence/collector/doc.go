@@ -7,4 +7,8 @@
 // Kustomizations, the pinned sources); the state machine and the collector both read that Scope,
 // so a gate judges what the step saw. Renders and compiled policies are kept by digest; the
 // content behind a digest never changes.
+//
+// Apart from the reconciles, while a wave soaks, a soak loop per rollout samples the wave's members
+// every sample interval and gathers the next wave's pre-wave evidence ahead (Follow, soak.go); a
+// decision uses that evidence once, when it is fresh and about exactly what is decided (ahead.go).
 package collector

@@ -8,7 +8,9 @@
 // objects it does not serve (kinds whose CustomResourceDefinition is among the objects are not
 // missing: they will be served once applied), and a server-side dry-run apply of every object
 // whose API it serves, as kustomize-controller applies (field owner "kustomize-controller", forced
-// ownership). CheckAll checks many clusters in parallel.
+// ownership). CheckAll checks many clusters in parallel, each within its own deadline (the time
+// its caller has left shared by the rounds of parallel checks), so that a cluster that is slow or
+// does not answer fails its own check only.
 //
 // Nothing is created: every write is a dry-run. It fails closed: an object that could not be
 // dry-run (its API could not be discovered, the time ran out) is a dry-run error, never a pass.

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence"
 )
 
 const (
@@ -31,8 +32,10 @@ const (
 	DefaultTimeout = 20 * time.Second
 	// DefaultMaxErrors bounds each list of a cluster's result.
 	DefaultMaxErrors = 50
-	// DefaultParallel is how many clusters CheckAll checks at once.
-	DefaultParallel = 10
+	// DefaultParallel is how many clusters CheckAll checks at once: each check is a handful of
+	// requests to one member API server (discovery, then a dry-run per object, a few at a time), and
+	// members answer at their own pace.
+	DefaultParallel = 50
 
 	// dryRunWorkers is how many dry-runs one cluster's check has in flight at once.
 	dryRunWorkers = 4
@@ -72,8 +75,12 @@ func (o Options) withDefaults() Options {
 type Target struct {
 	Name string
 	// Config reaches the cluster's API server, built from its kubeconfig. nil when the caller could
-	// not build it: the cluster is then unreachable, and Err says why.
+	// not build it (the cluster is then unreachable, and Err says why), or when Resolve builds it.
 	Config *rest.Config
+	// Resolve, when Config is nil, builds the config within the cluster's own deadline, in its turn
+	// (reading a kubeconfig Secret is part of reaching the cluster). Its errors, like Err, must hold
+	// no credential.
+	Resolve func(ctx context.Context) (*rest.Config, error)
 	// Err is why there is no Config (the FleetCluster is gone, its kubeconfig Secret is missing or
 	// unusable). Its message must hold no credential.
 	Err error
@@ -85,32 +92,60 @@ type Target struct {
 
 // CheckAll checks every target with Check, at most parallel at once (DefaultParallel when
 // parallel <= 0), for objs or the target's own Objects, and returns their results in the order of
-// targets. A target without a Config is unreachable; one whose Objects fails has the error among
-// its dry-run errors.
+// targets. A target without a Config or a Resolve is unreachable; one whose Objects fails has the
+// error among its dry-run errors.
+//
+// Each target has its own deadline: opts.Timeout, shortened when ctx has a deadline so that every
+// round of parallel checks fits in the time ctx has left (evidence.MemberDeadline). A cluster that is
+// slow or does not answer fails its own check when its deadline passes, and the others go on; the
+// collection as a whole ends with ctx. A target whose turn did not come before ctx ended is
+// unreachable ("not checked: ..."): it fails closed.
 func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstructured, opts Options, parallel int) []tgcue.ClusterPreflight {
 	if parallel <= 0 {
 		parallel = DefaultParallel
 	}
+	opts = opts.withDefaults()
 	results := make([]tgcue.ClusterPreflight, len(targets))
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
+	var reach []int // the targets to check
 	for i, t := range targets {
-		if t.Config == nil {
+		if t.Config == nil && t.Resolve == nil {
 			results[i] = tgcue.ClusterPreflight{Name: t.Name, Unreachable: "no client for the cluster"}
 			if t.Err != nil {
 				results[i].Unreachable = t.Err.Error()
 			}
 			continue
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			results[i] = checkTarget(ctx, t, objs, opts)
-		}()
+		reach = append(reach, i)
 	}
-	wg.Wait()
+	if dl, ok := ctx.Deadline(); ok {
+		opts.Timeout = evidence.MemberDeadline(len(reach), parallel, time.Until(dl), opts.Timeout)
+	}
+	evidence.Each(len(reach), parallel, func(k int) {
+		i := reach[k]
+		results[i] = checkTarget(ctx, targets[i], objs, opts)
+	})
 	return results
+}
+
+// checkTarget checks one target within opts.Timeout: the time to build its config (Resolve) and
+// the check share it.
+func checkTarget(ctx context.Context, t Target, objs []*unstructured.Unstructured, opts Options) tgcue.ClusterPreflight {
+	if err := ctx.Err(); err != nil {
+		return tgcue.ClusterPreflight{Name: t.Name, Unreachable: "not checked: the gate's time ran out before this cluster's turn: " + err.Error()}
+	}
+	mctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	cfg := t.Config
+	if cfg == nil {
+		var err error
+		if cfg, err = t.Resolve(mctx); err != nil {
+			return tgcue.ClusterPreflight{Name: t.Name, Unreachable: err.Error()}
+		}
+		if cfg == nil {
+			return tgcue.ClusterPreflight{Name: t.Name, Unreachable: "no client for the cluster"}
+		}
+	}
+	return checkObjects(mctx, t, cfg, objs, opts)
 }
 
 // Check runs the preflight of cluster name, whose API server cfg reaches, for objs (already
@@ -351,29 +386,17 @@ func (c *check) run(ctx context.Context) tgcue.ClusterPreflight {
 // in errs.
 func (c *check) dryRunAll(ctx context.Context, cl client.Client, todo []int, kinds map[schema.GroupVersionKind]*served,
 	gvks []schema.GroupVersionKind, namespaces map[string]bool, errs [][]string) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(dryRunWorkers, len(todo)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				o, s := c.objs[i], kinds[gvks[i]]
-				if err := ctx.Err(); err != nil {
-					errs[i] = []string{c.ref(o, s.namespaced) + ": not dry-run: " + err.Error()}
-					continue
-				}
-				if msg := c.dryRun(ctx, cl, o, s.namespaced, namespaces); msg != "" {
-					errs[i] = []string{c.ref(o, s.namespaced) + ": " + msg}
-				}
-			}
-		}()
-	}
-	for _, i := range todo {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	evidence.Each(len(todo), dryRunWorkers, func(k int) {
+		i := todo[k]
+		o, s := c.objs[i], kinds[gvks[i]]
+		if err := ctx.Err(); err != nil {
+			errs[i] = []string{c.ref(o, s.namespaced) + ": not dry-run: " + err.Error()}
+			return
+		}
+		if msg := c.dryRun(ctx, cl, o, s.namespaced, namespaces); msg != "" {
+			errs[i] = []string{c.ref(o, s.namespaced) + ": " + msg}
+		}
+	})
 }
 
 // dryRun dry-runs o and returns the server's objection, "" when there is none.

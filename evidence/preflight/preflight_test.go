@@ -343,7 +343,7 @@ func closedPort(t *testing.T) string {
 }
 
 // silentServer returns the address of a local port that accepts connections and never answers.
-func silentServer(t *testing.T) string {
+func silentServer(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -382,6 +382,8 @@ type request struct {
 	// is in flight. The check's context and its HTTP client's timeout end the same second: either
 	// may cut the request first, so its context may not be done yet although its time is up.
 	late bool
+	// deadline is its context's deadline (zero: none).
+	deadline time.Time
 }
 
 func (r request) String() string {
@@ -450,7 +452,8 @@ func (rs *requests) end(target string, r *http.Request, err error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	delete(rs.inFlight, r)
-	rs.done = append(rs.done, request{target: target, method: r.Method, path: r.URL.Path, err: err, late: late(r)})
+	deadline, _ := r.Context().Deadline()
+	rs.done = append(rs.done, request{target: target, method: r.Method, path: r.URL.Path, err: err, late: late(r), deadline: deadline})
 	rs.running.Done()
 }
 

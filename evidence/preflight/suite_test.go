@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/internal/testbin"
@@ -39,6 +41,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	log.SetLogger(logr.Discard())
 	os.Exit(testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		envErr = startAPIServer()
 		return env, envErr
@@ -92,7 +95,7 @@ func setup(t *testing.T) (context.Context, string) {
 }
 
 // objects parses a multi-document YAML stream, with NS replaced by ns, as the render decodes objects.
-func objects(t *testing.T, ns, docs string) []*unstructured.Unstructured {
+func objects(t testing.TB, ns, docs string) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
 	for _, doc := range strings.Split(strings.ReplaceAll(docs, "NS", ns), "\n---\n") {

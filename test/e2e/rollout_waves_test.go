@@ -155,10 +155,17 @@ func TestE2ERolloutWaves(t *testing.T) {
 			t.Errorf("wave %s status lists gates %+v, want %v", w.Name, w.Gates, gates)
 		}
 		// The evidence is real: the preflight asked every member, availability was sampled on each.
+		// The pre-wave gates of the waves after the first were gathered ahead, while the wave before
+		// soaked, and their receipts say so.
 		for _, g := range w.Gates {
 			var rc v1alpha1.GateReceipt
 			if err := s.f.Hub.Get(ctx, keyOf(s.ns, g.Receipt), &rc); err != nil {
 				t.Fatalf("receipt %s of wave %s: %v", g.Receipt, w.Name, err)
+			}
+			ahead := limitWith(rc.Spec.Limits, "gathered ahead at ")
+			preWave := g.Gate == v1alpha1.GateDeploySafe || g.Gate == v1alpha1.GateRollbackSucceeds
+			if want := preWave && i > 0; (ahead != "") != want {
+				t.Errorf("wave %s %s receipt: gathered ahead %v (%q), want %v", w.Name, g.Gate, ahead != "", ahead, want)
 			}
 			switch g.Gate {
 			case v1alpha1.GateDeploySafe:
@@ -193,6 +200,16 @@ func TestE2ERolloutWaves(t *testing.T) {
 	if after := s.resourceVersions(ctx, t, "web"); !equalMaps(before, after) {
 		t.Errorf("no-op reconciles wrote: %v → %v", before, after)
 	}
+}
+
+// limitWith returns the first of limits that starts with prefix, "" when none does.
+func limitWith(limits []string, prefix string) string {
+	for _, l := range limits {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
 }
 
 func equalMaps(a, b map[string]string) bool {

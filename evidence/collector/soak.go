@@ -1,0 +1,423 @@
+package collector
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence/availability"
+	"github.com/tidegate/tidegate/fleets"
+)
+
+// background is the Collector's work apart from the reconciles: one soak loop per rollout with a
+// wave soaking or rehearsing, and the evidence gathered ahead.
+type background struct {
+	mu      sync.Mutex
+	ctx     context.Context // the loops' parent; cancelled by Stop
+	cancel  context.CancelFunc
+	stopped bool
+	soaks   map[types.UID]*soak
+	ahead   map[aheadID]*gathered
+	wg      sync.WaitGroup // the loops and their gatherings
+}
+
+// soakID is what a soak loop is for: one wave of one candidate of one rollout.
+type soakID struct {
+	rollout   types.UID
+	candidate string
+	wave      string
+}
+
+// soak is one rollout's soak loop.
+type soak struct {
+	id     soakID
+	cancel context.CancelFunc
+	// gathering is set while the next wave's evidence is being gathered.
+	gathering atomic.Bool
+
+	mu   sync.Mutex
+	plan soakPlan
+}
+
+// soakPlan is what the loop works from, as the latest reconcile saw it (Follow).
+type soakPlan struct {
+	rollout types.NamespacedName
+	// sampling: the wave soaks (a rehearsing wave's noDisruption is decided: nothing to sample).
+	sampling bool
+	interval time.Duration
+	// soakEnd is when the wave's soak ends; zero while it rehearses.
+	soakEnd time.Time
+	members []soakMember
+	// next is the scope the next wave's pre-wave gates are gathered from (nil: no next wave, or its
+	// members are not known), nextWave its index, gates those gates, and keys their evidenceKeys.
+	next     *Scope
+	nextWave int
+	gates    []string
+	keys     []string
+}
+
+// soakMember is one member to sample.
+type soakMember struct {
+	name string
+	fc   *v1alpha1.FleetCluster
+	// ks is the Kustomization's resourceVersion workloads were read from.
+	ks        string
+	workloads []availability.Workload
+}
+
+// Follow keeps the rollout's background work in step with the status its reconcile's step left:
+// while wave i soaks, its members are sampled every sample interval on the Collector's own ticker
+// (the reconciles sample nothing), and while it soaks or rehearses the pre-wave gates of the wave
+// after it (preWave(i+1)) are gathered ahead, within Freshness of the end of the soak. Once no wave
+// soaks or rehearses (or another one does), the loop for the old one ends. Follow itself is cheap:
+// it records what to do; the loop does it.
+func (c *Collector) Follow(sc *Scope, preWave func(wave int) []string) {
+	fr := sc.Rollout
+	i := activeWave(fr)
+	if i < 0 || fr.Status.Candidate == nil {
+		c.endSoak(fr.UID, "")
+		return
+	}
+	id := soakID{rollout: fr.UID, candidate: fr.Status.Candidate.Revision, wave: fr.Status.Waves[i].Name}
+	var prev soakPlan
+	c.bg.mu.Lock()
+	if s := c.bg.soaks[fr.UID]; s != nil && s.id == id {
+		prev = s.getPlan()
+	}
+	c.bg.mu.Unlock()
+	// Reconciles of one rollout run one at a time: nothing else changes its loop meanwhile.
+	plan := c.planSoak(sc, i, preWave, prev)
+
+	c.bg.mu.Lock()
+	defer c.bg.mu.Unlock()
+	c.sweepLocked()
+	if c.bg.stopped {
+		return
+	}
+	s := c.bg.soaks[fr.UID]
+	if s != nil && s.id != id {
+		s.cancel()
+		s = nil
+	}
+	if s != nil {
+		s.setPlan(plan)
+		return
+	}
+	if c.bg.ctx == nil {
+		c.bg.ctx, c.bg.cancel = context.WithCancel(context.Background())
+	}
+	if c.bg.soaks == nil {
+		c.bg.soaks = map[types.UID]*soak{}
+	}
+	ctx, cancel := context.WithCancel(c.bg.ctx)
+	s = &soak{id: id, cancel: cancel, plan: plan}
+	c.bg.soaks[fr.UID] = s
+	c.bg.wg.Add(1)
+	go c.runSoak(ctx, c.bg.ctx, s)
+}
+
+// activeWave is the index of the wave that soaks or rehearses, or -1 (also while the rollout rolls
+// back: its waves keep their phases until it has rolled back, but nothing goes forward).
+func activeWave(fr *v1alpha1.FleetRollout) int {
+	if rollingBack(fr) {
+		return -1
+	}
+	for i := range fr.Status.Waves {
+		switch fr.Status.Waves[i].Phase {
+		case v1alpha1.WaveSoaking, v1alpha1.WaveRehearsing:
+			return i
+		}
+	}
+	return -1
+}
+
+func rollingBack(fr *v1alpha1.FleetRollout) bool {
+	return fr.Status.Phase == v1alpha1.PhaseRollingBack || fr.Status.Phase == v1alpha1.PhaseRolledBack
+}
+
+// planSoak builds the loop's plan from the scope: the members to sample (their workloads from their
+// Kustomizations' inventories, read again only when a Kustomization changed) and the next wave's
+// scope, as the step will see it when that wave is due.
+func (c *Collector) planSoak(sc *Scope, i int, preWave func(int) []string, prev soakPlan) soakPlan {
+	fr := sc.Rollout
+	wv := &fr.Status.Waves[i]
+	plan := soakPlan{
+		rollout:  types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name},
+		sampling: wv.Phase == v1alpha1.WaveSoaking,
+		interval: c.samples(sc.Settings.SampleInterval).Interval(),
+		nextWave: -1,
+	}
+	if plan.sampling && wv.ReadyAt != nil {
+		plan.soakEnd = wv.ReadyAt.Add(WaveSoak(fr.WaveSpec(wv.Name), sc.Settings))
+	}
+	known := make(map[string]soakMember, len(prev.members))
+	for _, m := range prev.members {
+		known[m.name] = m
+	}
+	for _, name := range wv.Clusters {
+		fc, ks := sc.Clusters[name], sc.Objects[name]
+		if fc == nil || ks == nil {
+			continue // a missing member has no samples, and its evidence says so
+		}
+		m := soakMember{name: name, fc: fc, ks: ks.ResourceVersion}
+		if k, ok := known[name]; ok && k.ks == m.ks {
+			m.workloads = k.workloads
+		} else {
+			m.workloads = workloadsOf(ks)
+		}
+		plan.members = append(plan.members, m)
+	}
+	if j := i + 1; j < len(fr.Status.Waves) && fr.Status.Waves[j].Phase == v1alpha1.WavePending && preWave != nil {
+		if next := nextWaveScope(sc, j); next != nil {
+			plan.next, plan.nextWave, plan.gates = next, j, preWave(j)
+			for _, g := range plan.gates {
+				plan.keys = append(plan.keys, evidenceKey(next, g, j))
+			}
+		}
+	}
+	return plan
+}
+
+func workloadsOf(ks *kustomizev1.Kustomization) []availability.Workload {
+	// Entries that do not parse are left out: a workload among them is not sampled, and the
+	// summary says the cluster had fewer workloads.
+	ws, _ := availability.WorkloadsFromInventory(ks.Status.Inventory)
+	return ws
+}
+
+// nextWaveScope is the scope wave j's pre-wave gates will be decided over: the rollout as it is,
+// with wave j's members snapshotted as the step will snapshot them from today's inventory.
+func nextWaveScope(sc *Scope, j int) *Scope {
+	fr := sc.Rollout
+	members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: sc.Inventory}, fr.Status.Waves[:j], fr.Status.Waves[j].Name)
+	if err != nil {
+		return nil
+	}
+	next := *sc
+	next.Rollout = fr.DeepCopy()
+	next.Rollout.Status.Waves[j].Clusters = members
+	next.Objects, next.Kustomizations = nil, nil
+	return &next
+}
+
+func (s *soak) getPlan() soakPlan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.plan
+}
+
+func (s *soak) setPlan(p soakPlan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.plan = p
+}
+
+// runSoak is one rollout's soak loop: a sampling pass at once and then every sample interval,
+// gathering the next wave's evidence ahead when it is due, until the rollout moves on or ctx ends.
+// A gathering runs within bg, not ctx: the soak's end is when its result is wanted.
+func (c *Collector) runSoak(ctx, bg context.Context, s *soak) {
+	defer c.bg.wg.Done()
+	gone := false
+	defer func() { c.soakEnded(s, gone) }()
+	plan := s.getPlan()
+	interval := plan.interval
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	clients := map[string]*memberClient{}
+	for {
+		var soaking bool
+		if soaking, gone = c.stillSoaking(ctx, plan, s.id); !soaking {
+			return
+		}
+		if plan.sampling {
+			c.samplePass(ctx, plan, clients)
+		}
+		if c.dueToGather(plan) && s.gathering.CompareAndSwap(false, true) {
+			c.bg.wg.Add(1)
+			go func(plan soakPlan) {
+				defer c.bg.wg.Done()
+				defer s.gathering.Store(false)
+				c.gatherAhead(bg, s.id, plan)
+			}(plan)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		plan = s.getPlan()
+		if plan.interval != interval {
+			interval = plan.interval
+			ticker.Reset(interval)
+		}
+	}
+}
+
+// stillSoaking says whether the rollout, as the cache shows it, still has this wave of this candidate
+// soaking or rehearsing, and whether the rollout is gone (deleted, or replaced by another of its
+// name). A wave the cache still shows Progressing is taken as soaking: the status that says it soaks
+// may not have reached the cache yet. A rollout that cannot be read is taken as unchanged.
+func (c *Collector) stillSoaking(ctx context.Context, plan soakPlan, id soakID) (soaking, gone bool) {
+	if ctx.Err() != nil {
+		return false, false
+	}
+	if c.Rollouts == nil {
+		return true, false
+	}
+	var fr v1alpha1.FleetRollout
+	if err := c.Rollouts.Get(ctx, plan.rollout, &fr); err != nil {
+		return !apierrors.IsNotFound(err), apierrors.IsNotFound(err)
+	}
+	if fr.UID != id.rollout || !fr.DeletionTimestamp.IsZero() {
+		return false, true
+	}
+	if fr.Spec.Suspend || rollingBack(&fr) || fr.Status.Candidate == nil || fr.Status.Candidate.Revision != id.candidate {
+		return false, false
+	}
+	for _, wv := range fr.Status.Waves {
+		if wv.Name == id.wave {
+			switch wv.Phase {
+			case v1alpha1.WaveSoaking, v1alpha1.WaveRehearsing, v1alpha1.WaveProgressing:
+				return true, false
+			}
+			return false, false
+		}
+	}
+	return false, false
+}
+
+// memberClient is one member's client in a soak loop, built once and again after a failed read
+// (its kubeconfig may have changed), and whether its last sample failed.
+type memberClient struct {
+	fc     *v1alpha1.FleetCluster
+	reader client.Reader
+	failed bool
+}
+
+// samplePass takes one sample of every member of the plan within the sample interval. The members
+// whose last sample failed go last: a few slow members then cost the others no turn.
+func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[string]*memberClient) {
+	byKey := make(map[string]*memberClient, len(plan.members))
+	members := make([]availability.Member, 0, len(plan.members))
+	var late []availability.Member
+	for _, m := range plan.members {
+		mc := clients[m.name]
+		if mc == nil || mc.fc.UID != m.fc.UID || mc.fc.Generation != m.fc.Generation {
+			mc = &memberClient{fc: m.fc}
+			clients[m.name] = mc
+		}
+		key := sampleKeyOf(plan.rollout, m.name)
+		byKey[key] = mc
+		am := availability.Member{
+			Cluster:   key,
+			Workloads: m.workloads,
+			Reader: func(ctx context.Context) (client.Reader, error) {
+				if mc.reader != nil {
+					return mc.reader, nil
+				}
+				r, err := c.Members.Client(ctx, mc.fc)
+				if err != nil {
+					return nil, err
+				}
+				mc.reader = r
+				return r, nil
+			},
+		}
+		if mc.failed {
+			late = append(late, am)
+		} else {
+			members = append(members, am)
+		}
+	}
+	members = append(members, late...)
+	res := c.samples(plan.interval).ObservePass(ctx, members, availability.PassOptions{
+		Parallel: c.SampleParallel, Budget: plan.interval, Now: c.now,
+	})
+	for _, mc := range byKey {
+		mc.failed = false
+	}
+	for _, key := range res.Failed {
+		if mc := byKey[key]; mc != nil {
+			mc.failed, mc.reader = true, nil
+		}
+	}
+	if len(res.Failed) > 0 {
+		log.FromContext(ctx).V(1).Info("availability samples with failed reads", "rollout", plan.rollout.String(),
+			"members", len(members), "failed", len(res.Failed), "notReached", res.NotReached, "memberDeadline", res.MemberTimeout.String())
+	}
+}
+
+// endSoak ends the rollout's soak loop, if it is for wave (any wave when wave is "").
+func (c *Collector) endSoak(rollout types.UID, wave string) {
+	c.bg.mu.Lock()
+	defer c.bg.mu.Unlock()
+	if s := c.bg.soaks[rollout]; s != nil && (wave == "" || s.id.wave == wave) {
+		s.cancel()
+		delete(c.bg.soaks, rollout)
+	}
+}
+
+// soakEnded cleans up after a loop: its members' samples go (but those a newer loop of the same
+// rollout samples), and when its rollout is gone, so does the evidence gathered ahead for it.
+func (c *Collector) soakEnded(s *soak, gone bool) {
+	s.cancel()
+	plan := s.getPlan()
+	c.bg.mu.Lock()
+	newer := c.bg.soaks[s.id.rollout]
+	if newer == s {
+		delete(c.bg.soaks, s.id.rollout)
+		newer = nil
+	}
+	if gone {
+		for id := range c.bg.ahead {
+			if id.rollout == s.id.rollout {
+				delete(c.bg.ahead, id)
+			}
+		}
+	}
+	c.bg.mu.Unlock()
+	kept := map[string]bool{}
+	if newer != nil {
+		next := newer.getPlan()
+		for _, m := range next.members {
+			kept[sampleKeyOf(next.rollout, m.name)] = true
+		}
+	}
+	sampler := c.samples(plan.interval)
+	for _, m := range plan.members {
+		if key := sampleKeyOf(plan.rollout, m.name); !kept[key] {
+			sampler.Forget(key)
+		}
+	}
+}
+
+// Start implements manager.Runnable: the background work lives until ctx ends (the manager stops,
+// or this replica loses its leadership), then Stop ends it.
+func (c *Collector) Start(ctx context.Context) error {
+	<-ctx.Done()
+	c.Stop()
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: only the leader reconciles, so only
+// it samples and gathers.
+func (c *Collector) NeedLeaderElection() bool { return true }
+
+// Stop ends every soak loop and gathering and waits for them; Follow starts none afterwards.
+func (c *Collector) Stop() {
+	c.bg.mu.Lock()
+	c.bg.stopped = true
+	if c.bg.cancel != nil {
+		c.bg.cancel()
+	}
+	c.bg.mu.Unlock()
+	c.bg.wg.Wait()
+}
