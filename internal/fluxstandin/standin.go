@@ -22,7 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
@@ -95,6 +98,8 @@ type StandIn struct {
 	failing []failure
 
 	applies, refreshes, failed, canceled atomic.Int64
+	// kick carries the Kustomizations ReconcileAll asks to reconcile now.
+	kick chan event.GenericEvent
 }
 
 // failure makes the health checks of revision fail on clusters (every cluster when empty).
@@ -120,7 +125,7 @@ func New(opts Options) *StandIn {
 	if opts.RequeueDependency <= 0 {
 		opts.RequeueDependency = DefaultRequeueDependency
 	}
-	s := &StandIn{opts: opts, jitter: jitter.Percent(opts.Jitter, nil)}
+	s := &StandIn{opts: opts, jitter: jitter.Percent(opts.Jitter, nil), kick: make(chan event.GenericEvent, 1024)}
 	s.SetPace(opts.Pace)
 	return s
 }
@@ -208,8 +213,27 @@ func (s *StandIn) SetupWithManager(mgr ctrl.Manager) error {
 		Named("fluxstandin").
 		For(&kustomizev1.Kustomization{}, builder.WithPredicates(tidegates,
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
+		WatchesRawSource(source.Channel(s.kick, &handler.EnqueueRequestForObject{})).
 		WithOptions(opts).
 		Complete(s)
+}
+
+// ReconcileAll reconciles every Kustomization of namespace now, as `flux reconcile kustomization`
+// would each: what is applied is re-reconciled (Ready and Healthy Unknown, then True), as each
+// does every spec.interval anyway.
+func (s *StandIn) ReconcileAll(ctx context.Context, namespace string) (int, error) {
+	var list kustomizev1.KustomizationList
+	if err := s.client.List(ctx, &list, client.InNamespace(namespace), client.HasLabels{v1alpha1.RolloutLabel}); err != nil {
+		return 0, err
+	}
+	for i := range list.Items {
+		select {
+		case s.kick <- event.GenericEvent{Object: &list.Items[i]}:
+		case <-ctx.Done():
+			return i, ctx.Err()
+		}
+	}
+	return len(list.Items), nil
 }
 
 // Reconcile plays one reconcile of kustomize-controller's: the same conditions in the same order,
