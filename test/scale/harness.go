@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -190,6 +191,11 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	}
 	if err := h.createFleet(ctx); err != nil {
 		return h, err
+	}
+	if cfg.ControllerBinary != "" {
+		// The in-process controller sets the global logger; without it, the bench's own managers
+		// (the stand-in, the watch) log here.
+		ctrl.SetLogger(zap.New(zap.WriteTo(f.OpenLog("bench.log"))))
 	}
 	if cfg.Flux == StandIn {
 		if err := h.startStandIn(); err != nil {

@@ -33,10 +33,11 @@ type Release struct {
 	Reconciles      map[string]float64
 	ReconcilesSince time.Time
 	Gates           []GateTiming
-	// Preflights and Samplings are the bursts of the controller's dry-runs and workload reads on
-	// the members.
-	Preflights, Samplings []Burst
-	CPU                   CPU
+	// Preflights are the bursts of the controller's dry-runs on the members; Sampling is its
+	// workload reads on the members while each wave soaked.
+	Preflights []Burst
+	Sampling   []WaveSampling
+	CPU        CPU
 }
 
 // WaveResult is one wave of a release, as the bench's watch saw it.
@@ -112,6 +113,18 @@ type GateTiming struct {
 	// Transient is, for noDisruption, how many of the wave's members were mid re-reconcile (Ready
 	// or Healthy Unknown at the applied revision) when it was decided.
 	Transient int
+}
+
+// WaveSampling is the controller's availability sampling of one soaking wave: its workload reads on
+// the members from the wave's last member Ready to the next decision.
+type WaveSampling struct {
+	Wave   string
+	Size   int
+	Window time.Duration
+	Reads  int
+	// Passes are the runs of reads with gaps under a second: one sampling pass each, or two
+	// back to back.
+	Passes []Burst
 }
 
 // Burst is a run of requests with short gaps: one preflight of a wave, one sampling pass.
@@ -263,7 +276,26 @@ func (h *Harness) measure(ctx context.Context, rel *Release, final rolloutState)
 		}
 	}
 	rel.Preflights = toBursts(bursts(dry, 2*time.Second))
-	rel.Samplings = toBursts(bursts(reads, time.Second))
+	for i, w := range rel.Waves {
+		if w.LastReady.IsZero() {
+			continue
+		}
+		end := rel.End
+		for _, t := range rel.Transitions {
+			if t.From == w.Name {
+				end = t.Decided
+			}
+		}
+		var in []Request
+		for _, r := range reads {
+			if !r.At.Before(w.LastReady) && r.At.Before(end) {
+				in = append(in, r)
+			}
+		}
+		ws := WaveSampling{Wave: w.Name, Size: len(st.Waves[i].Clusters), Window: end.Sub(w.LastReady), Reads: len(in)}
+		ws.Passes = toBursts(bursts(in, time.Second))
+		rel.Sampling = append(rel.Sampling, ws)
+	}
 	return nil
 }
 

@@ -33,7 +33,16 @@ func (r *Run) Label() string {
 		if p.Rate > 0 {
 			rate = fmt.Sprintf("at most %g/s", p.Rate)
 		}
-		return fmt.Sprintf("simulated Flux (stand-in: %d workers, %s per apply, %s)", workersOr(c.StandIn.Workers), latencyOr(p.ApplyLatency), rate)
+		refresh := p.RefreshLatency
+		if refresh <= 0 {
+			refresh = latencyOr(p.ApplyLatency)
+		}
+		qps := "50"
+		if c.StandInQPS > 0 {
+			qps = fmt.Sprint(c.StandInQPS)
+		}
+		return fmt.Sprintf("simulated Flux (stand-in: %d workers, %s per apply, %s per re-reconcile, %s, client %s QPS)",
+			workersOr(c.StandIn.Workers), latencyOr(p.ApplyLatency), refresh, rate, qps)
 	}
 	return fmt.Sprintf("real Flux (kustomize-controller --concurrent=%d)", c.KustomizeConcurrency)
 }
@@ -74,7 +83,8 @@ func (r *Run) Print(w io.Writer) {
 				row(rel.Name, rel.Outcome, durSince(rel.Start, rel.FirstSwitch), rel.End.Sub(rel.Start).Round(time.Second).String(),
 					fmt.Sprintf("%.2f / %d", rel.KustomizationWrites.PerObject(), rel.KustomizationWrites.Max),
 					fmt.Sprintf("%d / %d", rel.PinnedCreated, rel.PinnedRefused),
-					fmt.Sprintf("%.0f / %.0f%s", rel.Reconciles["fleetrollout"], rel.Reconciles["fleetcluster"], since),
+					fmt.Sprintf("%.0f / %.0f%s (%.0f / min)", rel.Reconciles["fleetrollout"], rel.Reconciles["fleetcluster"], since,
+						rel.Reconciles["fleetrollout"]/rel.End.Sub(reconcilesFrom(rel)).Minutes()),
 					fmt.Sprint(rel.Hub.Total()), fmt.Sprint(rel.Members.Total()), cpuOf(rel.CPU.Tidegate, rel.CPU.TidegateMeasured), kustomizeCPU(rel.CPU))
 			}
 		})
@@ -87,6 +97,10 @@ func (r *Run) Print(w io.Writer) {
 	table(w, []string{"release", "transition", "next wave", "last Ready → decision", "soak end → decision", "soak end → switch p50", "p99", "all switched", "controller readyAt − last Ready"},
 		func(row func(...string)) {
 			for _, rel := range r.Releases {
+				if !rel.ReconcilesSince.IsZero() {
+					row(rel.Name, "held and restarted: see below", "", "", "", "", "", "", "")
+					continue
+				}
 				for i, t := range rel.Transitions {
 					p50, ok50 := t.Percentile(50)
 					p99, ok99 := t.Percentile(99)
@@ -129,28 +143,44 @@ func (r *Run) Print(w io.Writer) {
 		}
 	})
 
-	fmt.Fprintf(w, "\n### Preflights and sampling passes on the members (%s)\n\n", fluxWord(c))
-	fmt.Fprintln(w, "From the members' audit logs (the controller's User-Agent): a preflight is a run of dry-run requests, a sampling pass a run of workload reads, each with gaps under 2 s and 1 s.")
+	fmt.Fprintf(w, "\n### Preflights and sampling on the members (%s)\n\n", fluxWord(c))
+	fmt.Fprintln(w, "From the members' audit logs (the controller's User-Agent). A preflight is a run of dry-run requests with gaps under 2 s."+
+		" Sampling: the workload reads while the wave soaked (its last member Ready → the next decision); a pass is a run of reads with gaps under 1 s"+
+		" (two passes back to back count as one: see reads per pass).")
 	fmt.Fprintln(w)
-	table(w, []string{"release", "preflights: requests, took", "sampling passes", "requests per pass (max)", "pass took p50 / max", "longest gap between passes"},
+	table(w, []string{"release", "preflights: requests in", "wave soaking", "soak window", "reads (per member)", "passes", "pass took p50 / max", "reads per pass (max)", "longest gap between passes"},
 		func(row func(...string)) {
 			for _, rel := range r.Releases {
 				var pf []string
 				for _, b := range rel.Preflights {
 					pf = append(pf, fmt.Sprintf("%d in %s", b.Requests, secs(b.Took)))
 				}
-				var took []time.Duration
-				maxReq, gap := 0, time.Duration(0)
-				for i, b := range rel.Samplings {
-					took = append(took, b.Took)
-					maxReq = max(maxReq, b.Requests)
-					if i > 0 {
-						gap = max(gap, b.Start.Sub(rel.Samplings[i-1].Start))
-					}
+				if len(rel.Sampling) == 0 {
+					row(rel.Name, strings.Join(pf, "; "), "UNSET", "", "", "", "", "", "")
 				}
-				p50, ok := percentile(took, 50)
-				pmax, _ := percentile(took, 100)
-				row(rel.Name, strings.Join(pf, "; "), fmt.Sprint(len(rel.Samplings)), fmt.Sprint(maxReq), optSecs(p50, ok)+" / "+optSecs(pmax, ok), secs(gap))
+				for i, ws := range rel.Sampling {
+					var took []time.Duration
+					maxReq, gap := 0, time.Duration(0)
+					for j, b := range ws.Passes {
+						took = append(took, b.Took)
+						maxReq = max(maxReq, b.Requests)
+						if j > 0 {
+							gap = max(gap, b.Start.Sub(ws.Passes[j-1].Start.Add(ws.Passes[j-1].Took)))
+						}
+					}
+					p50, ok := percentile(took, 50)
+					pmax, _ := percentile(took, 100)
+					preflights := ""
+					if i == 0 {
+						preflights = strings.Join(pf, "; ")
+					}
+					perMember := "-"
+					if ws.Size > 0 {
+						perMember = fmt.Sprintf("%.1f", float64(ws.Reads)/float64(ws.Size))
+					}
+					row(rel.Name, preflights, fmt.Sprintf("%s (%d)", ws.Wave, ws.Size), secs(ws.Window), fmt.Sprintf("%d (%s)", ws.Reads, perMember),
+						fmt.Sprint(len(ws.Passes)), optSecs(p50, ok)+" / "+optSecs(pmax, ok), fmt.Sprint(maxReq), secs(gap))
+				}
 			}
 		})
 
@@ -318,6 +348,14 @@ func Summary(w io.Writer, runs []*Run) {
 				row(fmt.Sprint(r.Config.Clusters), string(r.Config.Flux), outcome, ws, fmt.Sprint(maxWrites), idleW, idleR, restart, rolled, rss, receipt, share)
 			}
 		})
+}
+
+// reconcilesFrom is when the release's reconcile count starts.
+func reconcilesFrom(rel *Release) time.Time {
+	if !rel.ReconcilesSince.IsZero() {
+		return rel.ReconcilesSince
+	}
+	return rel.Start
 }
 
 func fluxWord(c Config) string { return string(c.Flux) }

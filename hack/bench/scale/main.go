@@ -30,11 +30,13 @@ func main() {
 		members    = flag.Int("members", 3, "member API servers the FleetClusters share")
 		soak       = flag.Duration("soak", 30*time.Second, "each wave's soak")
 		idle       = flag.Duration("idle", 2*time.Minute, "the idle window")
-		interval   = flag.Duration("interval", 10*time.Minute, "the Kustomization template's interval (Flux re-reconciles every interval)")
+		interval   = flag.Duration("interval", time.Minute, "the Kustomization template's interval: Flux re-reconciles every interval (shorter than tidegate's 10m default so that members re-reconcile while their wave soaks)")
 		timeout    = flag.Duration("timeout", 2*time.Minute, "the Kustomization template's timeout")
 		workers    = flag.Int("standin-workers", fluxstandin.DefaultWorkers, "stand-in: Kustomizations reconciled at once")
 		latency    = flag.Duration("standin-latency", fluxstandin.DefaultApplyLatency, "stand-in: time per apply, health checks included")
+		refresh    = flag.Duration("standin-refresh-latency", time.Second, "stand-in: time a periodic re-reconcile keeps Ready and Healthy Unknown")
 		rate       = flag.Float64("standin-rate", 0, "stand-in: applies started per second at most (0: workers / latency)")
+		standInQPS = flag.Float64("standin-qps", 100, "stand-in: its hub client's QPS (kustomize-controller's default is 50; the stand-in's throughput is bounded by its workers and latency instead)")
 		failAfter  = flag.Duration("standin-fail-after", fluxstandin.DefaultFailAfter, "stand-in: how long a failing health check takes to fail")
 		setup      = flag.Duration("standin-setup-latency", 200*time.Millisecond, "stand-in: time per apply while v1 installs (setup, not measured)")
 		ksConc     = flag.Int("kustomize-concurrent", 10, "real Flux: kustomize-controller --concurrent")
@@ -81,8 +83,9 @@ func main() {
 			Clusters: n, Members: *members, Flux: mode, ControllerBinary: *binary, Soak: *soak,
 			Interval: *interval, Timeout: *timeout, KustomizeConcurrency: *ksConc, Logf: logf,
 			StandIn: fluxstandin.Options{Workers: *workers, FailAfter: *failAfter,
-				Pace: fluxstandin.Pace{ApplyLatency: *latency, Rate: *rate}},
-			SetupPace: fluxstandin.Pace{ApplyLatency: *setup},
+				Pace: fluxstandin.Pace{ApplyLatency: *latency, RefreshLatency: *refresh, Rate: *rate}},
+			StandInQPS: float32(*standInQPS),
+			SetupPace:  fluxstandin.Pace{ApplyLatency: *setup},
 		}
 		if *controlArg != "" {
 			cfg.ControllerArgs = strings.Fields(*controlArg)
