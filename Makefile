@@ -79,6 +79,15 @@ deploy: ## Install tidegate on the cluster of the current kubeconfig context (ku
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
 	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
 
+# BENCH_SCALE_ARGS go to hack/bench/scale, e.g. BENCH_SCALE_ARGS='-runs standin:1000' for one run
+# (flags: go run ./hack/bench/scale -h; docs/benchmarks.md).
+BENCH_SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: testbin ## Run the scale bench (100, 300, 1,000 FleetClusters on simulated Flux, and real Flux) and print its tables, also into bin/bench-scale.md.
+	go build -o bin/ ./cmd/tidegate-controller
+	go run ./hack/bench/scale -controller bin/tidegate-controller -out bin/bench-scale.md $(BENCH_SCALE_ARGS)
+
 .PHONY: docs
 docs: ## Regenerate docs/cli.md from the tidegate command tree (a test fails when it is stale).
 	go run ./cmd/tidegate docs

@@ -35,6 +35,14 @@ type Options struct {
 	Namespace string
 	// NoFlux skips starting source-controller and kustomize-controller.
 	NoFlux bool
+	// NoKustomizeController starts source-controller alone: something else plays kustomize-controller
+	// (the scale bench's stand-in), while artifacts are still served by the real source-controller.
+	NoKustomizeController bool
+	// KustomizeControllerArgs are extra flags for kustomize-controller (e.g. --concurrent).
+	KustomizeControllerArgs []string
+	// APIServerArgs, when set, is called for each API server before it starts ("hub", "member-1", …)
+	// to add flags, such as an audit log.
+	APIServerArgs func(name string, args *envtest.Arguments)
 	// SourceControllerArgs are extra flags for source-controller (e.g. artifact retention settings).
 	SourceControllerArgs []string
 	// Testbin is the directory of the binaries `make testbin` built; when empty, testbin.Dir finds it.
@@ -72,12 +80,13 @@ type Fleet struct {
 	// Scheme has the Kubernetes, Flux and tidegate types.
 	Scheme *runtime.Scheme
 
-	hub       *envtest.Environment
-	git       *gittestserver.GitServer
-	processes []*process
-	reaper    *exec.Cmd
-	logFiles  []string
-	stopOnce  sync.Once
+	hub           *envtest.Environment
+	apiServerArgs func(string, *envtest.Arguments)
+	git           *gittestserver.GitServer
+	processes     []*process
+	reaper        *exec.Cmd
+	logFiles      []string
+	stopOnce      sync.Once
 }
 
 // NewScheme returns a scheme with the Kubernetes, Flux source and kustomize, and tidegate types.
@@ -96,7 +105,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if opts.Namespace == "" {
 		opts.Namespace = "fleet"
 	}
-	f = &Fleet{Dir: dir, Namespace: opts.Namespace, Scheme: NewScheme()}
+	f = &Fleet{Dir: dir, Namespace: opts.Namespace, Scheme: NewScheme(), apiServerArgs: opts.APIServerArgs}
 	defer func() {
 		if err != nil {
 			f.Stop()
@@ -164,6 +173,9 @@ func (f *Fleet) newEnv(testbinDir, name string, crds testbin.CRDs) (*envtest.Env
 	_ = os.MkdirAll(certDir, 0o700)
 	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, StartTimeout: 2 * time.Minute, CertDir: certDir}
 	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, StartTimeout: 2 * time.Minute, DataDir: dataDir}
+	if f.apiServerArgs != nil {
+		f.apiServerArgs(name, env.ControlPlane.APIServer.Configure())
+	}
 	return env, nil
 }
 
@@ -268,17 +280,20 @@ func (f *Fleet) startFlux(ctx context.Context, bin string, opts Options) error {
 		"--storage-path="+storage, "--storage-addr="+addr(ports[2]), "--storage-adv-addr="+addr(ports[2]))
 	srcArgs = append(srcArgs, opts.SourceControllerArgs...)
 	ksArgs := append(common(ports[3], ports[4]), "--concurrent=10", "--requeue-dependency=2s")
+	ksArgs = append(ksArgs, opts.KustomizeControllerArgs...)
 
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	for _, p := range []struct {
+	type controller struct {
 		name   string
 		args   []string
 		health int
-	}{
-		{"source-controller", srcArgs, ports[1]},
-		{"kustomize-controller", ksArgs, ports[4]},
-	} {
+	}
+	controllers := []controller{{"source-controller", srcArgs, ports[1]}}
+	if !opts.NoKustomizeController {
+		controllers = append(controllers, controller{"kustomize-controller", ksArgs, ports[4]})
+	}
+	for _, p := range controllers {
 		logPath := filepath.Join(f.logDir(), p.name+".log")
 		f.logFiles = append(f.logFiles, logPath)
 		proc, err := startProcess(p.name, logPath, env, filepath.Join(bin, p.name), p.args...)
@@ -356,6 +371,33 @@ rm -rf -- "$1"`
 	}
 	f.reaper = cmd
 	return nil
+}
+
+// AddHubUser adds a user of the hub in groups and returns a REST config and a kubeconfig for it: a
+// process of its own identity, told apart from the others in the hub's audit log.
+func (f *Fleet) AddHubUser(name string, groups []string) (*rest.Config, []byte, error) {
+	user, err := f.hub.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("adding hub user %s: %w", name, err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	return user.Config(), kc, nil
+}
+
+// PID returns the process id of the fleet's Flux controller named name ("source-controller",
+// "kustomize-controller"), or 0 when it does not run.
+func (f *Fleet) PID(name string) int {
+	for _, p := range f.processes {
+		if p.name == name {
+			if ended, _ := p.exited(); !ended {
+				return p.cmd.Process.Pid
+			}
+		}
+	}
+	return 0
 }
 
 // Member returns the member named name, or nil.
