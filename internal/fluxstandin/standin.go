@@ -98,6 +98,7 @@ type StandIn struct {
 	failing []failure
 
 	applies, refreshes, failed, canceled atomic.Int64
+	paused                               atomic.Bool
 	// kick carries the Kustomizations ReconcileAll asks to reconcile now.
 	kick chan event.GenericEvent
 }
@@ -153,6 +154,12 @@ func (s *StandIn) Pace() Pace {
 	defer s.mu.Unlock()
 	return s.pace
 }
+
+// PauseRefresh pauses (or resumes) the re-reconciles of what is applied: while paused, a Kustomization
+// Ready at its source's revision and generation is left as it is and looked at again an interval
+// later, so the re-reconciles resume on their own schedule. New revisions and generations are
+// applied as ever.
+func (s *StandIn) PauseRefresh(paused bool) { s.paused.Store(paused) }
 
 // Workers is the number of Kustomizations reconciled at once.
 func (s *StandIn) Workers() int { return s.opts.Workers }
@@ -266,13 +273,16 @@ func (s *StandIn) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{RequeueAfter: s.opts.RequeueDependency}, s.finalize(ctx, ks, patcher)
 	}
 
+	fresh := ks.Status.ObservedGeneration != ks.Generation || !sameRevision(ks.Status.LastAppliedRevision, revision)
+	if !fresh && s.paused.Load() && conditions.IsReady(ks) {
+		return ctrl.Result{RequeueAfter: s.jitter(ks.GetRequeueAfter())}, nil
+	}
 	pace, limiter := s.current()
 	if limiter != nil {
 		if err := limiter.Wait(ctx); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	fresh := ks.Status.ObservedGeneration != ks.Generation || !sameRevision(ks.Status.LastAppliedRevision, revision)
 	latency := pace.ApplyLatency
 	if !fresh {
 		latency = pace.RefreshLatency

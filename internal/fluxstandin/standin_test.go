@@ -370,3 +370,21 @@ func TestReconcileAllReReconcilesNow(t *testing.T) {
 		t.Errorf("stats %+v, generation %d (was %d): want two reconciles and the same generation", st, ks.Generation, gen)
 	}
 }
+
+// While re-reconciles are paused an applied Kustomization is left alone; they resume on their own
+// schedule, and new generations apply meanwhile.
+func TestPauseRefresh(t *testing.T) {
+	ns := namespace(t)
+	rev := "main@sha1:8888888888888888888888888888888888888888"
+	gitSource(t, ns, "web-888888888888", rev)
+	s := start(t, ns, fluxstandin.Options{Pace: fluxstandin.Pace{ApplyLatency: 100 * time.Millisecond}, Jitter: -1})
+	s.PauseRefresh(true)
+	ks := kustomization(t, ns, "c1", "web-888888888888", time.Second)
+	watchUntil(t, ks, readyAt(rev))
+	time.Sleep(3 * time.Second)
+	if st := s.Stats(); st.Refreshes != 0 || st.Applies != 1 {
+		t.Fatalf("paused: stats %+v, want one apply and no refresh", st)
+	}
+	s.PauseRefresh(false)
+	watchUntil(t, ks, func(*kustomizev1.Kustomization) bool { return s.Stats().Refreshes > 0 })
+}

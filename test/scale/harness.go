@@ -70,9 +70,9 @@ type Config struct {
 	// ControllerArgs are extra flags for the binary.
 	ControllerArgs []string
 	// Soak is each wave's soak; RingPercent the second wave's share (the first is one cluster, the
-	// third the rest).
-	Soak        time.Duration
-	RingPercent int32
+	// third the rest). SetupSoak is the soak while the first revision installs (default Soak).
+	Soak, SetupSoak time.Duration
+	RingPercent     int32
 	// Timeout and Interval are the Kustomization template's (Interval is how often Flux re-reconciles).
 	Timeout, Interval time.Duration
 	// RolloutInterval is the FleetRollout's spec.interval, ClusterInterval the FleetClusters'; zero
@@ -97,6 +97,9 @@ func (c *Config) defaults() {
 	}
 	if c.Soak <= 0 {
 		c.Soak = 30 * time.Second
+	}
+	if c.SetupSoak <= 0 {
+		c.SetupSoak = c.Soak
 	}
 	if c.RingPercent <= 0 {
 		c.RingPercent = 30
@@ -132,6 +135,9 @@ type Harness struct {
 	clusters map[string]string // FleetCluster → member
 	names    []string
 	versions map[string]string // version → revision
+
+	// soak is the waves' soak in force.
+	soak time.Duration
 
 	stopSim, stopStandIn context.CancelFunc
 	standInDone          chan error
@@ -169,7 +175,7 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	h = &Harness{cfg: cfg, fleet: f, clusters: map[string]string{}, versions: map[string]string{}}
+	h = &Harness{cfg: cfg, fleet: f, clusters: map[string]string{}, versions: map[string]string{}, soak: cfg.SetupSoak}
 	defer func() {
 		if err != nil {
 			h.Stop()
@@ -362,8 +368,6 @@ func (h *Harness) startStandIn() error {
 // rollout is the FleetRollout the bench plays: three waves (one cluster, RingPercent, the rest),
 // the default policy, rollback on failure.
 func (h *Harness) rollout() *v1alpha1.FleetRollout {
-	one, ring := int32(1), h.cfg.RingPercent
-	soak := &metav1.Duration{Duration: h.cfg.Soak}
 	fr := &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: RolloutName, Namespace: h.fleet.Namespace},
 		Spec: v1alpha1.FleetRolloutSpec{
@@ -373,11 +377,7 @@ func (h *Harness) rollout() *v1alpha1.FleetRollout {
 				Interval: &metav1.Duration{Duration: h.cfg.Interval},
 				Timeout:  &metav1.Duration{Duration: h.cfg.Timeout},
 			},
-			Waves: []v1alpha1.Wave{
-				{Name: "canary", Count: &one, Soak: soak},
-				{Name: "ring", Percent: &ring, Soak: soak},
-				{Name: "rest", Selector: &metav1.LabelSelector{}, Soak: soak},
-			},
+			Waves:    h.waves(h.soak),
 			Rollback: v1alpha1.RollbackSpec{OnFailure: v1alpha1.OnFailureRollback},
 		},
 	}
@@ -385,6 +385,17 @@ func (h *Harness) rollout() *v1alpha1.FleetRollout {
 		fr.Spec.Interval = &metav1.Duration{Duration: h.cfg.RolloutInterval}
 	}
 	return fr
+}
+
+// waves are the rollout's waves with soak.
+func (h *Harness) waves(soak time.Duration) []v1alpha1.Wave {
+	one, ring := int32(1), h.cfg.RingPercent
+	d := &metav1.Duration{Duration: soak}
+	return []v1alpha1.Wave{
+		{Name: "canary", Count: &one, Soak: d},
+		{Name: "ring", Percent: &ring, Soak: d},
+		{Name: "rest", Selector: &metav1.LabelSelector{}, Soak: d},
+	}
 }
 
 // commit commits version of the package and returns its revision.

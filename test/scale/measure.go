@@ -187,7 +187,7 @@ func (h *Harness) measure(ctx context.Context, rel *Release, final rolloutState)
 		source = st.Candidate.Source
 	}
 	for _, w := range st.Waves {
-		wr := WaveResult{Name: w.Name, Size: len(w.Clusters), Phase: w.Phase, Soak: h.cfg.Soak}
+		wr := WaveResult{Name: w.Name, Size: len(w.Clusters), Phase: w.Phase, Soak: h.soak}
 		if w.ReadyAt != nil {
 			wr.ControllerReadyAt = w.ReadyAt.Time
 		}

@@ -14,13 +14,24 @@ import (
 	"github.com/tidegate/tidegate/internal/simulator"
 )
 
-// Install creates the rollout, which rolls out the first revision (v1) wave by wave. With the
-// stand-in at SetupPace, the measured pace is set once it completes.
+// Install creates the rollout, which rolls out the first revision (v1) wave by wave: setup, with
+// the waves soaking SetupSoak, and the stand-in at SetupPace without re-reconciles. Then the soak
+// and the stand-in's pace are the measured ones, and its re-reconciles run.
 func (h *Harness) Install(ctx context.Context) (*Release, error) {
 	rel := &Release{Name: "install v1", Revision: h.versions["v1"]}
+	if h.standIn != nil {
+		h.standIn.PauseRefresh(true)
+	}
 	err := h.play(ctx, rel, func() error { return h.hub.Create(ctx, h.rollout()) }, nil)
 	if h.standIn != nil {
 		h.standIn.SetPace(h.cfg.StandIn.Pace)
+		h.standIn.PauseRefresh(false)
+	}
+	if h.soak != h.cfg.Soak {
+		h.soak = h.cfg.Soak
+		if perr := h.patchSpec(ctx, map[string]any{"waves": h.waves(h.soak)}); perr != nil && err == nil {
+			err = perr
+		}
 	}
 	return rel, err
 }
@@ -73,10 +84,20 @@ func (h *Harness) play(ctx context.Context, rel *Release, begin func() error, du
 	return err
 }
 
+// ended tells whether the release of revision ended: Completed, RolledBack, or Held on a failed
+// wave (a first rollout has nothing to roll back to).
 func ended(r rolloutState, revision string) bool {
 	c := r.status.Candidate
-	return c != nil && c.Revision == revision &&
-		(r.status.Phase == v1alpha1.PhaseCompleted || r.status.Phase == v1alpha1.PhaseRolledBack)
+	if c == nil || c.Revision != revision {
+		return false
+	}
+	switch r.status.Phase {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack:
+		return true
+	case v1alpha1.PhaseHeld:
+		return r.status.WaitingFor != nil && r.status.WaitingFor.Reason == v1alpha1.WaitingForFailedWave
+	}
+	return false
 }
 
 // releaseTimeout bounds one release: three soaks, three times the applies at the expected
@@ -91,7 +112,7 @@ func (h *Harness) releaseTimeout() time.Duration {
 		}
 	}
 	applies := time.Duration(3 * float64(h.cfg.Clusters) / perSecond * float64(time.Second))
-	return 3*h.cfg.Soak + applies + 5*time.Minute
+	return 3*h.soak + applies + 5*time.Minute
 }
 
 // Idle is what the controller did over a window in which nothing changed but Flux's periodic
@@ -247,7 +268,7 @@ func (h *Harness) holdAndRestart(ctx context.Context, fail *Failure, revision st
 	fail.Held = held.at
 	after, _ := h.metricsNow(ctx)
 	fail.HoldReconciles = reconciles(before, after)["fleetrollout"]
-	if err := sleep(ctx, h.cfg.Soak+15*time.Second); err != nil {
+	if err := sleep(ctx, h.soak+15*time.Second); err != nil {
 		return held, err
 	}
 	fail.HeldFor = time.Since(fail.HoldSet)

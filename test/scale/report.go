@@ -65,8 +65,8 @@ func latencyOr(d time.Duration) time.Duration {
 func (r *Run) Print(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "\n## %d FleetClusters on %d member API servers, %s\n\n", c.Clusters, c.Members, r.Label())
-	fmt.Fprintf(w, "Waves: canary 1, ring %d %%, rest; soak %s each; Kustomization interval %s, timeout %s. Bench wall time %s (setup %s).\n",
-		c.RingPercent, c.Soak, c.Interval, c.Timeout, r.Wall.Round(time.Second), r.Started.Round(time.Second))
+	fmt.Fprintf(w, "Waves: canary 1, ring %d %%, rest; soak %s each (%s while v1 installs); Kustomization interval %s, timeout %s. Bench wall time %s (setup %s).\n",
+		c.RingPercent, c.Soak, c.SetupSoak, c.Interval, c.Timeout, r.Wall.Round(time.Second), r.Started.Round(time.Second))
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\n**error:** %s\n", e)
 	}

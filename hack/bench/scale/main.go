@@ -25,12 +25,13 @@ import (
 
 func main() {
 	var (
-		runs       = flag.String("runs", "standin:100,standin:300,standin:1000", "comma-separated runs, each FLUX:CLUSTERS with FLUX standin or real")
+		runs       = flag.String("runs", "standin:100,standin:300,standin:1000,real:100", "comma-separated runs, each FLUX:CLUSTERS with FLUX standin (simulated Flux) or real (kustomize-controller)")
 		binary     = flag.String("controller", "bin/tidegate-controller", "the controller binary, run as a child process; empty runs it in-process (no CPU or memory figures)")
 		members    = flag.Int("members", 3, "member API servers the FleetClusters share")
-		soak       = flag.Duration("soak", 30*time.Second, "each wave's soak")
+		soak       = flag.Duration("soak", time.Minute, "each wave's soak (the built-in policy's default)")
+		setupSoak  = flag.Duration("setup-soak", 10*time.Second, "each wave's soak while v1 installs (setup, not measured)")
 		idle       = flag.Duration("idle", 2*time.Minute, "the idle window")
-		interval   = flag.Duration("interval", time.Minute, "the Kustomization template's interval: Flux re-reconciles every interval (shorter than tidegate's 10m default so that members re-reconcile while their wave soaks)")
+		interval   = flag.Duration("interval", time.Minute, "the Kustomization template's interval: Flux re-reconciles every interval (as long as the soak, so that every member re-reconciles once while its wave soaks)")
 		timeout    = flag.Duration("timeout", 2*time.Minute, "the Kustomization template's timeout")
 		workers    = flag.Int("standin-workers", fluxstandin.DefaultWorkers, "stand-in: Kustomizations reconciled at once")
 		latency    = flag.Duration("standin-latency", fluxstandin.DefaultApplyLatency, "stand-in: time per apply, health checks included")
@@ -80,7 +81,7 @@ func main() {
 			fatal(err)
 		}
 		cfg := scale.Config{
-			Clusters: n, Members: *members, Flux: mode, ControllerBinary: *binary, Soak: *soak,
+			Clusters: n, Members: *members, Flux: mode, ControllerBinary: *binary, Soak: *soak, SetupSoak: *setupSoak,
 			Interval: *interval, Timeout: *timeout, KustomizeConcurrency: *ksConc, Logf: logf,
 			StandIn: fluxstandin.Options{Workers: *workers, FailAfter: *failAfter,
 				Pace: fluxstandin.Pace{ApplyLatency: *latency, RefreshLatency: *refresh, Rate: *rate}},
