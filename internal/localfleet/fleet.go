@@ -331,6 +331,10 @@ func (f *Fleet) Stop() {
 			stopEnv(m.env)
 		}
 		wg.Wait()
+		// envtest retries a control plane that did not come up in time, and the API server of a
+		// failed try (slow to answer on a loaded machine) is not stopped with the last: end whatever
+		// still names the fleet's directory, as the reaper would.
+		killLeftovers(f.Dir)
 		if f.git != nil {
 			f.git.StopHTTP()
 			os.RemoveAll(f.git.Root())

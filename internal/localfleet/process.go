@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -113,3 +115,38 @@ func freePorts(n int) ([]int, error) {
 }
 
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+
+// killLeftovers kills every process but this one whose command line names dir (a fleet's
+// directory), and waits up to five seconds for them to be gone. Where there is no /proc it does
+// nothing.
+func killLeftovers(dir string) {
+	if dir == "" {
+		return
+	}
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), dir) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			pids = append(pids, pid)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(pids) > 0 && time.Now().Before(deadline); {
+		alive := pids[:0]
+		for _, pid := range pids {
+			// A killed child not yet waited for is a zombie with an empty command line: gone.
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && len(b) > 0 {
+				alive = append(alive, pid)
+			}
+		}
+		pids = alive
+		time.Sleep(50 * time.Millisecond)
+	}
+}
