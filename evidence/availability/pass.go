@@ -54,8 +54,9 @@ type PassResult struct {
 	// Failed are the members whose sample had a failed read (a missed deadline, an error, no turn
 	// before the pass's time ran out), sorted.
 	Failed []string
-	// NotReached is how many of them had no turn before the pass's time ran out.
-	NotReached int
+	// NotReached are those of them that had no turn before the pass's time ran out, sorted: they were
+	// not asked.
+	NotReached []string
 }
 
 // ObservePass takes one sample of every member, in the order given, at most Parallel at once, and
@@ -95,12 +96,13 @@ func (s *Sampler) ObservePass(ctx context.Context, members []Member, opts PassOp
 			mu.Lock()
 			res.Failed = append(res.Failed, members[i].Cluster)
 			if !reached {
-				res.NotReached++
+				res.NotReached = append(res.NotReached, members[i].Cluster)
 			}
 			mu.Unlock()
 		}
 	})
 	sort.Strings(res.Failed)
+	sort.Strings(res.NotReached)
 	return res
 }
 

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,7 +295,7 @@ func (c *Collector) stillSoaking(ctx context.Context, plan soakPlan, id soakID) 
 	return false, false
 }
 
-// memberClient is one member's client in a soak loop, built once and again after a failed read
+// memberClient is one member's client in a soak loop, asked for once and again after a failed read
 // (its kubeconfig may have changed), and whether its last sample failed.
 type memberClient struct {
 	fc     *v1alpha1.FleetCluster
@@ -304,7 +305,7 @@ type memberClient struct {
 
 // samplePass takes one sample of every member of the plan within the sample interval. The members
 // whose last sample failed go last: a few slow members then cost the others no turn.
-func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[string]*memberClient) {
+func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[string]*memberClient) availability.PassResult {
 	byKey := make(map[string]*memberClient, len(plan.members))
 	members := make([]availability.Member, 0, len(plan.members))
 	var late []availability.Member
@@ -316,21 +317,17 @@ func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[s
 		}
 		key := sampleKeyOf(plan.rollout, m.name)
 		byKey[key] = mc
-		am := availability.Member{
-			Cluster:   key,
-			Workloads: m.workloads,
-			Reader: func(ctx context.Context) (client.Reader, error) {
-				if mc.reader != nil {
-					return mc.reader, nil
-				}
-				r, err := c.Members.Client(ctx, mc.fc)
-				if err != nil {
-					return nil, err
-				}
-				mc.reader = r
-				return r, nil
-			},
-		}
+		am := availability.Member{Cluster: key, Workloads: m.workloads, Reader: func(ctx context.Context) (client.Reader, error) {
+			if mc.reader != nil {
+				return mc.reader, nil
+			}
+			r, err := c.Members.Client(ctx, mc.fc)
+			if err != nil {
+				return nil, err
+			}
+			mc.reader = r
+			return r, nil
+		}}
 		if mc.failed {
 			late = append(late, am)
 		} else {
@@ -346,13 +343,17 @@ func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[s
 	}
 	for _, key := range res.Failed {
 		if mc := byKey[key]; mc != nil {
-			mc.failed, mc.reader = true, nil
+			mc.failed = true
+			if !slices.Contains(res.NotReached, key) {
+				mc.reader = nil
+			}
 		}
 	}
 	if len(res.Failed) > 0 {
 		log.FromContext(ctx).V(1).Info("availability samples with failed reads", "rollout", plan.rollout.String(),
-			"members", len(members), "failed", len(res.Failed), "notReached", res.NotReached, "memberDeadline", res.MemberTimeout.String())
+			"members", len(members), "failed", len(res.Failed), "notReached", len(res.NotReached), "memberDeadline", res.MemberTimeout.String())
 	}
+	return res
 }
 
 // endSoak ends the rollout's soak loop, if it is for wave (any wave when wave is "").
