@@ -166,8 +166,12 @@ func (h *Harness) cpuSince(m cpuMark) CPU {
 		TidegateMeasured: tg, KustomizeMeasured: h.cfg.Flux == RealFlux}
 }
 
-// reconciles is the difference of each controller's reconcile count between two scrapes.
+// reconciles is the difference of each controller's reconcile count between two scrapes; nil when
+// either scrape failed.
 func reconciles(before, after Sample) map[string]float64 {
+	if !before.Has("controller_runtime_reconcile_total") || !after.Has("controller_runtime_reconcile_total") {
+		return nil
+	}
 	out := map[string]float64{}
 	for _, c := range []string{"fleetrollout", "fleetcluster"} {
 		out[c] = after.Sum("controller_runtime_reconcile_total", map[string]string{"controller": c}) -

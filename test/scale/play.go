@@ -100,8 +100,8 @@ func ended(r rolloutState, revision string) bool {
 	return false
 }
 
-// releaseTimeout bounds one release: three soaks, three times the applies at the expected
-// throughput, and five minutes.
+// releaseTimeout bounds one release: three soaks, twice the applies at the expected throughput
+// (the forward ones and as many again: a rollback, Flux's re-reconciles), and three minutes.
 func (h *Harness) releaseTimeout() time.Duration {
 	perSecond := 2.0 // real kustomize-controller on this machine, roughly
 	if h.standIn != nil {
@@ -111,8 +111,8 @@ func (h *Harness) releaseTimeout() time.Duration {
 			perSecond = min(perSecond, p.Rate)
 		}
 	}
-	applies := time.Duration(3 * float64(h.cfg.Clusters) / perSecond * float64(time.Second))
-	return 3*h.soak + applies + 5*time.Minute
+	applies := time.Duration(2 * float64(h.cfg.Clusters) / perSecond * float64(time.Second))
+	return 3*h.soak + applies + 3*time.Minute
 }
 
 // Idle is what the controller did over a window in which nothing changed but Flux's periodic
@@ -193,8 +193,11 @@ type Failure struct {
 	HeldFor           time.Duration
 	SwitchedWhileHeld int
 	// Killed, Started and Ready time the restart: killed while held, the hold cleared while it was
-	// down, started, informers synced. FirstReceipt and FirstSwitch are the decisions that followed.
-	Killed, Started, Ready, FirstReceipt, FirstSwitch time.Time
+	// down, started, informers synced. NextDecision is the first receipt or Kustomization write that
+	// followed (from the hub's audit log), FirstReceipt the first receipt, FirstSwitch the ring's
+	// first switch to the candidate.
+	Killed, Started, Ready                  time.Time
+	NextDecision, FirstReceipt, FirstSwitch time.Time
 	// RollingBack and RolledBack are when the status first said so.
 	RollingBack, RolledBack time.Time
 	// Updated clusters switched to the candidate; Back switched back to the known-good after the
@@ -325,6 +328,14 @@ func (h *Harness) measureRollback(fail *Failure, soaking rolloutState) {
 		if !fail.Started.IsZero() && !g.At.Before(fail.Started) {
 			fail.FirstReceipt = g.At
 			break
+		}
+	}
+	if !fail.Started.IsZero() {
+		for _, r := range h.audit.Hub(fail.Started, rel.End) {
+			if r.Verb == "create" && r.Resource == "gatereceipts" || r.Resource == "kustomizations" && r.Write() {
+				fail.NextDecision = r.At
+				break
+			}
 		}
 	}
 	if soaking.status.Candidate == nil || soaking.status.LastKnownGood == nil || fail.RollingBack.IsZero() {

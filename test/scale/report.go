@@ -83,8 +83,7 @@ func (r *Run) Print(w io.Writer) {
 				row(rel.Name, rel.Outcome, durSince(rel.Start, rel.FirstSwitch), rel.End.Sub(rel.Start).Round(time.Second).String(),
 					fmt.Sprintf("%.2f / %d", rel.KustomizationWrites.PerObject(), rel.KustomizationWrites.Max),
 					fmt.Sprintf("%d / %d", rel.PinnedCreated, rel.PinnedRefused),
-					fmt.Sprintf("%.0f / %.0f%s (%.0f / min)", rel.Reconciles["fleetrollout"], rel.Reconciles["fleetcluster"], since,
-						rel.Reconciles["fleetrollout"]/rel.End.Sub(reconcilesFrom(rel)).Minutes()),
+					reconcileCounts(rel.Reconciles, rel.End.Sub(reconcilesFrom(rel)), since),
 					fmt.Sprint(rel.Hub.Total()), fmt.Sprint(rel.Members.Total()), cpuOf(rel.CPU.Tidegate, rel.CPU.TidegateMeasured), kustomizeCPU(rel.CPU))
 			}
 		})
@@ -194,8 +193,7 @@ func (r *Run) Print(w io.Writer) {
 		table(w, []string{"writes", "create attempts", "fleetrollout reconciles (per min)", "fleetcluster reconciles (per min)", "Flux re-reconciles", "hub requests", "member requests", "tidegate CPU s"},
 			func(row func(...string)) {
 				row(fmt.Sprint(id.Writes), fmt.Sprint(id.Creates),
-					fmt.Sprintf("%.0f (%.1f)", id.Reconciles["fleetrollout"], id.Reconciles["fleetrollout"]/mins),
-					fmt.Sprintf("%.0f (%.1f)", id.Reconciles["fleetcluster"], id.Reconciles["fleetcluster"]/mins),
+					perMinute(id.Reconciles, "fleetrollout", mins), perMinute(id.Reconciles, "fleetcluster", mins),
 					refresh, fmt.Sprint(id.Hub.Total()), fmt.Sprint(id.Members.Total()), cpuOf(id.CPU.Tidegate, id.CPU.TidegateMeasured))
 			})
 		fmt.Fprintln(w)
@@ -208,8 +206,9 @@ func (r *Run) Print(w io.Writer) {
 			row("hold set → status Held", durSince(f.HoldSet, f.Held)+fmt.Sprintf(" (%.0f reconciles)", f.HoldReconciles))
 			row("clusters switched while held", fmt.Sprintf("%d (held %s, past the canary's soak)", f.SwitchedWhileHeld, f.HeldFor.Round(time.Second)))
 			row("restart → informers synced (ready)", durSince(f.Started, f.Ready))
+			row("restart → next decision (first receipt or Kustomization write)", durSince(f.Started, f.NextDecision))
 			row("restart → first gate receipt", durSince(f.Started, f.FirstReceipt))
-			row("restart → next decision (the ring's first switch)", durSince(f.Started, f.FirstSwitch))
+			row("restart → the ring's first switch", durSince(f.Started, f.FirstSwitch))
 			row("clusters where the revision fails", fmt.Sprint(f.Failing))
 			row("commit → RollingBack", durSince(f.Release.Start, f.RollingBack))
 			row("RollingBack → RolledBack", durSince(f.RollingBack, f.RolledBack))
@@ -326,11 +325,11 @@ func Summary(w io.Writer, runs []*Run) {
 				idleW, idleR := "UNSET", "UNSET"
 				if r.Idle != nil {
 					idleW = fmt.Sprintf("%d / %d", r.Idle.Writes, r.Idle.Creates)
-					idleR = fmt.Sprintf("%.1f", r.Idle.Reconciles["fleetrollout"]/r.Idle.Window.Minutes())
+					idleR = perMinute(r.Idle.Reconciles, "fleetrollout", r.Idle.Window.Minutes())
 				}
 				restart, rolled := "UNSET", "UNSET"
 				if f := r.Failure; f != nil {
-					restart = durSince(f.Started, f.FirstSwitch)
+					restart = durSince(f.Started, f.NextDecision)
 					rolled = fmt.Sprintf("%s: %d of %d back", f.Release.Outcome, f.BackReady, f.Updated)
 				}
 				rss := "not measured"
@@ -348,6 +347,22 @@ func Summary(w io.Writer, runs []*Run) {
 				row(fmt.Sprint(r.Config.Clusters), string(r.Config.Flux), outcome, ws, fmt.Sprint(maxWrites), idleW, idleR, restart, rolled, rss, receipt, share)
 			}
 		})
+}
+
+// reconcileCounts is "fleetrollout / fleetcluster (fleetrollout per minute)", UNSET when the
+// controller's metrics could not be read.
+func reconcileCounts(m map[string]float64, over time.Duration, note string) string {
+	if m == nil {
+		return "UNSET"
+	}
+	return fmt.Sprintf("%.0f / %.0f%s (%.0f / min)", m["fleetrollout"], m["fleetcluster"], note, m["fleetrollout"]/over.Minutes())
+}
+
+func perMinute(m map[string]float64, controller string, mins float64) string {
+	if m == nil {
+		return "UNSET"
+	}
+	return fmt.Sprintf("%.0f (%.1f)", m[controller], m[controller]/mins)
 }
 
 // reconcilesFrom is when the release's reconcile count starts.
