@@ -247,8 +247,11 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		res.GateWave = i
 	case wv.Phase == v1alpha1.WaveProgressing && healthy+failed == total:
 		wv.Phase = v1alpha1.WaveSoaking
-		wv.ReadyAt = &now
-		res.RequeueAfter = soak
+		// The soak counts from readyAt as the API server keeps it (to the second), so the soak ends
+		// when the status says it does, not up to a second after.
+		readyAt := metav1.NewTime(w.Now.Truncate(time.Second))
+		wv.ReadyAt = &readyAt
+		res.RequeueAfter = readyAt.Add(soak).Sub(w.Now)
 		res.waitForSoak(wv, soak)
 	case wv.Phase == v1alpha1.WaveSoaking && healthy+failed+retrying < total && budget == 0:
 		// A member lost readiness during the soak and the wave allows no failure: decide now, the

@@ -819,3 +819,29 @@ func TestWaveDeadlineGrowsWithTheWave(t *testing.T) {
 		}
 	})
 }
+
+// The soak ends when the status says it does: readyAt is kept to the second by the API server, so
+// the wave's readyAt is that second and the requeue that ends the soak counts from it, not from the
+// fraction of a second after it when the last member was seen Ready.
+func TestSoakEndsAtTheRecordedReadyAt(t *testing.T) {
+	s := newSim(t, "a", "b")
+	s.now = s.now.Truncate(time.Second).Add(700 * time.Millisecond)
+	for turn := 0; turn < 50; turn++ {
+		res, _ := s.turn("r1")
+		if wv := s.fr.Status.Waves; len(wv) > 0 && wv[0].Phase == v1alpha1.WaveSoaking {
+			readyAt := wv[0].ReadyAt.Time
+			if !readyAt.Equal(readyAt.Truncate(time.Second)) || readyAt.After(s.now) {
+				t.Fatalf("readyAt %s: want the second of %s", readyAt.Format(time.RFC3339Nano), s.now.Format(time.RFC3339Nano))
+			}
+			if want := readyAt.Add(10 * time.Second).Sub(s.now); res.RequeueAfter != want {
+				t.Fatalf("requeue after %s: want %s, the soak's end from readyAt %s, now %s", res.RequeueAfter, want,
+					readyAt.Format(time.RFC3339Nano), s.now.Format(time.RFC3339Nano))
+			}
+			return
+		}
+		s.note()
+		s.flux(s.plan)
+		s.now = s.now.Add(2 * time.Second)
+	}
+	t.Fatalf("the canary never soaked:\n%s", strings.Join(s.log, "\n"))
+}

@@ -186,8 +186,10 @@ type Failure struct {
 	Failing int
 	// HoldSet is when spec.hold was set, while the canary soaked; Held when the status said so.
 	HoldSet, Held time.Time
-	// HoldReconciles are the controller's reconciles of the rollout in between.
-	HoldReconciles float64
+	// HoldReconciles are the reconciles of the rollout that began in between (the controller's
+	// uncached reads of it in the hub's audit log), the one that wrote the hold included: 1 when
+	// the first reconcile that read the hold stopped the rollout.
+	HoldReconciles int
 	// HeldFor is how long the hold stayed, well past the canary's soak, and SwitchedWhileHeld how
 	// many clusters switched to the candidate meanwhile.
 	HeldFor           time.Duration
@@ -255,7 +257,6 @@ func (h *Harness) holdAndRestart(ctx context.Context, fail *Failure, revision st
 		return soaking, err
 	}
 	source := soaking.status.Candidate.Source
-	before, _ := h.metricsNow(ctx)
 	fail.HoldSet = time.Now()
 	h.cfg.Logf("hold: set while the canary soaks")
 	if err := h.patchSpec(ctx, map[string]any{"hold": map[string]string{"reason": "scale bench: hold while the canary soaks"}}); err != nil {
@@ -269,8 +270,6 @@ func (h *Harness) holdAndRestart(ctx context.Context, fail *Failure, revision st
 		return held, err
 	}
 	fail.Held = held.at
-	after, _ := h.metricsNow(ctx)
-	fail.HoldReconciles = reconciles(before, after)["fleetrollout"]
 	if err := sleep(ctx, h.soak+15*time.Second); err != nil {
 		return held, err
 	}
@@ -323,6 +322,11 @@ func (h *Harness) measureRollback(fail *Failure, soaking rolloutState) {
 		return r.status.Phase == v1alpha1.PhaseRolledBack && r.status.Candidate != nil && r.status.Candidate.Revision == rel.Revision
 	}); ok {
 		fail.RolledBack = rb.at
+	}
+	for _, r := range h.audit.Hub(fail.HoldSet, fail.Held) {
+		if r.Verb == "get" && r.Resource == "fleetrollouts" && r.Name == RolloutName {
+			fail.HoldReconciles++
+		}
 	}
 	for _, g := range rel.Gates {
 		if !fail.Started.IsZero() && !g.At.Before(fail.Started) {

@@ -203,7 +203,7 @@ func (r *Run) Print(w io.Writer) {
 	if f := r.Failure; f != nil {
 		fmt.Fprintf(w, "\n### Hold, restart and a failed wave (%s)\n\n", fluxWord(c))
 		table(w, []string{"what", "figure"}, func(row func(...string)) {
-			row("hold set → status Held", durSince(f.HoldSet, f.Held)+fmt.Sprintf(" (%.0f reconciles)", f.HoldReconciles))
+			row("hold set → status Held", durSince(f.HoldSet, f.Held)+fmt.Sprintf(" (%d reconciles began in between)", f.HoldReconciles))
 			row("clusters switched while held", fmt.Sprintf("%d (held %s, past the canary's soak)", f.SwitchedWhileHeld, f.HeldFor.Round(time.Second)))
 			row("restart → informers synced (ready)", durSince(f.Started, f.Ready))
 			row("restart → next decision (first receipt or Kustomization write)", durSince(f.Started, f.NextDecision))
@@ -303,7 +303,8 @@ func Summary(w io.Writer, runs []*Run) {
 		func(row func(...string)) {
 			for _, r := range runs {
 				var healthy *Release
-				worst, maxWrites := time.Duration(-1), 0
+				var worst *time.Duration
+				maxWrites := 0
 				for _, rel := range r.Releases {
 					if rel.Name == "release v2" {
 						healthy = rel
@@ -316,7 +317,9 @@ func Summary(w io.Writer, runs []*Run) {
 				if healthy != nil {
 					outcome = healthy.Outcome + " in " + healthy.End.Sub(healthy.Start).Round(time.Second).String()
 					for _, t := range healthy.Transitions {
-						worst = max(worst, t.FromSoakEnd())
+						if d := t.FromSoakEnd(); worst == nil || d > *worst {
+							worst = &d
+						}
 					}
 					if healthy.CPU.KustomizeMeasured && healthy.CPU.Kustomize > 0 {
 						share = fmt.Sprintf("%.0f %%", 100*healthy.CPU.Tidegate/healthy.CPU.Kustomize)
@@ -341,8 +344,8 @@ func Summary(w io.Writer, runs []*Run) {
 					receipt = kib(r.Sizes.Receipt)
 				}
 				ws := "UNSET"
-				if worst >= 0 {
-					ws = secs(worst)
+				if worst != nil {
+					ws = secs(*worst)
 				}
 				row(fmt.Sprint(r.Config.Clusters), string(r.Config.Flux), outcome, ws, fmt.Sprint(maxWrites), idleW, idleR, restart, rolled, rss, receipt, share)
 			}
