@@ -21,11 +21,11 @@ const ControllerUser = "tidegate-controller"
 
 // controllerRequest tells the controller's requests to a member apart from the others by their
 // User-Agent: the controller shares the member's kubeconfig Secret (and so its user) with
-// kustomize-controller. Its clients send client-go's default agent, the binary's name
-// ("tidegate-controller/…"), its FleetCluster probes "tidegate-controller", and its preflight a
-// bare HTTP client's ("Go-http-client/…"), which nothing else on the members sends in the bench.
+// kustomize-controller. Every client the controller makes for a member (internal/member: probes,
+// preflights, samples) sends "tidegate-controller". Go's default agent ("Go-http-client/…") is not
+// the controller's: with real Flux, kustomize-controller sends requests with it.
 func controllerRequest(userAgent string) bool {
-	return strings.HasPrefix(userAgent, "tidegate") || strings.HasPrefix(userAgent, "Go-http-client/")
+	return strings.HasPrefix(userAgent, "tidegate")
 }
 
 // The API servers' audit policies: the hub logs the controller user's requests; members log every
