@@ -139,6 +139,29 @@ func ClassifyRollback(knownGood, candidate []*unstructured.Unstructured) Rollbac
 	return s
 }
 
+// Merge adds the findings of o that s does not have, keeping each list sorted: the classification
+// of the same two revisions with another cluster's values. FirstRollout is the same for both.
+func (s *RollbackSafety) Merge(o RollbackSafety) {
+	s.FirstRollout = s.FirstRollout && o.FirstRollout
+	for _, p := range []struct {
+		into *[]Finding
+		from []Finding
+	}{
+		{&s.PrunedStateful, o.PrunedStateful}, {&s.ChangedStateful, o.ChangedStateful}, {&s.CRDChanges, o.CRDChanges},
+		{&s.ImmutableRecreates, o.ImmutableRecreates}, {&s.Irreversible, o.Irreversible},
+	} {
+		if *p.into == nil {
+			*p.into = []Finding{}
+		}
+		for _, f := range p.from {
+			if !slices.Contains(*p.into, f) {
+				*p.into = append(*p.into, f)
+			}
+		}
+		sortFindings(*p.into)
+	}
+}
+
 func statefulKind(k objectKey) bool {
 	switch {
 	case k.group == "" && (k.kind == "PersistentVolumeClaim" || k.kind == "PersistentVolume" || k.kind == "Namespace"):
