@@ -40,15 +40,17 @@ type RollbackSafety struct {
 	// still lists the candidate's marked objects, since applying them is irreversible anyway.
 	FirstRollout bool `json:"firstRollout"`
 	// PrunedStateful are PersistentVolumeClaims, PersistentVolumes, StatefulSets and Namespaces
-	// the candidate drops: kustomize-controller deletes them with their data, and going back
-	// recreates them empty. Objects annotated kustomize.toolkit.fluxcd.io/prune: disabled are
-	// not pruned and not listed.
+	// the candidate drops (change "removed"): kustomize-controller deletes them with their data,
+	// and going back recreates them empty; and PersistentVolumeClaims, PersistentVolumes and
+	// Namespaces the candidate adds (change "added"), which going back prunes with their data.
+	// Objects annotated kustomize.toolkit.fluxcd.io/prune: disabled are not pruned and not listed.
 	PrunedStateful []Finding `json:"prunedStateful"`
 	// ChangedStateful are StatefulSets whose volumeClaimTemplates changed and
 	// PersistentVolumeClaims whose spec changed.
 	ChangedStateful []Finding `json:"changedStateful"`
 	// CRDChanges are CustomResourceDefinitions that stop serving a version (or are dropped,
-	// which deletes every custom resource of them) or change their storage version.
+	// which deletes every custom resource of them), change their storage version, or are added
+	// by the candidate (going back prunes them, and every custom resource of them).
 	CRDChanges []Finding `json:"crdChanges"`
 	// ImmutableRecreates are changes to fields the API server refuses to update, which apply
 	// only by deleting and recreating the object (kustomize-controller's force).
@@ -114,6 +116,12 @@ func ClassifyRollback(knownGood, candidate []*unstructured.Unstructured) Rollbac
 		s.ChangedStateful = append(s.ChangedStateful, changedStateful(k, g, c)...)
 		s.CRDChanges = append(s.CRDChanges, crdChanges(k, g, c)...)
 		s.ImmutableRecreates = append(s.ImmutableRecreates, immutableChanges(k, g, c)...)
+	}
+
+	if !s.FirstRollout {
+		stateful, crds := prunedByGoingBack(good, cand)
+		s.PrunedStateful = append(s.PrunedStateful, stateful...)
+		s.CRDChanges = append(s.CRDChanges, crds...)
 	}
 
 	for k, c := range cand {
