@@ -139,3 +139,33 @@ func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
 		}
 	}
 }
+
+// A revision that adds a claim puts it in its Kustomizations' inventory, so going back to the
+// known-good would prune it with what was written to it: rollbackSafe fails before the first wave,
+// nothing is applied, and an approval of the revision lets it roll out.
+func TestE2EGoingBackPrunesWhatTheCandidateAdds(t *testing.T) {
+	s, first := newFleetSetup(t, 2, withFiles("v1", nil))
+	startTidegate(t, s.f, controllers.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), nil)
+
+	rev := s.commitFiles(t, "v2", withFiles("v2", map[string]string{"app/cache.yaml": strings.Replace(pvcYAML, "name: data", "name: cache", 1)}))
+	fr := s.waitGate(ctx, t, "web", v1alpha1.GateRollbackSafe, metav1.ConditionFalse)
+	if fr.Status.Candidate.Revision != rev {
+		t.Fatalf("rollbackSafe failed for %s, want %s", fr.Status.Candidate.Revision, rev)
+	}
+	rc := latestReceipt(s.receiptsOf(ctx, t, "web", rev), v1alpha1.GateRollbackSafe, "canary")
+	if rc == nil || rc.Spec.Result != v1alpha1.ResultFail || !reasonsContain(rc, "rollbackSafe.prunedStateful", "needs an approval of the candidate", "going back to the known-good prunes it") {
+		t.Fatalf("rollbackSafe receipt should fail on the added claim: %+v", rc)
+	}
+	var ev tgcue.RollbackSafeEvidence
+	evidenceOf(t, rc, &ev)
+	if len(ev.PrunedStateful) != 1 || ev.PrunedStateful[0].Name != "cache" || ev.PrunedStateful[0].Change != tgcue.ChangeAdded {
+		t.Errorf("prunedStateful %+v, want the added claim cache", ev.PrunedStateful)
+	}
+	s.nothingApplied(ctx, t, "web", rev, "v2", 6*time.Second)
+
+	s.approve(ctx, t, "web", v1alpha1.Approval{Revision: rev, Irreversible: true, By: "dba", Reason: "the cache may be lost"})
+	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev)
+}
