@@ -56,7 +56,8 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 			TargetNamespace: t.TargetNamespace,
 			HealthChecks:    t.HealthChecks,
 			Patches:         t.Patches,
-			PostBuild:       postBuild(fr, fc),
+			Images:          t.Images,
+			PostBuild:       fr.PostBuild(fc),
 			SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
 			KubeConfig:      fc.Spec.KubeConfig,
 		},
@@ -65,20 +66,6 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 		ks.Spec.KubeConfig = fc.Spec.KubeConfig.DeepCopy()
 	}
 	return ks
-}
-
-// postBuild is the template's postBuild with the substitutions fr gives fc (InstallValues).
-func postBuild(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster) *kustomizev1.PostBuild {
-	t := fr.Spec.Template.PostBuild
-	if len(fc.Spec.Values) == 0 {
-		return t
-	}
-	pb := &kustomizev1.PostBuild{}
-	if t != nil {
-		pb = t.DeepCopy()
-	}
-	pb.Substitute = fr.InstallValues(fc)
-	return pb
 }
 
 // applyKustomization writes ks with server-side apply under tidegate's field manager, unless the

@@ -2,9 +2,12 @@ package controllers
 
 import (
 	"maps"
+	"reflect"
 	"testing"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/kustomize"
+	"github.com/fluxcd/pkg/apis/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -53,5 +56,36 @@ func TestDesiredKustomizationMergesClusterValues(t *testing.T) {
 	own.Spec.Values["size"] = "small"
 	if hash(own) == before {
 		t.Errorf("a changed value leaves the content hash as it was: the Kustomization would not be written again")
+	}
+}
+
+// The evidence renders with the rollout's BuildSpec and each cluster's PostBuild: every field of
+// the Kustomization that changes what kustomize-controller builds must come from them, or the
+// gates judge objects Flux does not apply. A new field of the Kustomization fails this test until
+// it is either set from BuildSpec or listed here as one that does not change the build.
+func TestTheEvidenceRendersWhatTheKustomizationBuilds(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	fr.Spec.SourceRef = v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}
+	fr.Spec.Path = "./apps/web"
+	fr.Spec.Template = v1alpha1.KustomizationTemplate{
+		TargetNamespace: "web",
+		Patches:         []kustomize.Patch{{Patch: "- op: add\n  path: /metadata/labels/x\n  value: y", Target: &kustomize.Selector{Kind: "Deployment"}}},
+		Images:          []kustomize.Image{{Name: "web", NewTag: "2.0"}},
+		PostBuild:       &kustomizev1.PostBuild{Substitute: map[string]string{"region": "eu"}},
+		HealthChecks:    []meta.NamespacedObjectKindReference{{Kind: "Deployment", Name: "web", Namespace: "web"}},
+		Force:           true,
+	}
+	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"},
+		Spec: v1alpha1.FleetClusterSpec{Values: map[string]string{"size": "large"}}}
+	got := desiredKustomization(fr, fc, "web-abc", "main@sha1:abc", "canary").Spec
+	if !reflect.DeepEqual(got.PostBuild, fr.PostBuild(fc)) {
+		t.Errorf("postBuild %+v, the evidence substitutes %+v", got.PostBuild, fr.PostBuild(fc))
+	}
+	// What does not change the build: scheduling, applying, health, where it is applied.
+	got.Interval, got.RetryInterval, got.Timeout = metav1.Duration{}, nil, nil
+	got.Prune, got.Wait, got.Force = false, false, false
+	got.HealthChecks, got.SourceRef, got.KubeConfig, got.PostBuild = nil, kustomizev1.CrossNamespaceSourceReference{}, nil, nil
+	if want := fr.BuildSpec(); !reflect.DeepEqual(got, want) {
+		t.Errorf("the Kustomization builds with\n%+v\nthe evidence renders with\n%+v", got, want)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"crypto/sha512"
+	_ "crypto/sha256" // registers sha256 with go-digest
+	_ "crypto/sha512" // registers sha384 and sha512 with go-digest
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,8 +15,11 @@ import (
 	"net/http"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
+	godigest "github.com/opencontainers/go-digest"
+	_ "github.com/opencontainers/go-digest/blake3" // registers blake3, as source-controller does
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -32,7 +35,7 @@ var (
 
 // FetchArtifact downloads a Flux artifact tarball from url (a source's status.artifact.url) and
 // checks that its content has wantDigest ("<algorithm>:<hex>", as in status.artifact.digest;
-// sha256, sha384 and sha512 are understood). It reads at most maxBytes. The errors wrap
+// sha256, sha384, sha512 and blake3 are understood). It reads at most maxBytes. The errors wrap
 // ErrNotServed, ErrDigestMismatch or ErrTooLarge so callers can tell "gone" from "changed"
 // from "too big"; other errors are transport failures.
 //
@@ -81,29 +84,27 @@ func FetchArtifact(ctx context.Context, client *http.Client, url, wantDigest str
 	return buf.Bytes(), nil
 }
 
-// parseDigest splits "<algorithm>:<hex>" and checks the hex length, so a malformed recorded
+// parseDigest reads "<algorithm>:<hex>" with the algorithms source-controller can be configured
+// to write (--artifact-digest-algo: sha256, the default, sha384, sha512 and blake3, through
+// go-digest as source-controller reads them) and checks the hex length, so a malformed recorded
 // digest is reported as such instead of as a mismatch.
 func parseDigest(d string) (string, func() hash.Hash, error) {
 	algorithm, encoded, ok := strings.Cut(strings.ToLower(d), ":")
 	if !ok {
 		return "", nil, fmt.Errorf("digest %q is not of the form <algorithm>:<hex>", d)
 	}
-	var newHash func() hash.Hash
-	switch algorithm {
-	case "sha256":
-		newHash = sha256.New
-	case "sha384":
-		newHash = sha512.New384
-	case "sha512":
-		newHash = sha512.New
-	default:
-		return "", nil, fmt.Errorf("digest %q uses %q; only sha256, sha384 and sha512 are understood", d, algorithm)
+	a := godigest.Algorithm(algorithm)
+	if !slices.Contains(digestAlgorithms, a) || !a.Available() {
+		return "", nil, fmt.Errorf("digest %q uses %q; only sha256, sha384, sha512 and blake3 are understood", d, algorithm)
 	}
-	if raw, err := hex.DecodeString(encoded); err != nil || len(raw) != newHash().Size() {
+	if err := a.Validate(encoded); err != nil {
 		return "", nil, fmt.Errorf("digest %q does not hold a %s hash in hex", d, algorithm)
 	}
-	return algorithm, newHash, nil
+	return algorithm, a.Hash, nil
 }
+
+// digestAlgorithms are the artifact digests source-controller writes.
+var digestAlgorithms = []godigest.Algorithm{godigest.SHA256, godigest.SHA384, godigest.SHA512, godigest.BLAKE3}
 
 // Artifact is an unpacked Flux artifact held in memory.
 type Artifact struct {

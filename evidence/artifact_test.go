@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,12 +14,17 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/zeebo/blake3"
 )
 
 func TestFetchArtifact(t *testing.T) {
 	body := tarGz(t, file("app/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"))
 	good := sha256Digest(body)
 	other := sha256Digest([]byte("something else"))
+	// source-controller --artifact-digest-algo=blake3 (zeebo/blake3, which go-digest registers).
+	sum, otherSum := blake3.Sum256(body), blake3.Sum256([]byte("something else"))
+	goodBlake3, otherBlake3 := "blake3:"+hex.EncodeToString(sum[:]), "blake3:"+hex.EncodeToString(otherSum[:])
 
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -50,6 +56,11 @@ func TestFetchArtifact(t *testing.T) {
 		{name: "digest in upper case matches", path: "/artifact.tar.gz", digest: strings.ToUpper(good), max: 1 << 20},
 		{name: "digest mismatch names both", path: "/artifact.tar.gz", digest: other, max: 1 << 20,
 			wantErr: ErrDigestMismatch, wantInErr: []string{good, other}},
+		{name: "blake3 digest matches", path: "/artifact.tar.gz", digest: goodBlake3, max: 1 << 20},
+		{name: "blake3 digest mismatch names both", path: "/artifact.tar.gz", digest: otherBlake3, max: 1 << 20,
+			wantErr: ErrDigestMismatch, wantInErr: []string{goodBlake3, otherBlake3}},
+		{name: "malformed blake3 digest is not fetched", path: "/artifact.tar.gz", digest: "blake3:" + hex.EncodeToString(sum[:16]), max: 1 << 20,
+			wantInErr: []string{"does not hold a blake3 hash"}, noRequest: true},
 		{name: "too big by content length", path: "/artifact.tar.gz", digest: good, max: int64(len(body)) - 1,
 			wantErr: ErrTooLarge},
 		{name: "too big while reading", path: "/chunked.tar.gz", digest: good, max: int64(len(body)) - 1,

@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -9,14 +10,14 @@ import (
 	"strings"
 	"sync"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	fluxkustomize "github.com/fluxcd/pkg/kustomize"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/konfig"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/api/provider"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/kustomize/kyaml/openapi"
-	"sigs.k8s.io/yaml"
 )
 
 // ObjectRef names one rendered object.
@@ -72,32 +73,42 @@ func Summarize(objs []*unstructured.Unstructured, max int) Summary {
 	return s
 }
 
-// Render builds the artifact at path as Render does, and also fails when a file the artifact
-// could not hold (see Artifact.Skipped) is a manifest kustomize-controller would have picked up.
-func (a *Artifact) Render(path string) ([]*unstructured.Unstructured, error) {
-	return render(a.FS, path, a.Skipped)
+// Rendered is a package as kustomize-controller builds it for one Kustomization, before the
+// postBuild substitution, which Substitute makes for each cluster's values.
+type Rendered struct {
+	// Objects are the built objects, sorted by apiVersion, kind, namespace and name, before any
+	// postBuild substitution.
+	Objects []*unstructured.Unstructured
+	// manifests is kustomize's output, which Substitute substitutes as kustomize-controller
+	// substitutes its build, resource by resource.
+	manifests []byte
 }
 
-// Render runs kustomize build on fsys at path (a Flux spec.path such as "./apps/web"; "" is
-// the root), the way kustomize-controller does: when the directory has no kustomization file,
-// one is generated listing its manifests (and subdirectories that have a kustomization), and
-// files anywhere in fsys may be loaded. Unlike kustomize-controller, nothing is ever fetched:
-// a kustomization that refers to a remote base or file is refused, and plugins, KRM functions
-// and Helm are disabled. A generated kustomization.yaml is written into fsys for the build and
-// removed after it, as kustomize-controller does in its working copy, so give Render a
-// filesystem no one else writes to meanwhile.
+// Render builds the artifact for a Kustomization with spec as Render does, and also fails when a
+// file the artifact could not hold (see Artifact.Skipped) is a manifest kustomize-controller
+// would have picked up.
+func (a *Artifact) Render(spec kustomizev1.KustomizationSpec) (*Rendered, error) {
+	return render(a.FS, spec, a.Skipped)
+}
+
+// Render builds fsys (an artifact's files) for a Flux Kustomization with spec the way
+// kustomize-controller does, with its generator (fluxcd/pkg/kustomize): the package at spec.path
+// ("" is the root), a kustomization.yaml generated when the directory has none (listing its
+// manifests and the subdirectories that have one), and the Kustomization's targetNamespace,
+// namePrefix, nameSuffix, patches, images and components applied over it; then SecureBuild,
+// which loads files from anywhere in the artifact and nothing outside it. spec.postBuild is not
+// applied here: Substitute does that, per cluster.
 //
-// The objects come back sorted by apiVersion, kind, namespace and name. Flux's Kustomization
-// template (targetNamespace, patches, images, postBuild substitution) is not applied.
-func Render(fsys filesys.FileSystem, path string) ([]*unstructured.Unstructured, error) {
-	return render(fsys, path, nil)
+// Unlike kustomize-controller, nothing is ever fetched: a kustomization that refers to a remote
+// base or file is refused, and plugins, KRM functions and Helm are disabled (as in
+// kustomize-controller). The files are written to a private temporary directory for the build,
+// as kustomize-controller extracts an artifact into its own; fsys is only read.
+func Render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec) (*Rendered, error) {
+	return render(fsys, spec, nil)
 }
 
-func render(fsys filesys.FileSystem, userPath string, skipped []string) ([]*unstructured.Unstructured, error) {
-	// Generating reads manifests through kustomize's resource factory, which shares the
-	// global schema a build resets, so the whole render holds the lock.
-	buildMu.Lock()
-	defer buildMu.Unlock()
+func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string) (*Rendered, error) {
+	userPath := spec.Path
 	dir, err := buildDir(userPath)
 	if err != nil {
 		return nil, err
@@ -109,22 +120,79 @@ func render(fsys filesys.FileSystem, userPath string, skipped []string) ([]*unst
 		return nil, fmt.Errorf("path %s is a file in the artifact, not a directory; check the rollout's spec.path", shown(userPath))
 	}
 	if kustomizationFile(fsys, dir) == "" {
-		generated, err := generateKustomization(fsys, dir, skipped)
-		if err != nil {
+		if err := refuseSkipped(dir, skipped); err != nil {
 			return nil, fmt.Errorf("path %s has no kustomization file and one could not be generated: %w", shown(userPath), err)
 		}
-		// Removed again, as kustomize-controller cleans its working copy, so that a later
-		// render of a parent path scans this directory's files rather than a generated file.
-		defer func() { _ = fsys.RemoveAll(generated) }()
 	}
 	if err := refuseRemote(fsys, dir); err != nil {
 		return nil, fmt.Errorf("path %s: %w", shown(userPath), err)
 	}
-	objs, err := build(fsys, dir)
+	ks, err := kustomizationOf(spec)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), err)
+		return nil, err
 	}
-	return objs, nil
+
+	// Generating reads manifests through kustomize's resource factory, which shares the global
+	// schema a build resets, so the whole render holds the lock; holding it from the copy on also
+	// keeps one working copy on disk at a time.
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	work, err := os.MkdirTemp("", "tidegate-render-")
+	if err != nil {
+		return nil, fmt.Errorf("rendering path %s: %w", shown(userPath), err)
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+	// The working copy's name must never reach a receipt: errors name files as the artifact does.
+	hide := func(err error) error {
+		return errors.New(strings.ReplaceAll(err.Error(), work+string(filepath.Separator), ""))
+	}
+	if err := copyOut(fsys, work); err != nil {
+		return nil, fmt.Errorf("rendering path %s: %w", shown(userPath), hide(err))
+	}
+	dirPath := filepath.Join(work, filepath.FromSlash(dir))
+	if _, err := fluxkustomize.NewGenerator(work, ks).WriteFile(dirPath); err != nil {
+		if kustomizationFile(fsys, dir) == "" {
+			return nil, fmt.Errorf("path %s has no kustomization file and one could not be generated: %w", shown(userPath), hide(err))
+		}
+		return nil, fmt.Errorf("kustomize build of path %s failed: the Kustomization's template does not apply: %w", shown(userPath), hide(err))
+	}
+	out, err := build(work, dirPath)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err))
+	}
+	return out, nil
+}
+
+// kustomizationOf is the Kustomization the generator reads spec from, as kustomize-controller
+// hands it its own object.
+func kustomizationOf(spec kustomizev1.KustomizationSpec) (unstructured.Unstructured, error) {
+	spec.PostBuild = nil
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&kustomizev1.Kustomization{Spec: spec})
+	if err != nil {
+		return unstructured.Unstructured{}, fmt.Errorf("encoding the Kustomization spec for the render: %w", err)
+	}
+	return unstructured.Unstructured{Object: u}, nil
+}
+
+// copyOut writes every file of fsys below dir on disk.
+func copyOut(fsys filesys.FileSystem, dir string) error {
+	return fsys.Walk("/", func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, filepath.FromSlash(p))
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o700)
+		}
+		data, err := fsys.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o600)
+	})
 }
 
 // buildDir turns a spec.path into an absolute directory of the in-memory filesystem. A path
@@ -159,64 +227,16 @@ func kustomizationFile(fsys filesys.FileSystem, dir string) string {
 	return ""
 }
 
-// generateKustomization writes the kustomization.yaml kustomize-controller would generate for
-// dir: every .yaml/.yml file below it that decodes as Kubernetes objects, and every
-// subdirectory holding a kustomization file instead of what is inside it.
-func generateKustomization(fsys filesys.FileSystem, dir string, skipped []string) (string, error) {
+// refuseSkipped fails when a manifest the artifact could not hold lies below dir, where the
+// generated kustomization.yaml would have listed it.
+func refuseSkipped(dir string, skipped []string) error {
 	for _, s := range skipped {
 		ext := path.Ext(s)
 		if strings.HasPrefix("/"+s, strings.TrimSuffix(dir, "/")+"/") && (ext == ".yaml" || ext == ".yml") {
-			return "", fmt.Errorf("manifest %s has a name the renderer cannot hold (only letters, digits and -_.: are allowed); rename it or add a kustomization.yaml that does not list it", s)
+			return fmt.Errorf("manifest %s has a name the renderer cannot hold (only letters, digits and -_.: are allowed); rename it or add a kustomization.yaml that does not list it", s)
 		}
 	}
-	factory := provider.NewDefaultDepProvider().GetResourceFactory()
-	prefix := strings.TrimSuffix(dir, "/") + "/"
-	var resources []string
-	err := fsys.Walk(dir, func(p string, info os.FileInfo, err error) (walkErr error) {
-		if err != nil || p == dir {
-			return err
-		}
-		if info.IsDir() {
-			if kustomizationFile(fsys, p) != "" {
-				resources = append(resources, "./"+strings.TrimPrefix(p, prefix))
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if ext := path.Ext(p); ext != ".yaml" && ext != ".yml" {
-			return nil
-		}
-		data, err := fsys.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if r := recover(); r != nil {
-				walkErr = fmt.Errorf("decoding %s panicked: %v", displayName(p), r)
-			}
-		}()
-		if _, err := factory.SliceFromBytes(data); err != nil {
-			return fmt.Errorf("%s does not decode as Kubernetes YAML: %w", displayName(p), err)
-		}
-		resources = append(resources, "./"+strings.TrimPrefix(p, prefix))
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	k := types.Kustomization{TypeMeta: types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind}}
-	if len(resources) == 0 {
-		// kustomize refuses an empty kustomization; kustomize-controller sets a placeholder
-		// namespace so that an empty directory renders to nothing.
-		k.Namespace = "_placeholder"
-	}
-	k.Resources = resources
-	data, err := yaml.Marshal(k)
-	if err != nil {
-		return "", err
-	}
-	kf := path.Join(dir, konfig.DefaultKustomizationFileName())
-	return kf, fsys.WriteFile(kf, data)
+	return nil
 }
 
 // refuseRemote follows the kustomizations reachable from dir and refuses any reference kustomize
@@ -330,29 +350,33 @@ func isRemote(ref string) bool {
 // race, kubernetes-sigs/kustomize#3659), which is why kustomize-controller serialises too.
 var buildMu sync.Mutex
 
-// build runs kustomize; the caller holds buildMu.
-func build(fsys filesys.FileSystem, dir string) (objs []*unstructured.Unstructured, err error) {
-	// kustomize panics on some malformed input; a package must not take the controller down.
-	defer func() {
-		if r := recover(); r != nil {
-			objs, err = nil, fmt.Errorf("kustomize panicked: %v", r)
-		}
-	}()
-	// Each build starts from the built-in schema so that one package's openapi.path cannot leak
-	// into the next build.
-	openapi.ResetOpenAPI()
-	_ = openapi.Schema()
-	defer openapi.ResetOpenAPI()
-
-	opts := &krusty.Options{
-		LoadRestrictions: types.LoadRestrictionsNone,
-		PluginConfig:     types.DisabledPluginConfig(),
-	}
-	resMap, err := krusty.MakeKustomizer(opts).Run(fsys, dir)
+// build runs kustomize-controller's build of dirPath within root; the caller holds buildMu.
+func build(root, dirPath string) (*Rendered, error) {
+	m, err := fluxkustomize.SecureBuild(root, dirPath, false)
 	if err != nil {
 		return nil, err
 	}
-	for _, res := range resMap.Resources() {
+	for _, res := range m.Resources() {
+		// kustomize-controller's check that every object is one it can apply.
+		if res.GetName() == "" || res.GetKind() == "" || res.GetApiVersion() == "" {
+			return nil, fmt.Errorf("failed to decode Kubernetes apiVersion, kind and name from: %v", res.String())
+		}
+	}
+	manifests, err := m.AsYaml()
+	if err != nil {
+		return nil, err
+	}
+	objs, err := decode(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Rendered{Objects: objs, manifests: manifests}, nil
+}
+
+// decode turns kustomize's resources into objects, sorted by reference.
+func decode(m resmap.ResMap) ([]*unstructured.Unstructured, error) {
+	objs := make([]*unstructured.Unstructured, 0, m.Size())
+	for _, res := range m.Resources() {
 		data, err := res.MarshalJSON()
 		if err != nil {
 			return nil, fmt.Errorf("encoding %s: %w", res.CurId(), err)

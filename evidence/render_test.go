@@ -9,6 +9,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 const (
@@ -28,6 +32,15 @@ spec:
 	namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: apps\n"
 )
 
+// renderPath renders the package at p without a template.
+func renderPath(fsys filesys.FileSystem, p string) ([]*unstructured.Unstructured, error) {
+	r, err := Render(fsys, kustomizev1.KustomizationSpec{Path: p})
+	if err != nil {
+		return nil, err
+	}
+	return r.Objects, nil
+}
+
 // refs renders objects as "apiVersion kind namespace/name" lines, for comparing order and set.
 func refs(s Summary) string {
 	var b strings.Builder
@@ -45,7 +58,7 @@ func TestRenderWithKustomization(t *testing.T) {
 		"base/kustomization.yaml": "resources: [cm.yaml]\n",
 		"base/cm.yaml":            configMapB + "---\n" + configMapA,
 	})
-	objs, err := Render(fsys, "./app")
+	objs, err := renderPath(fsys, "./app")
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
@@ -73,7 +86,7 @@ func TestRenderGeneratesKustomization(t *testing.T) {
 		"app/nested/deeper/another.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
 	})
 	for range 2 { // a second render of the same filesystem must agree
-		objs, err := Render(fsys, "app")
+		objs, err := renderPath(fsys, "app")
 		if err != nil {
 			t.Fatalf("Render: %v", err)
 		}
@@ -91,7 +104,7 @@ func TestRenderGeneratesKustomization(t *testing.T) {
 
 func TestRenderRoot(t *testing.T) {
 	for _, p := range []string{"", ".", "./", "/"} {
-		objs, err := Render(memFS(t, map[string]string{"cm.yaml": configMapA}), p)
+		objs, err := renderPath(memFS(t, map[string]string{"cm.yaml": configMapA}), p)
 		if err != nil || len(objs) != 1 {
 			t.Errorf("Render(%q): %d objects, %v", p, len(objs), err)
 		}
@@ -100,7 +113,7 @@ func TestRenderRoot(t *testing.T) {
 
 func TestRenderEmptyDirectory(t *testing.T) {
 	fsys := memFS(t, map[string]string{"app/README.md": "nothing to apply"})
-	objs, err := Render(fsys, "./app")
+	objs, err := renderPath(fsys, "./app")
 	if err != nil || len(objs) != 0 {
 		t.Fatalf("Render of a directory without manifests: %d objects, %v; want none and no error, as kustomize-controller", len(objs), err)
 	}
@@ -139,7 +152,7 @@ func TestRenderErrors(t *testing.T) {
 		{name: "invalid kustomization", files: map[string]string{"app/kustomization.yaml": "resourcez: [a.yaml]\n"}, path: "./app",
 			want: []string{"path ./app", "app/kustomization.yaml", "resourcez"}},
 		{name: "manifest that is not YAML", files: map[string]string{"app/bad.yaml": "kind: [unclosed"}, path: "./app",
-			want: []string{"no kustomization file", "app/bad.yaml does not decode"}},
+			want: []string{"no kustomization file", "failed to decode Kubernetes YAML from app/bad.yaml"}},
 		{name: "remote git base", files: map[string]string{"app/kustomization.yaml": "resources: [\"github.com/org/repo//deploy?ref=v1\"]\n"}, path: "./app",
 			want: []string{"app/kustomization.yaml refers to", "remote"}},
 		{name: "remote file", files: map[string]string{"app/kustomization.yaml": "resources: [" + srv.URL + "/cm.yaml]\n"}, path: "./app",
@@ -161,7 +174,7 @@ func TestRenderErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Render(memFS(t, tc.files), tc.path)
+			_, err := renderPath(memFS(t, tc.files), tc.path)
 			if err == nil {
 				t.Fatalf("Render succeeded, want an error mentioning %q", tc.want)
 			}
@@ -190,11 +203,11 @@ func TestArtifactRender(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Extract: %v", err)
 	}
-	objs, err := a.Render("./app")
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("Render(./app): %d objects, %v; a skipped non-manifest must not matter", len(objs), err)
+	r, err := a.Render(kustomizev1.KustomizationSpec{Path: "./app"})
+	if err != nil || len(r.Objects) != 1 {
+		t.Fatalf("Render(./app): %v; a skipped non-manifest must not matter", err)
 	}
-	_, err = a.Render("./other")
+	_, err = a.Render(kustomizev1.KustomizationSpec{Path: "./other"})
 	if err == nil || !strings.Contains(err.Error(), "other/my app.yaml") {
 		t.Fatalf("Render(./other): %v; want an error naming the manifest that could not be held", err)
 	}
@@ -222,7 +235,7 @@ func TestRenderConcurrently(t *testing.T) {
 	for range 8 {
 		fsys := memFS(t, map[string]string{"app/cm.yaml": configMapA, "app/deploy.yaml": deployment})
 		go func() {
-			objs, err := Render(fsys, "./app")
+			objs, err := renderPath(fsys, "./app")
 			if err == nil && len(objs) != 2 {
 				err = fmt.Errorf("rendered %d objects, want 2", len(objs))
 			}

@@ -40,15 +40,17 @@ type RollbackSafety struct {
 	// still lists the candidate's marked objects, since applying them is irreversible anyway.
 	FirstRollout bool `json:"firstRollout"`
 	// PrunedStateful are PersistentVolumeClaims, PersistentVolumes, StatefulSets and Namespaces
-	// the candidate drops: kustomize-controller deletes them with their data, and going back
-	// recreates them empty. Objects annotated kustomize.toolkit.fluxcd.io/prune: disabled are
-	// not pruned and not listed.
+	// the candidate drops (change "removed"): kustomize-controller deletes them with their data,
+	// and going back recreates them empty; and PersistentVolumeClaims, PersistentVolumes and
+	// Namespaces the candidate adds (change "added"), which going back prunes with their data.
+	// Objects annotated kustomize.toolkit.fluxcd.io/prune: disabled are not pruned and not listed.
 	PrunedStateful []Finding `json:"prunedStateful"`
 	// ChangedStateful are StatefulSets whose volumeClaimTemplates changed and
 	// PersistentVolumeClaims whose spec changed.
 	ChangedStateful []Finding `json:"changedStateful"`
 	// CRDChanges are CustomResourceDefinitions that stop serving a version (or are dropped,
-	// which deletes every custom resource of them) or change their storage version.
+	// which deletes every custom resource of them), change their storage version, or are added
+	// by the candidate (going back prunes them, and every custom resource of them).
 	CRDChanges []Finding `json:"crdChanges"`
 	// ImmutableRecreates are changes to fields the API server refuses to update, which apply
 	// only by deleting and recreating the object (kustomize-controller's force).
@@ -116,6 +118,12 @@ func ClassifyRollback(knownGood, candidate []*unstructured.Unstructured) Rollbac
 		s.ImmutableRecreates = append(s.ImmutableRecreates, immutableChanges(k, g, c)...)
 	}
 
+	if !s.FirstRollout {
+		stateful, crds := prunedByGoingBack(good, cand)
+		s.PrunedStateful = append(s.PrunedStateful, stateful...)
+		s.CRDChanges = append(s.CRDChanges, crds...)
+	}
+
 	for k, c := range cand {
 		reason, marked := c.GetAnnotations()[IrreversibleAnnotation]
 		if !marked {
@@ -137,6 +145,29 @@ func ClassifyRollback(knownGood, candidate []*unstructured.Unstructured) Rollbac
 		sortFindings(l)
 	}
 	return s
+}
+
+// Merge adds the findings of o that s does not have, keeping each list sorted: the classification
+// of the same two revisions with another cluster's values. FirstRollout is the same for both.
+func (s *RollbackSafety) Merge(o RollbackSafety) {
+	s.FirstRollout = s.FirstRollout && o.FirstRollout
+	for _, p := range []struct {
+		into *[]Finding
+		from []Finding
+	}{
+		{&s.PrunedStateful, o.PrunedStateful}, {&s.ChangedStateful, o.ChangedStateful}, {&s.CRDChanges, o.CRDChanges},
+		{&s.ImmutableRecreates, o.ImmutableRecreates}, {&s.Irreversible, o.Irreversible},
+	} {
+		if *p.into == nil {
+			*p.into = []Finding{}
+		}
+		for _, f := range p.from {
+			if !slices.Contains(*p.into, f) {
+				*p.into = append(*p.into, f)
+			}
+		}
+		sortFindings(*p.into)
+	}
 }
 
 func statefulKind(k objectKey) bool {

@@ -277,3 +277,22 @@ func TestClassifyRollbackIsOrderIndependent(t *testing.T) {
 		t.Fatalf("fixture should prune four stateful objects, got %d", len(want.PrunedStateful))
 	}
 }
+
+// Merge is the union of two classifications of the same revisions, each finding once, sorted.
+func TestRollbackSafetyMerge(t *testing.T) {
+	a := ClassifyRollback(objects(t, pvc, service), objects(t, edit(t, pvc, "storage: 1Gi", "storage: 2Gi"), service))
+	b := ClassifyRollback(objects(t, pvc, service), objects(t, edit(t, pvc, "storage: 1Gi", "storage: 3Gi"), edit(t, service, "10.0.0.10", "10.0.0.11")))
+	a.Merge(b)
+	want := []string{
+		"stateful: PersistentVolumeClaim db/data spec.resources changed",
+		"immutable: Service apps/web spec.clusterIP changed",
+	}
+	if got := brief(a); !reflect.DeepEqual(got, want) {
+		t.Errorf("merged %q, want %q", got, want)
+	}
+	var empty RollbackSafety
+	empty.Merge(ClassifyRollback(nil, objects(t, migration)))
+	if empty.PrunedStateful == nil || len(empty.Irreversible) != 1 {
+		t.Errorf("merged into nothing: %+v", empty)
+	}
+}

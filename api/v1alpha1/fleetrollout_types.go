@@ -181,6 +181,11 @@ type KustomizationTemplate struct {
 	// +optional
 	Patches []kustomize.Patch `json:"patches,omitempty"`
 
+	// images overrides container images of the package on every cluster (name, and newName,
+	// newTag or digest), as a kustomization's images do.
+	// +optional
+	Images []kustomize.Image `json:"images,omitempty"`
+
 	// postBuild substitutions: the package's install-time values.
 	// +optional
 	PostBuild *kustomizev1.PostBuild `json:"postBuild,omitempty"`

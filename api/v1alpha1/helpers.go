@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -206,4 +207,35 @@ func (fr *FleetRollout) InstallValues(fc *FleetCluster) map[string]string {
 	maps.Copy(merged, rollout)
 	maps.Copy(merged, fc.Spec.Values)
 	return merged
+}
+
+// BuildSpec is the part of the Kustomization spec tidegate writes for fr that decides what
+// kustomize-controller builds from the artifact before its postBuild: spec.path and the
+// template's targetNamespace, patches and images. The evidence renders with it and each
+// cluster's PostBuild, so that the gates judge the objects Flux applies. Its slices are the
+// spec's own: do not change them.
+func (fr *FleetRollout) BuildSpec() kustomizev1.KustomizationSpec {
+	t := fr.Spec.Template
+	return kustomizev1.KustomizationSpec{
+		Path:            fr.Spec.Path,
+		TargetNamespace: t.TargetNamespace,
+		Patches:         t.Patches,
+		Images:          t.Images,
+	}
+}
+
+// PostBuild is the postBuild of cluster fc's Kustomization: the template's, with the
+// substitutions fr gives fc (InstallValues). fc nil, or a cluster without values of its own, gets
+// the template's as it is (nil when it sets none); else a new object.
+func (fr *FleetRollout) PostBuild(fc *FleetCluster) *kustomizev1.PostBuild {
+	t := fr.Spec.Template.PostBuild
+	if fc == nil || len(fc.Spec.Values) == 0 {
+		return t
+	}
+	pb := &kustomizev1.PostBuild{}
+	if t != nil {
+		pb = t.DeepCopy()
+	}
+	pb.Substitute = fr.InstallValues(fc)
+	return pb
 }

@@ -568,6 +568,11 @@ func (in *KustomizationTemplate) DeepCopyInto(out *KustomizationTemplate) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Images != nil {
+		in, out := &in.Images, &out.Images
+		*out = make([]kustomize.Image, len(*in))
+		copy(*out, *in)
+	}
 	if in.PostBuild != nil {
 		in, out := &in.PostBuild, &out.PostBuild
 		*out = new(apiv1.PostBuild)

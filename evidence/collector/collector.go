@@ -2,6 +2,9 @@ package collector
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path"
@@ -125,9 +128,10 @@ func (c *Collector) collect(ctx context.Context, sc *Scope, gate string, i int) 
 	return out, err
 }
 
-// renderedPackage is one revision of the package at the rollout's path, fetched and built once.
+// renderedPackage is one revision of the package, fetched and built once for the rollout's
+// Kustomizations (v1alpha1.FleetRollout.BuildSpec), before each cluster's postBuild substitution.
 type renderedPackage struct {
-	Objects []*unstructured.Unstructured
+	Build *evidence.Rendered
 	// RenderErr is kustomize's error; the package is then not deployable (but it was fetched).
 	RenderErr error
 	// InstallSchema is the content of tidegate/install.cue, nil when the package ships none.
@@ -135,9 +139,11 @@ type renderedPackage struct {
 }
 
 // renderRevision fetches the artifact a source serves, checks it is the content recorded for the
-// revision (digest), and builds the package at the rollout's path. An error means the artifact could
-// not be fetched or is not the recorded content; a package that does not build comes back with RenderErr.
-// fresh fetches the artifact even when its render is cached: the fetch is the proof that it is served.
+// revision (digest), and builds it as kustomize-controller builds it for the rollout's
+// Kustomizations (spec.path, the template's targetNamespace, patches and images). An error means
+// the artifact could not be fetched or is not the recorded content; a package that does not build
+// comes back with RenderErr. fresh fetches the artifact even when its render is cached: the fetch
+// is the proof that it is served.
 func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollout, src SourceState, digest string, fresh bool) (*renderedPackage, error) {
 	if !src.Exists {
 		return nil, fmt.Errorf("pinned source %s is gone", src.Name)
@@ -148,7 +154,10 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 	if digest == "" {
 		digest = src.Digest
 	}
-	key := digest + ":" + path.Clean("/"+fr.Spec.Path)
+	key, err := renderKey(fr, digest)
+	if err != nil {
+		return nil, err
+	}
 	cached, _ := c.renders.get(key)
 	if cached != nil && !fresh {
 		return cached, nil
@@ -161,12 +170,30 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 		return cached, nil
 	}
 	p := &renderedPackage{}
-	p.Objects, p.RenderErr = art.Render(fr.Spec.Path)
+	p.Build, p.RenderErr = art.Render(fr.BuildSpec())
 	if b, err := art.FS.ReadFile(path.Join("/", fr.Spec.Path, installSchemaFile)); err == nil {
 		p.InstallSchema = b
 	}
 	c.renders.put(key, p, maxCachedRenders)
 	return p, nil
+}
+
+// renderKey keys a render by the content and by what of the rollout decides the build.
+func renderKey(fr *v1alpha1.FleetRollout, digest string) (string, error) {
+	spec := fr.BuildSpec()
+	spec.Path = path.Clean("/" + spec.Path)
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("encoding the build of %s/%s: %w", fr.Namespace, fr.Name, err)
+	}
+	sum := sha256.Sum256(b)
+	return digest + ":" + hex.EncodeToString(sum[:16]), nil
+}
+
+// objectsOf is what cluster fc's Kustomization applies from pkg (fc nil: a cluster without
+// values of its own): the build substituted with its postBuild.
+func objectsOf(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, pkg *renderedPackage) ([]*unstructured.Unstructured, error) {
+	return pkg.Build.Substitute(fr.PostBuild(fc))
 }
 
 // baseEvidence is what every gate's evidence carries.
@@ -204,22 +231,19 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	case pkg.RenderErr != nil:
 		ev.Render.Error = pkg.RenderErr.Error()
 	default:
+		// The objects a cluster without values of its own applies.
+		if objs, err = objectsOf(fr, nil, pkg); err != nil {
+			ev.Render.Error = "postBuild substitution: " + err.Error()
+			break
+		}
 		ev.Render.OK = true
-		objs = pkg.Objects
 		sum := evidence.Summarize(objs, tgcue.MaxRenderedObjects)
 		ev.Render.Total, ev.Render.Truncated = sum.Total, sum.Truncated
 		for _, o := range sum.Objects {
 			ev.Render.Objects = append(ev.Render.Objects, tgcue.ObjectRef(o))
 		}
 	}
-
-	var vars map[string]string
-	if pb := fr.Spec.Template.PostBuild; pb != nil {
-		vars = pb.Substitute
-		if len(pb.SubstituteFrom) > 0 {
-			ev.Limits = append(ev.Limits, "install-time values from spec.template.postBuild.substituteFrom (ConfigMaps and Secrets) are not checked against the install schema")
-		}
-	}
+	ev.Limits = append(ev.Limits, substituteFromLimits(fr)...)
 	values := valuesOf(fr, ev.Targets, sc.Clusters)
 	if pkg != nil {
 		ev.Install = values.check(pkg.InstallSchema)
@@ -229,15 +253,11 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 		ev.Limits = append(ev.Limits, "no preflight: the candidate did not render, so there is nothing to ask the clusters about")
 		return ev
 	}
-	objs, err = preflight.Substitute(objs, vars)
-	if err != nil {
-		ev.Render.OK, ev.Render.Error = false, "postBuild substitution: "+err.Error()
-	}
 	names := slices.Clone(ev.Targets)
 	for _, lw := range later {
 		names = append(names, lw.Clusters...)
 	}
-	results := c.preflight(ctx, sc, names, pkg.Objects, objs, preflight.Options{Force: fr.Spec.Template.Force})
+	results := c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
 	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", ev.Preflight.MaxFailures, results[:len(ev.Targets)])
 	results = results[len(ev.Targets):]
 	for _, lw := range later {
@@ -308,7 +328,7 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 	if cand.RenderErr != nil {
 		return ev, nil, fmt.Errorf("the candidate does not render: %w", cand.RenderErr)
 	}
-	var good []*unstructured.Unstructured
+	var good *renderedPackage
 	if kg := fr.Status.LastKnownGood; kg != nil {
 		pkg, err := c.renderRevision(ctx, fr, sc.KnownGood, kg.Digest, false)
 		if err != nil {
@@ -317,12 +337,12 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 		if pkg.RenderErr != nil {
 			return ev, nil, fmt.Errorf("the known-good %s does not render: %w", kg.Revision, pkg.RenderErr)
 		}
-		good = pkg.Objects
-		if good == nil {
-			good = []*unstructured.Unstructured{}
-		}
+		good = pkg
 	}
-	diff := evidence.ClassifyRollback(good, cand.Objects)
+	diff, err := classifyEach(fr, ev.Targets, sc.Clusters, good, cand)
+	if err != nil {
+		return ev, nil, err
+	}
 	ev.FirstRollout = diff.FirstRollout
 	ev.PrunedStateful, ev.ChangedStateful, ev.CRDChanges, ev.ImmutableRecreates, ev.Irreversible =
 		diff.PrunedStateful, diff.ChangedStateful, diff.CRDChanges, diff.ImmutableRecreates, diff.Irreversible
@@ -339,7 +359,7 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 			}
 		}
 	}
-	ev.Limits = append(ev.Limits, "the diff compares the rendered packages without the Kustomization template's patches and substitutions")
+	ev.Limits = append(ev.Limits, substituteFromLimits(fr)...)
 	return ev, used, nil
 }
 
@@ -361,6 +381,8 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 		src.RenderError = err.Error()
 	} else if pkg.RenderErr != nil {
 		src.RenderError = pkg.RenderErr.Error()
+	} else if _, err := objectsOf(fr, nil, pkg); err != nil {
+		src.RenderError = "postBuild substitution: " + err.Error()
 	} else {
 		src.Renders = true
 	}
@@ -501,7 +523,7 @@ func (c *Collector) samples(interval time.Duration) *availability.Sampler {
 // preflight checks targets, in the order given, at most PreflightParallel at once, each within its
 // share of the time ctx has left (preflight.CheckAll). A target's kubeconfig is read in its own
 // turn, within its own deadline.
-func (c *Collector) preflight(ctx context.Context, sc *Scope, targets []string, rendered, objs []*unstructured.Unstructured, opts preflight.Options) []tgcue.ClusterPreflight {
+func (c *Collector) preflight(ctx context.Context, sc *Scope, targets []string, pkg *renderedPackage, objs []*unstructured.Unstructured, opts preflight.Options) []tgcue.ClusterPreflight {
 	fr := sc.Rollout
 	pts := make([]preflight.Target, 0, len(targets))
 	for _, name := range targets {
@@ -514,7 +536,7 @@ func (c *Collector) preflight(ctx context.Context, sc *Scope, targets []string, 
 		pts = append(pts, t)
 	}
 	// A target with values of its own is checked with the package substituted with them.
-	substituteOwnValues(fr, sc.Clusters, pts, rendered)
+	substituteOwnValues(fr, sc.Clusters, pts, pkg)
 	return preflight.CheckAll(ctx, pts, objs, opts, c.PreflightParallel)
 }
 

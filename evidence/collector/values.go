@@ -1,12 +1,14 @@
 package collector
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/install"
 	"github.com/tidegate/tidegate/evidence/preflight"
 )
@@ -69,22 +71,75 @@ func (v waveValues) check(schema []byte) tgcue.InstallEvidence {
 }
 
 // substituteOwnValues has each target whose FleetCluster sets values of its own preflighted with
-// the rendered objects substituted with them merged over the rollout's, as kustomize-controller
-// substitutes them for its Kustomization; the others are preflighted with the objects substituted
-// with the rollout's.
-func substituteOwnValues(fr *v1alpha1.FleetRollout, clusters map[string]*v1alpha1.FleetCluster, targets []preflight.Target, rendered []*unstructured.Unstructured) {
+// the objects its Kustomization applies (the build substituted with its postBuild, the cluster's
+// values merged over the rollout's); the others are preflighted with the objects a cluster without
+// values of its own applies.
+func substituteOwnValues(fr *v1alpha1.FleetRollout, clusters map[string]*v1alpha1.FleetCluster, targets []preflight.Target, pkg *renderedPackage) {
 	for i := range targets {
 		fc := clusters[targets[i].Name]
 		if fc == nil || len(fc.Spec.Values) == 0 {
 			continue
 		}
-		values := fr.InstallValues(fc)
 		targets[i].Objects = func() ([]*unstructured.Unstructured, error) {
-			objs, err := preflight.Substitute(rendered, values)
+			objs, err := objectsOf(fr, fc, pkg)
 			if err != nil {
 				return nil, fmt.Errorf("postBuild substitution with the cluster's values (spec.values): %w", err)
 			}
 			return objs, nil
 		}
 	}
+}
+
+// classifyEach classifies going back from cand to good (nil on a first rollout) with the objects
+// each target's Kustomization applies, once per distinct postBuild among the targets, and merges
+// the findings: a cluster's own values can make a change matter (a claim's size, a storage
+// class) that the rollout's values do not.
+func classifyEach(fr *v1alpha1.FleetRollout, targets []string, clusters map[string]*v1alpha1.FleetCluster, good, cand *renderedPackage) (evidence.RollbackSafety, error) {
+	owners := []*v1alpha1.FleetCluster{nil}
+	for _, name := range targets {
+		if fc := clusters[name]; fc != nil && len(fc.Spec.Values) > 0 {
+			owners = append(owners, fc)
+		}
+	}
+	var out evidence.RollbackSafety
+	seen := map[string]bool{}
+	for i, fc := range owners {
+		key, err := json.Marshal(fr.PostBuild(fc))
+		if err != nil {
+			return out, err
+		}
+		if seen[string(key)] {
+			continue
+		}
+		seen[string(key)] = true
+		whose := "the rollout's values"
+		if fc != nil {
+			whose = "cluster " + fc.Name + "'s values"
+		}
+		c, err := objectsOf(fr, fc, cand)
+		if err != nil {
+			return out, fmt.Errorf("the candidate's postBuild substitution with %s: %w", whose, err)
+		}
+		var g []*unstructured.Unstructured
+		if good != nil {
+			if g, err = objectsOf(fr, fc, good); err != nil {
+				return out, fmt.Errorf("the known-good's postBuild substitution with %s: %w", whose, err)
+			}
+		}
+		diff := evidence.ClassifyRollback(g, c)
+		if i == 0 {
+			out = diff
+		} else {
+			out.Merge(diff)
+		}
+	}
+	return out, nil
+}
+
+// substituteFromLimits says what the evidence leaves out of spec.template.postBuild.substituteFrom.
+func substituteFromLimits(fr *v1alpha1.FleetRollout) []string {
+	if pb := fr.Spec.Template.PostBuild; pb != nil && len(pb.SubstituteFrom) > 0 {
+		return []string{"variables from spec.template.postBuild.substituteFrom (ConfigMaps and Secrets) are not read: the objects are substituted with spec.template.postBuild.substitute and the clusters' spec.values only, and those values are not checked against the install schema"}
+	}
+	return nil
 }

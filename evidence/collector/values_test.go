@@ -7,10 +7,11 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/preflight"
 )
 
@@ -90,14 +91,10 @@ func TestInstallValuesAreCheckedPerCluster(t *testing.T) {
 
 // A target that sets values of its own is preflighted with the package substituted with them.
 func TestPreflightObjectsPerCluster(t *testing.T) {
-	cm := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "web", "namespace": "${namespace:=web}"},
-		"data":     map[string]any{"region": "${region}"},
-	}}
+	pkg := renderedDocs(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: ${namespace:=web}\ndata:\n  region: ${region}\n")
 	clusters := tenants(map[string]map[string]string{"plain": nil, "team-a": {"namespace": "team-a"}})
 	targets := []preflight.Target{{Name: "plain"}, {Name: "team-a"}, {Name: "gone"}}
-	substituteOwnValues(tenantRollout(), clusters, targets, []*unstructured.Unstructured{cm})
+	substituteOwnValues(tenantRollout(), clusters, targets, pkg)
 	if targets[0].Objects != nil || targets[2].Objects != nil {
 		t.Errorf("targets without values of their own get the shared objects")
 	}
@@ -108,7 +105,43 @@ func TestPreflightObjectsPerCluster(t *testing.T) {
 	if ns, region := objs[0].GetNamespace(), objs[0].Object["data"].(map[string]any)["region"]; ns != "team-a" || region != "eu" {
 		t.Errorf("team-a's ConfigMap in %q with region %q, want team-a and the rollout's eu", ns, region)
 	}
-	if cm.GetNamespace() != "${namespace:=web}" {
-		t.Errorf("the rendered object was changed: %s", cm.GetNamespace())
+	if got := pkg.Build.Objects[0].GetNamespace(); got != "${namespace:=web}" {
+		t.Errorf("the rendered object was changed: %s", got)
 	}
+}
+
+// rollbackSafe classifies with each distinct postBuild of the targets: a claim whose size only a
+// cluster's own values change is found, once, and the rollout's values alone find nothing.
+func TestClassifyEachClusterValues(t *testing.T) {
+	claim := "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\n  namespace: web\nspec:\n  resources:\n    requests:\n      storage: ${size:=1Gi}\n"
+	good := renderedDocs(t, claim)
+	cand := renderedDocs(t, strings.Replace(claim, "${size:=1Gi}", "${newsize:=1Gi}", 1))
+	fr := tenantRollout()
+	clusters := tenants(map[string]map[string]string{"plain": nil, "big-1": {"newsize": "5Gi"}, "big-2": {"newsize": "5Gi"}})
+
+	got, err := classifyEach(fr, []string{"plain"}, clusters, good, cand)
+	if err != nil || len(got.ChangedStateful) != 0 || got.FirstRollout {
+		t.Fatalf("the rollout's values: %+v, %v; want no finding", got, err)
+	}
+	got, err = classifyEach(fr, []string{"plain", "big-1", "big-2"}, clusters, good, cand)
+	if err != nil || len(got.ChangedStateful) != 1 || got.ChangedStateful[0].Field != "spec.resources" {
+		t.Fatalf("with clusters' own values: %+v, %v; want the claim's resources, once", got.ChangedStateful, err)
+	}
+	if got, err := classifyEach(fr, []string{"big-1"}, clusters, nil, cand); err != nil || !got.FirstRollout {
+		t.Errorf("no known-good: %+v, %v; want a first rollout", got, err)
+	}
+}
+
+// renderedDocs is a package of docs, rendered as the collector renders a revision.
+func renderedDocs(t *testing.T, docs string) *renderedPackage {
+	t.Helper()
+	fsys := filesys.MakeFsInMemory()
+	if err := fsys.WriteFile("/app/objects.yaml", []byte(docs)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := evidence.Render(fsys, kustomizev1.KustomizationSpec{Path: "./app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &renderedPackage{Build: r}
 }

@@ -282,13 +282,14 @@ metadata:
 
 func TestPostBuildVariablesAreSubstitutedBeforeTheDryRun(t *testing.T) {
 	ctx, ns := setup(t)
-	objs := objects(t, ns, strings.Replace(webApp, "replicas: 2", "replicas: ${replicas}", 1))
+	templated := strings.Replace(webApp, "replicas: 2", "replicas: ${replicas}", 1)
+	objs := objects(t, ns, templated)
 	got := Check(ctx, "member-1", adminConfig, objs, Options{})
 	wantReachable(t, got, "member-1", nil, []string{
 		"Deployment " + ns + `/web: failed to create typed patch object (` + ns + `/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string`,
 	})
 
-	substituted, err := Substitute(objs, map[string]string{"replicas": "3"})
+	substituted, err := substitute(t, ns, templated, map[string]string{"replicas": "3"})
 	if err != nil {
 		t.Fatal(err)
 	}

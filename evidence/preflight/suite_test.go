@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,8 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/internal/testbin"
 	"github.com/tidegate/tidegate/test/testenv"
 )
@@ -126,4 +129,32 @@ func assertAbsent(t *testing.T, objs ...*unstructured.Unstructured) {
 			t.Errorf("%s %s/%s after the preflight: %v, want not found", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 		}
 	}
+}
+
+// substitute renders docs (NS replaced by ns) as a package and substitutes vars into the build,
+// as the collector hands a target the objects its Kustomization applies; the objects come back in
+// the order of docs.
+func substitute(t testing.TB, ns, docs string, vars map[string]string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	fsys := filesys.MakeFsInMemory()
+	if err := fsys.WriteFile("/app/objects.yaml", []byte(strings.ReplaceAll(docs, "NS", ns))); err != nil {
+		t.Fatal(err)
+	}
+	r, err := evidence.Render(fsys, kustomizev1.KustomizationSpec{Path: "./app"})
+	if err != nil {
+		t.Fatalf("rendering: %v", err)
+	}
+	got, err := r.Substitute(&kustomizev1.PostBuild{Substitute: vars})
+	if err != nil {
+		return nil, err
+	}
+	byRef := map[string]*unstructured.Unstructured{}
+	for _, o := range got {
+		byRef[o.GetKind()+"/"+o.GetName()] = o
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range objects(t, ns, docs) {
+		out = append(out, byRef[o.GetKind()+"/"+o.GetName()])
+	}
+	return out, nil
 }

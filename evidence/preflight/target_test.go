@@ -13,13 +13,13 @@ import (
 // of that target alone.
 func TestCheckAllWithObjectsOfTheTargets(t *testing.T) {
 	ctx, ns := setup(t)
-	templated := objects(t, ns, strings.Replace(webApp, "replicas: 2", "replicas: ${replicas}", 1))
-	shared, err := Substitute(templated, map[string]string{"replicas": "2"})
+	templated := strings.Replace(webApp, "replicas: 2", "replicas: ${replicas}", 1)
+	shared, err := substitute(t, ns, templated, map[string]string{"replicas": "2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	own := func(values map[string]string) func() ([]*unstructured.Unstructured, error) {
-		return func() ([]*unstructured.Unstructured, error) { return Substitute(templated, values) }
+		return func() ([]*unstructured.Unstructured, error) { return substitute(t, ns, templated, values) }
 	}
 	targets := []Target{
 		{Name: "shared", Config: adminConfig},

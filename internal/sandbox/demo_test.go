@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -29,11 +30,11 @@ func render(t *testing.T, files map[string]string, dir string) []*unstructured.U
 			t.Fatal(err)
 		}
 	}
-	objs, err := evidence.Render(fsys, dir)
+	r, err := evidence.Render(fsys, kustomizev1.KustomizationSpec{Path: dir})
 	if err != nil {
 		t.Fatalf("rendering %s: %v", dir, err)
 	}
-	return objs
+	return r.Objects
 }
 
 func refs(objs []*unstructured.Unstructured) []string {
