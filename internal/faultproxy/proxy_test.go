@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,15 +77,18 @@ func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
 	return cs
 }
 
-// namespace creates a namespace for t directly and returns its name.
+var namespaces atomic.Int64
+
+// namespace creates a new namespace for t directly and returns its name.
 func namespace(t *testing.T) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 50 {
 		name = name[:50]
 	}
+	name = fmt.Sprintf("%s-%d", name, namespaces.Add(1))
 	_, err := clientset(t, adminConfig).CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err != nil {
 		t.Fatal(err)
 	}
 	return name
