@@ -3,6 +3,9 @@
 // and kustomize-controller as processes pointed at the hub, and a Git server holding repositories that
 // callers commit to. The sandbox runs it, and so do the tests (StartForTest).
 //
-// Everything listens on loopback ports the kernel picks, so two fleets on one machine don't collide,
-// and Stop leaves no process, port or temporary directory behind.
+// Everything listens on loopback ports the kernel picks, reserved against every other fleet and
+// envtest API server on the machine until they are bound (ports.go), so fleets started at the same
+// time, in one process or several, don't collide; and Stop leaves no process, port or temporary
+// directory behind. Options.FaultProxies puts chosen API servers behind fault proxies
+// (internal/faultproxy) that a test switches faults on.
 package localfleet

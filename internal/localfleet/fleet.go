@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/tidegate/tidegate/internal/faultproxy"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
 )
@@ -47,7 +49,18 @@ type Options struct {
 	SourceControllerArgs []string
 	// Testbin is the directory of the binaries `make testbin` built; when empty, testbin.Dir finds it.
 	Testbin string
+	// FaultProxies names the API servers ("hub", "member-1", …, or AllMembers) to start behind a
+	// fault proxy (internal/faultproxy) that the test switches faults on. A proxied member's
+	// kubeconfig Secret, which its FleetCluster and Flux's Kustomizations use, points at its proxy
+	// (Member.Faults); a proxied hub is reached through its proxy (HubFaults) by the Flux
+	// controllers, by HubProxyConfig and by the users AddHubUser adds. Member.Config, Member.Client,
+	// HubConfig and Hub stay direct: what a test reads through them is the real state, whatever faults
+	// are set.
+	FaultProxies []string
 }
+
+// AllMembers in Options.FaultProxies puts every member behind a fault proxy.
+const AllMembers = "members"
 
 // Member is one member cluster.
 type Member struct {
@@ -58,9 +71,13 @@ type Member struct {
 	Client client.Client
 	// KubeConfigSecret is the name of the Secret on the hub, key "value", holding the member's kubeconfig.
 	KubeConfigSecret string
+	// Faults is the fault proxy the kubeconfig Secret points at, when Options.FaultProxies names the
+	// member; nil otherwise.
+	Faults *faultproxy.Proxy
 
 	env        *envtest.Environment
-	kubeConfig []byte
+	kubeConfig []byte // direct
+	secret     []byte // what the kubeconfig Secret holds: kubeConfig, or one through Faults
 }
 
 // Fleet is a running local fleet.
@@ -79,14 +96,23 @@ type Fleet struct {
 	Namespace string
 	// Scheme has the Kubernetes, Flux and tidegate types.
 	Scheme *runtime.Scheme
+	// HubFaults is the hub's fault proxy when Options.FaultProxies names "hub"; nil otherwise.
+	HubFaults *faultproxy.Proxy
+	// HubProxyConfig reaches the hub through HubFaults as HubConfig's admin (nil without a hub
+	// proxy): the config to give the controller under test.
+	HubProxyConfig *rest.Config
 
-	hub           *envtest.Environment
-	apiServerArgs func(string, *envtest.Arguments)
-	git           *gittestserver.GitServer
-	processes     []*process
-	reaper        *exec.Cmd
-	logFiles      []string
-	stopOnce      sync.Once
+	hub            *envtest.Environment
+	testbinDir     string
+	apiServerArgs  func(string, *envtest.Arguments)
+	git            *gittestserver.GitServer
+	fluxKubeConfig string // the kubeconfig the Flux controllers use: the hub's, or through HubFaults
+	processes      []*process
+	reserved       []*portSet
+	reaper         *exec.Cmd
+	logMu          sync.Mutex
+	logFiles       []string
+	stopOnce       sync.Once
 }
 
 // NewScheme returns a scheme with the Kubernetes, Flux source and kustomize, and tidegate types.
@@ -105,7 +131,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if opts.Namespace == "" {
 		opts.Namespace = "fleet"
 	}
-	f = &Fleet{Dir: dir, Namespace: opts.Namespace, Scheme: NewScheme(), apiServerArgs: opts.APIServerArgs}
+	f = &Fleet{Dir: dir, Namespace: opts.Namespace, Scheme: NewScheme(), apiServerArgs: opts.APIServerArgs, testbinDir: testbinDir}
 	defer func() {
 		if err != nil {
 			f.Stop()
@@ -118,18 +144,14 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		return nil, err
 	}
 
-	// The API servers and the Git server start in parallel: each API server takes a few seconds.
-	if f.hub, err = f.newEnv(testbinDir, "hub", testbin.TidegateCRDs|testbin.FluxCRDs); err != nil {
-		return nil, err
-	}
 	for i := 1; i <= opts.Members; i++ {
 		name := fmt.Sprintf("member-%d", i)
-		env, err := f.newEnv(testbinDir, name, 0)
-		if err != nil {
-			return nil, err
-		}
-		f.Members = append(f.Members, &Member{Name: name, KubeConfigSecret: name + "-kubeconfig", env: env})
+		f.Members = append(f.Members, &Member{Name: name, KubeConfigSecret: name + "-kubeconfig"})
 	}
+	if err := f.checkFaultProxies(opts.FaultProxies); err != nil {
+		return nil, err
+	}
+	// The API servers and the Git server start in parallel: each API server takes a few seconds.
 	var wg sync.WaitGroup
 	errs := make([]error, opts.Members+2)
 	start := func(i int, fn func() error) {
@@ -145,6 +167,9 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return f, err
 	}
+	if err := f.startFaultProxies(opts.FaultProxies); err != nil {
+		return f, err
+	}
 	if err := f.writeMemberSecrets(ctx, opts.Namespace); err != nil {
 		return f, err
 	}
@@ -158,8 +183,33 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 
 func (f *Fleet) logDir() string { return filepath.Join(f.Dir, "logs") }
 
-func (f *Fleet) newEnv(testbinDir, name string, crds testbin.CRDs) (*envtest.Environment, error) {
-	env, err := testbin.NewEnvironment(testbinDir, crds)
+// startEnv starts the API server and etcd of name with crds into *env. When one of them could not
+// listen because its port was taken meanwhile (by a process that does not reserve ports as envtest
+// does), it starts them again on other ports.
+func (f *Fleet) startEnv(env **envtest.Environment, name string, crds testbin.CRDs) (*rest.Config, error) {
+	var err error
+	for attempt := 1; ; attempt++ {
+		if *env, err = f.newEnv(name, crds); err != nil {
+			return nil, err
+		}
+		cfg, err := (*env).Start()
+		if err == nil {
+			return cfg, nil
+		}
+		logs := []string{filepath.Join(f.logDir(), name+"-kube-apiserver.log"), filepath.Join(f.logDir(), name+"-etcd.log")}
+		if attempt == 3 || (!addressInUse(logs[0]) && !addressInUse(logs[1])) {
+			return nil, fmt.Errorf("starting %s API server: %w (logs in %s)", name, err, f.logDir())
+		}
+		_ = (*env).Stop()
+		for _, l := range logs {
+			_ = os.Rename(l, fmt.Sprintf("%s.%d", l, attempt))
+		}
+		_ = os.RemoveAll(filepath.Join(f.Dir, name))
+	}
+}
+
+func (f *Fleet) newEnv(name string, crds testbin.CRDs) (*envtest.Environment, error) {
+	env, err := testbin.NewEnvironment(f.testbinDir, crds)
 	if err != nil {
 		return nil, err
 	}
@@ -188,13 +238,22 @@ func (f *Fleet) openLog(name string) io.Writer {
 	if err != nil {
 		return io.Discard
 	}
-	f.logFiles = append(f.logFiles, path)
+	f.addLogFile(path)
 	return file
 }
 
+// addLogFile adds path to the logs DumpLogs prints, once.
+func (f *Fleet) addLogFile(path string) {
+	f.logMu.Lock()
+	defer f.logMu.Unlock()
+	if !slices.Contains(f.logFiles, path) {
+		f.logFiles = append(f.logFiles, path)
+	}
+}
+
 func (f *Fleet) startHub() error {
-	if _, err := f.hub.Start(); err != nil {
-		return fmt.Errorf("starting hub API server: %w (logs in %s)", err, f.logDir())
+	if _, err := f.startEnv(&f.hub, "hub", testbin.TidegateCRDs|testbin.FluxCRDs); err != nil {
+		return err
 	}
 	user, err := f.hub.AddUser(envtest.User{Name: "fleet-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -209,13 +268,14 @@ func (f *Fleet) startHub() error {
 	if err := os.WriteFile(f.HubKubeConfigPath, kc, 0o600); err != nil {
 		return err
 	}
+	f.fluxKubeConfig = f.HubKubeConfigPath
 	f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme})
 	return err
 }
 
 func (f *Fleet) startMember(m *Member) error {
-	if _, err := m.env.Start(); err != nil {
-		return fmt.Errorf("starting %s API server: %w (logs in %s)", m.Name, err, f.logDir())
+	if _, err := f.startEnv(&m.env, m.Name, 0); err != nil {
+		return err
 	}
 	user, err := m.env.AddUser(envtest.User{Name: "fleet-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -225,6 +285,7 @@ func (f *Fleet) startMember(m *Member) error {
 	if m.kubeConfig, err = user.KubeConfig(); err != nil {
 		return err
 	}
+	m.secret = m.kubeConfig
 	m.Client, err = client.New(m.Config, client.Options{Scheme: f.Scheme})
 	return err
 }
@@ -237,7 +298,7 @@ func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string) error {
 	for _, m := range f.Members {
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: m.KubeConfigSecret, Namespace: ns},
-			Data:       map[string][]byte{"value": m.kubeConfig},
+			Data:       map[string][]byte{"value": m.secret},
 		}
 		if err := f.Hub.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("writing kubeconfig secret %s/%s: %w", ns, s.Name, err)
@@ -261,51 +322,72 @@ func (f *Fleet) EnsureNamespace(ctx context.Context, ns string) error {
 }
 
 func (f *Fleet) startFlux(ctx context.Context, bin string, opts Options) error {
-	ports, err := freePorts(5)
-	if err != nil {
-		return err
-	}
 	storage := filepath.Join(f.Dir, "source-storage")
 	if err := os.MkdirAll(storage, 0o755); err != nil {
 		return err
 	}
-	env := []string{"KUBECONFIG=" + f.HubKubeConfigPath, "RUNTIME_NAMESPACE=flux-system"}
-	common := func(metrics, health int) []string {
+	env := []string{"KUBECONFIG=" + f.fluxKubeConfig, "RUNTIME_NAMESPACE=flux-system"}
+	// ports[0] and ports[1] are every controller's metrics and health ports.
+	common := func(ports []int) []string {
 		return []string{
-			"--metrics-addr=" + addr(metrics), "--health-addr=" + addr(health),
+			"--metrics-addr=" + addr(ports[0]), "--health-addr=" + addr(ports[1]),
 			"--enable-leader-election=false", "--log-level=debug", "--log-encoding=console", "--events-addr=",
 		}
 	}
-	srcArgs := append(common(ports[0], ports[1]),
-		"--storage-path="+storage, "--storage-addr="+addr(ports[2]), "--storage-adv-addr="+addr(ports[2]))
-	srcArgs = append(srcArgs, opts.SourceControllerArgs...)
-	ksArgs := append(common(ports[3], ports[4]), "--concurrent=10", "--requeue-dependency=2s")
-	ksArgs = append(ksArgs, opts.KustomizeControllerArgs...)
-
+	type controller struct {
+		name  string
+		ports int
+		args  func(ports []int) []string
+	}
+	controllers := []controller{{"source-controller", 3, func(ports []int) []string {
+		args := append(common(ports), "--storage-path="+storage, "--storage-addr="+addr(ports[2]), "--storage-adv-addr="+addr(ports[2]))
+		return append(args, opts.SourceControllerArgs...)
+	}}}
+	if !opts.NoKustomizeController {
+		controllers = append(controllers, controller{"kustomize-controller", 2, func(ports []int) []string {
+			args := append(common(ports), "--concurrent=10", "--requeue-dependency=2s")
+			return append(args, opts.KustomizeControllerArgs...)
+		}})
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	type controller struct {
-		name   string
-		args   []string
-		health int
-	}
-	controllers := []controller{{"source-controller", srcArgs, ports[1]}}
-	if !opts.NoKustomizeController {
-		controllers = append(controllers, controller{"kustomize-controller", ksArgs, ports[4]})
-	}
-	for _, p := range controllers {
-		logPath := filepath.Join(f.logDir(), p.name+".log")
-		f.logFiles = append(f.logFiles, logPath)
-		proc, err := startProcess(p.name, logPath, env, filepath.Join(bin, p.name), p.args...)
-		if err != nil {
-			return err
-		}
-		f.processes = append(f.processes, proc)
-		if err := proc.waitHTTP200(ctx, "http://"+addr(p.health)+"/readyz"); err != nil {
+	for _, c := range controllers {
+		if err := f.startController(ctx, c.name, filepath.Join(bin, c.name), env, c.ports, c.args); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// startController starts a Flux controller on n newly reserved ports and waits until it is ready.
+// When a port it was given was taken before it could listen, it starts it again on other ports.
+func (f *Fleet) startController(ctx context.Context, name, bin string, env []string, n int, args func(ports []int) []string) error {
+	logPath := filepath.Join(f.logDir(), name+".log")
+	f.addLogFile(logPath)
+	for attempt := 1; ; attempt++ {
+		ports, err := reserve(n)
+		if err != nil {
+			return err
+		}
+		f.reserved = append(f.reserved, ports)
+		proc, err := startProcess(name, logPath, env, bin, args(ports.ports)...)
+		if err != nil {
+			return err
+		}
+		err = proc.waitHTTP200(ctx, "http://"+addr(ports.ports[1])+"/readyz")
+		if err == nil {
+			err = proc.waitListening(ctx, ports.ports)
+		}
+		if err == nil {
+			f.processes = append(f.processes, proc)
+			return nil
+		}
+		proc.stop()
+		if attempt == 3 || !addressInUse(logPath) {
+			return err
+		}
+		_ = os.Rename(logPath, fmt.Sprintf("%s.%d", logPath, attempt))
+	}
 }
 
 // Stop stops every process and API server and removes the fleet's directory. Safe to call twice.
@@ -318,6 +400,10 @@ func (f *Fleet) Stop() {
 		for i := len(f.processes) - 1; i >= 0; i-- {
 			f.processes[i].stop()
 		}
+		for _, s := range f.reserved {
+			s.release()
+		}
+		f.closeFaultProxies()
 		var wg sync.WaitGroup
 		stopEnv := func(e *envtest.Environment) {
 			if e == nil {
@@ -378,7 +464,8 @@ rm -rf -- "$1"`
 }
 
 // AddHubUser adds a user of the hub in groups and returns a REST config and a kubeconfig for it: a
-// process of its own identity, told apart from the others in the hub's audit log.
+// process of its own identity, told apart from the others in the hub's audit log. With a hub fault
+// proxy both reach the hub through it, as that same user.
 func (f *Fleet) AddHubUser(name string, groups []string) (*rest.Config, []byte, error) {
 	user, err := f.hub.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 	if err != nil {
@@ -388,7 +475,17 @@ func (f *Fleet) AddHubUser(name string, groups []string) (*rest.Config, []byte, 
 	if err != nil {
 		return nil, nil, err
 	}
-	return user.Config(), kc, nil
+	if f.HubFaults == nil {
+		return user.Config(), kc, nil
+	}
+	cfg, err := f.HubFaults.Config(user.Config())
+	if err != nil {
+		return nil, nil, err
+	}
+	if kc, err = f.HubFaults.KubeConfig(kc); err != nil {
+		return nil, nil, err
+	}
+	return cfg, kc, nil
 }
 
 // PID returns the process id of the fleet's Flux controller named name ("source-controller",

@@ -8,9 +8,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tidegate/tidegate/internal/faultproxy"
 )
 
 // fleetProcesses lists the processes whose command line names dir.
@@ -92,5 +106,193 @@ func TestFleetIsReapedWhenTheTestProcessDies(t *testing.T) {
 			t.Fatalf("20s after the test process died: processes %v, directory removed: %v", left, os.IsNotExist(statErr))
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// Two fleets started at the same time both come up, with Flux, on ports of their own: no API
+// server, etcd or Flux controller of one is handed a port of the other.
+func TestTwoFleetsStartAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	fleets := make([]*Fleet, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range fleets {
+		wg.Add(1)
+		go func() { defer wg.Done(); fleets[i], errs[i] = Start(ctx, Options{Members: 1}) }()
+	}
+	wg.Wait()
+	for i, f := range fleets {
+		if f != nil {
+			defer f.Stop()
+		}
+		if errs[i] != nil {
+			if f != nil {
+				f.DumpLogs(os.Stderr, 40)
+			}
+			t.Fatalf("fleet %d: %v", i, errs[i])
+		}
+	}
+	owner := map[string]int{}
+	for i, f := range fleets {
+		for _, port := range fleetPorts(t, f) {
+			if j, ok := owner[port]; ok && j != i {
+				t.Errorf("port %s is used by both fleets", port)
+			}
+			owner[port] = i
+		}
+		for _, name := range []string{"source-controller", "kustomize-controller"} {
+			if f.PID(name) == 0 {
+				t.Errorf("fleet %d: %s does not run", i, name)
+			}
+		}
+		var cms corev1.ConfigMapList
+		if err := f.Members[0].Client.List(ctx, &cms); err != nil {
+			t.Errorf("fleet %d: member: %v", i, err)
+		}
+	}
+}
+
+// fleetPorts lists the ports of every API server, etcd and Flux controller of f.
+func fleetPorts(t *testing.T, f *Fleet) []string {
+	t.Helper()
+	envs := []*envtest.Environment{f.hub}
+	for _, m := range f.Members {
+		envs = append(envs, m.env)
+	}
+	var ports []string
+	for _, e := range envs {
+		ports = append(ports, e.ControlPlane.APIServer.SecureServing.Port, e.ControlPlane.Etcd.URL.Port())
+	}
+	for _, s := range f.reserved {
+		for _, p := range s.ports {
+			ports = append(ports, strconv.Itoa(p))
+		}
+	}
+	return ports
+}
+
+// A fleet with fault proxies: the proxied member's kubeconfig Secret points at its proxy and the other
+// member's at its API server; Flux applies through the hub's proxy and the member's. A 503 on the
+// proxied member fails its Kustomization while the other member takes the new commit; cleared, it
+// catches up. The test's own clients stay direct throughout.
+func TestFaultProxiesInFrontOfAMemberAndTheHub(t *testing.T) {
+	f := StartForTest(t, Options{Members: 2, FaultProxies: []string{"hub", "member-1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	proxied, direct := f.Member("member-1"), f.Member("member-2")
+	if proxied.Faults == nil || direct.Faults != nil || f.HubFaults == nil || f.HubProxyConfig.Host != f.HubFaults.URL {
+		t.Fatalf("proxies: member-1 %v, member-2 %v, hub %v", proxied.Faults, direct.Faults, f.HubFaults)
+	}
+	for m, want := range map[*Member]string{proxied: proxied.Faults.URL, direct: direct.Config.Host} {
+		var s corev1.Secret
+		if err := f.Hub.Get(ctx, types.NamespacedName{Namespace: f.Namespace, Name: m.KubeConfigSecret}, &s); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data["value"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSuffix(cfg.Host, "/") != strings.TrimSuffix(want, "/") {
+			t.Errorf("%s's kubeconfig Secret points at %s, want %s", m.Name, cfg.Host, want)
+		}
+	}
+
+	repo, first, err := f.NewRepo("fleet", map[string]string{
+		"app/kustomization.yaml": "resources: [configmap.yaml]\n",
+		"app/configmap.yaml":     demoConfigMap("v1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &sourcev1.GitRepository{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: f.Namespace},
+		Spec: sourcev1.GitRepositorySpec{URL: repo.URL, Reference: &sourcev1.GitRepositoryRef{Branch: repo.Branch},
+			Interval: metav1.Duration{Duration: 2 * time.Second}},
+	}
+	if err := f.Hub.Create(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range f.Members {
+		ks := &kustomizev1.Kustomization{
+			ObjectMeta: metav1.ObjectMeta{Name: "app-" + m.Name, Namespace: f.Namespace},
+			Spec: kustomizev1.KustomizationSpec{
+				Interval: metav1.Duration{Duration: time.Minute}, RetryInterval: &metav1.Duration{Duration: 2 * time.Second},
+				Path: "./app", Prune: true, Timeout: &metav1.Duration{Duration: 30 * time.Second},
+				SourceRef:  kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.GitRepositoryKind, Name: src.Name},
+				KubeConfig: &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: m.KubeConfigSecret}},
+			},
+		}
+		if err := f.Hub.Create(ctx, ks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitVersion(ctx, t, f, proxied, "v1", repo.Revision(first))
+	waitVersion(ctx, t, f, direct, "v1", repo.Revision(first))
+	if n, _ := f.HubFaults.Counts(); n == 0 {
+		t.Error("the Flux controllers did not reach the hub through its proxy")
+	}
+	if n, _ := proxied.Faults.Counts(); n == 0 {
+		t.Error("kustomize-controller did not reach member-1 through its proxy")
+	}
+
+	proxied.Faults.Set(faultproxy.ServerError(503))
+	second, err := repo.Commit("v2", map[string]string{"app/configmap.yaml": demoConfigMap("v2")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(ctx, t, f, direct, "v2", repo.Revision(second))
+	waitFor(ctx, t, "member-1's Kustomization fails on the 503", func() (bool, string) {
+		var ks kustomizev1.Kustomization
+		if err := f.Hub.Get(ctx, types.NamespacedName{Namespace: f.Namespace, Name: "app-member-1"}, &ks); err != nil {
+			return false, err.Error()
+		}
+		c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition)
+		return c != nil && c.Status == metav1.ConditionFalse && ks.Status.LastAttemptedRevision == repo.Revision(second), fmt.Sprintf("%+v", c)
+	})
+	if got := version(ctx, proxied); got != "v1" {
+		t.Errorf("behind the 503 member-1 runs %q, want v1", got)
+	}
+	proxied.Faults.Clear()
+	waitVersion(ctx, t, f, proxied, "v2", repo.Revision(second))
+}
+
+func demoConfigMap(v string) string {
+	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\n  namespace: default\ndata:\n  version: " + v + "\n"
+}
+
+func version(ctx context.Context, m *Member) string {
+	var cm corev1.ConfigMap
+	if err := m.Client.Get(ctx, types.NamespacedName{Namespace: "default", Name: "demo"}, &cm); err != nil {
+		return err.Error()
+	}
+	return cm.Data["version"]
+}
+
+// waitVersion waits until m runs version v of the demo ConfigMap and its Kustomization applied rev.
+func waitVersion(ctx context.Context, t *testing.T, f *Fleet, m *Member, v, rev string) {
+	t.Helper()
+	waitFor(ctx, t, m.Name+" runs "+v, func() (bool, string) {
+		var ks kustomizev1.Kustomization
+		if err := f.Hub.Get(ctx, types.NamespacedName{Namespace: f.Namespace, Name: "app-" + m.Name}, &ks); err != nil {
+			return false, err.Error()
+		}
+		got := version(ctx, m)
+		return got == v && ks.Status.LastAppliedRevision == rev, "version " + got + ", applied " + ks.Status.LastAppliedRevision
+	})
+}
+
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting until %s; last seen: %s", what, seen)
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }

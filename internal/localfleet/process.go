@@ -3,7 +3,6 @@ package localfleet
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -93,28 +92,64 @@ func (p *process) waitHTTP200(ctx context.Context, url string) error {
 	}
 }
 
-// freePorts returns n distinct loopback ports the kernel considers free. The listeners are held until
-// all ports are chosen so the same port is not handed out twice.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
+// waitListening waits until the process listens on every one of ports (127.0.0.1, TCP), it exits,
+// or ctx ends. A controller answers its health port before it binds the others (metrics, storage),
+// and one that finds such a port taken exits only then. Where there is no /proc it returns at once.
+func (p *process) waitListening(ctx context.Context, ports []int) error {
+	for {
+		if ended, err := p.exited(); ended {
+			return fmt.Errorf("%s exited after it was ready (%v); see %s", p.name, err, p.logPath)
 		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free loopback port: %w", err)
+		if all, known := listensOn(p.cmd.Process.Pid, ports); all || !known {
+			return nil
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not listen on ports %v: %w; see %s", p.name, ports, ctx.Err(), p.logPath)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return ports, nil
 }
 
-func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+// listensOn reports whether process pid holds a listening IPv4 TCP socket on each of ports, and
+// whether that could be told at all (not without /proc).
+func listensOn(pid int, ports []int) (all, known bool) {
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false, false
+	}
+	listening := map[string]int{} // socket inode → local port, of the sockets in LISTEN state
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 10 || f[3] != "0A" {
+			continue
+		}
+		_, hex, _ := strings.Cut(f[1], ":")
+		if port, err := strconv.ParseUint(hex, 16, 16); err == nil {
+			listening[f[9]] = int(port)
+		}
+	}
+	fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	fds, err := os.ReadDir(fdDir)
+	if err != nil {
+		return false, true
+	}
+	held := map[int]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
+			if port, ok := listening[strings.TrimSuffix(inode, "]")]; ok {
+				held[port] = true
+			}
+		}
+	}
+	for _, port := range ports {
+		if !held[port] {
+			return false, true
+		}
+	}
+	return true, true
+}
 
 // killLeftovers kills every process but this one whose command line names dir (a fleet's
 // directory), and waits up to five seconds for them to be gone. Where there is no /proc it does
