@@ -65,6 +65,7 @@ func TestStepNothingVacuous(t *testing.T) {
 	t.Run("a candidate no cluster is Ready at does not become the known-good", func(t *testing.T) {
 		s := newSim(t, "a", "b")
 		s.run("r1", v1alpha1.PhaseCompleted)
+		s.once("r2") // r2 is the candidate, its waves pending
 		s.untilWave("r2", 1, v1alpha1.WaveSucceeded)
 		for c, o := range s.ks {
 			o.Ready, o.Progressing = metav1.ConditionUnknown, false

@@ -228,10 +228,12 @@ func TestEvaluateGoEvidence(t *testing.T) {
 	if len(d.Limits) != 1 {
 		t.Errorf("limits %q, want the evidence's", d.Limits)
 	}
-	// nil slices are omitted, and the schema reads them as empty.
+	// nil slices are omitted, and the schema reads them as empty: an empty wave fits the contract,
+	// and fails for having no targets alone, since a gate over no cluster never passes.
 	ev := wave(0, 0)
 	ev.Limits = nil
-	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || !d.Pass {
+	d, err = Evaluate(DefaultPolicy(), GateNoDisruption, ev)
+	if err != nil || d.Pass || len(d.Reasons) != 1 || !strings.HasPrefix(d.Reasons[0], "noDisruption._noTargets: the wave has no targets") {
 		t.Fatalf("an empty wave: %+v %v", d, err)
 	}
 }
