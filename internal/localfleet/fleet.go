@@ -98,6 +98,10 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err != nil {
 		return nil, err
 	}
+	kubeControllerManager, err := testbin.KubeControllerManager(testbinDir)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "tidegate-fleet-")
 	if err != nil {
 		return nil, err
@@ -136,7 +140,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = fn() }()
 	}
-	start(0, func() error { return f.startHub() })
+	start(0, func() error { return f.startHub(kubeControllerManager) })
 	for i, m := range f.Members {
 		start(i+1, func() error { return f.startMember(m) })
 	}
@@ -192,7 +196,8 @@ func (f *Fleet) openLog(name string) io.Writer {
 	return file
 }
 
-func (f *Fleet) startHub() error {
+// startHub starts the hub's API server and, beside it, its garbage collector (gc.go).
+func (f *Fleet) startHub(kubeControllerManager string) error {
 	if _, err := f.hub.Start(); err != nil {
 		return fmt.Errorf("starting hub API server: %w (logs in %s)", err, f.logDir())
 	}
@@ -209,8 +214,10 @@ func (f *Fleet) startHub() error {
 	if err := os.WriteFile(f.HubKubeConfigPath, kc, 0o600); err != nil {
 		return err
 	}
-	f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme})
-	return err
+	if f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme}); err != nil {
+		return err
+	}
+	return f.startGarbageCollector(kubeControllerManager)
 }
 
 func (f *Fleet) startMember(m *Member) error {
