@@ -102,8 +102,8 @@ docs: ## Regenerate docs/cli.md from the tidegate command tree (a test fails whe
 	go run ./cmd/tidegate docs
 
 .PHONY: demo
-demo: ## Start a local sandbox fleet and play the demo (builds the test binaries first: ~20 minutes the first time).
-	@test -x $(TESTBIN)/bin/kube-apiserver || echo "The sandbox runs kube-apiserver, etcd and the Flux controllers built from pinned modules: building them once, about 20 minutes on 2 cores."
+demo: ## Start a local sandbox fleet and play the demo (builds the test binaries first: ~30 minutes the first time).
+	@test -x $(TESTBIN)/bin/kube-apiserver || echo "The sandbox runs kube-apiserver, kube-controller-manager, etcd and the Flux controllers built from pinned modules: building them once, about 30 minutes on 2 cores."
 	@$(MAKE) --no-print-directory testbin
 	go build -o bin/tidegate ./cmd/tidegate
 	bin/tidegate sandbox up --demo
