@@ -18,8 +18,9 @@ build: ## Build bin/tidegate and bin/tidegate-controller.
 	go build -o bin/ ./cmd/...
 
 .PHONY: testbin
-testbin: ## Build and cache kube-apiserver, etcd, Flux controllers and controller-gen from pinned modules (once).
+testbin: ## Build and cache kube-apiserver, kube-controller-manager, etcd, Flux controllers and controller-gen from pinned modules (once).
 	@hack/testbin.sh
+	@hack/kube-controller-manager.sh
 	@hack/flux-cli.sh
 
 $(CONTROLLER_GEN):
@@ -28,6 +29,10 @@ $(CONTROLLER_GEN):
 .PHONY: flux-cli
 flux-cli: ## Build and cache the Flux CLI from its pinned module (bin/flux-cli/bin/flux; once, part of testbin).
 	@hack/flux-cli.sh
+
+.PHONY: kube-controller-manager
+kube-controller-manager: ## Build and cache kube-controller-manager, the local fleet hub's garbage collector (bin/kube-controller-manager/bin; once, part of testbin).
+	@hack/kube-controller-manager.sh
 
 .PHONY: install-plugin
 install-plugin: ## Build bin/tidegate and install it as the Flux CLI plugin flux-fleet (`flux fleet ...`).
@@ -72,8 +77,12 @@ test-deploy: testbin ## Check config/default against a real kube-apiserver: appl
 	go test $(GO_TEST_FLAGS) -count=1 ./test/deploy/
 
 .PHONY: deploy
-deploy: ## Install tidegate on the cluster of the current kubeconfig context (kubectl apply -k config/default).
+deploy: ## Install tidegate on the cluster of the current kubeconfig context (kubectl apply -k config/default: the CRDs and the controller).
 	kubectl apply --server-side -k config/default
+
+.PHONY: undeploy
+undeploy: ## Uninstall the controller from the cluster of the current kubeconfig context, keeping the CRDs and every object of their kinds (kubectl delete -k config/controller).
+	kubectl delete -k config/controller
 
 .PHONY: test-e2e
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
@@ -93,8 +102,8 @@ docs: ## Regenerate docs/cli.md from the tidegate command tree (a test fails whe
 	go run ./cmd/tidegate docs
 
 .PHONY: demo
-demo: ## Start a local sandbox fleet and play the demo (builds the test binaries first: ~20 minutes the first time).
-	@test -x $(TESTBIN)/bin/kube-apiserver || echo "The sandbox runs kube-apiserver, etcd and the Flux controllers built from pinned modules: building them once, about 20 minutes on 2 cores."
+demo: ## Start a local sandbox fleet and play the demo (builds the test binaries first: ~30 minutes the first time).
+	@test -x $(TESTBIN)/bin/kube-apiserver || echo "The sandbox runs kube-apiserver, kube-controller-manager, etcd and the Flux controllers built from pinned modules: building them once, about 30 minutes on 2 cores."
 	@$(MAKE) --no-print-directory testbin
 	go build -o bin/tidegate ./cmd/tidegate
 	bin/tidegate sandbox up --demo

@@ -1,5 +1,7 @@
 // Package config holds tidegate's Kubernetes manifests: the CRDs and RBAC that `make manifests`
-// generates, the manager Deployment, and config/default that installs them. The Go code here embeds
+// generates, the manager Deployment, config/crd and config/controller that install the CRDs and the
+// controller apart (uninstalling the controller never deletes a CRD), and config/default that
+// installs both. The Go code here embeds
 // the CRDs, so that a tidegate binary built anywhere (go install, -trimpath) installs them on the
 // sandbox's hub without a checkout of this repository.
 package config

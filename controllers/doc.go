@@ -2,14 +2,14 @@
 //
 // The RBAC markers below are the whole of what the controller may do; config/rbac is generated from them.
 //
-// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/status,verbs=patch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/finalizers,verbs=update
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters,verbs=list;watch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=gatereceipts,verbs=list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
-// +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories,verbs=list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -60,8 +60,8 @@ type pass struct {
 	progress string
 }
 
-// Reconcile reads as the decision list of a Flux controller: get, deletion, suspend, patcher and
-// deferred status (Ready derived once from the outcome), then the pipeline.
+// Reconcile reads as the decision list of a Flux controller: get, deletion, finalizer, suspend,
+// patcher and deferred status (Ready derived once from the outcome), then the pipeline.
 func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, retErr error) {
 	start := time.Now()
 	fr := &v1alpha1.FleetRollout{}
@@ -69,8 +69,12 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !fr.DeletionTimestamp.IsZero() {
-		// Being deleted: nothing more is written, not even status; what it owns goes with it.
-		return reconcile.Result{}, nil
+		// Being deleted: what spec.deletionPolicy asks of its Kustomizations, then the finalizer
+		// goes (finalize.go); nothing else is written, not even status.
+		return r.finalize(ctx, fr)
+	}
+	if err := r.ensureFinalizer(ctx, fr); err != nil {
+		return reconcile.Result{}, err
 	}
 	if r.Metrics != nil {
 		r.Metrics.RecordSuspend(ctx, fr, fr.Spec.Suspend)

@@ -60,6 +60,8 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 			PostBuild:       fr.PostBuild(fc),
 			SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
 			KubeConfig:      fc.Spec.KubeConfig,
+			// What deleting this Kustomization does to its member, however it is deleted (finalize.go).
+			DeletionPolicy: fr.GetDeletionPolicy(),
 		},
 	}
 	if fc.Spec.KubeConfig != nil {

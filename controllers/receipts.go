@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
@@ -75,14 +74,13 @@ func BuildReceipt(fr *v1alpha1.FleetRollout, wave *v1alpha1.WaveStatus, targets 
 // ReceiptDigestAnnotation holds the content digest a receipt was named after; `tidegate receipts verify` recomputes it.
 const ReceiptDigestAnnotation = v1alpha1.ContentDigestAnnotation
 
-// WriteReceipt creates the receipt, owned by the rollout, then its parts, owned by the receipt (so
-// they go when it goes). A receipt that already exists with the same name is the same decision:
-// its parts are written again, since a write may have stopped between the receipt and its parts.
+// WriteReceipt creates the receipt, then its parts, owned by the receipt (so they go when it goes).
+// The receipt has no owner reference: it is the record of a decision, and outlives the rollout
+// (labelled tidegate.dev/rollout; deleting them is the user's explicit act). A receipt that already
+// exists with the same name is the same decision: its parts are written again, since a write may
+// have stopped between the receipt and its parts.
 func WriteReceipt(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ro *ReceiptObjects) error {
 	rc := ro.GateReceipt
-	if err := controllerutil.SetOwnerReference(fr, rc, c.Scheme()); err != nil {
-		return err
-	}
 	err := c.Create(ctx, rc, client.FieldOwner(v1alpha1.FieldManager))
 	switch {
 	case err == nil:

@@ -118,6 +118,12 @@ func TestAdmission(t *testing.T) {
 		// FleetRollout waves.
 		{name: "minimal rollout", kind: rollout, spec: rolloutSpec(nil)},
 		{name: "no waves", kind: rollout, spec: rolloutSpec(obj{"waves": nil})},
+		{name: "deletionPolicy Delete", kind: rollout, spec: rolloutSpec(obj{"deletionPolicy": "Delete"})},
+		{
+			name: "deletionPolicy not Orphan or Delete", kind: rollout,
+			spec:    rolloutSpec(obj{"deletionPolicy": "MirrorPrune"}),
+			wantErr: []string{"spec.deletionPolicy", `supported values: "Orphan", "Delete"`},
+		},
 		{
 			name: "duplicate wave names", kind: rollout,
 			spec: rolloutSpec(obj{"waves": waves(
@@ -466,6 +472,9 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 		if got.Spec.Class != v1alpha1.ClassUserWorkload {
 			t.Errorf("spec.class defaulted to %q, want %q", got.Spec.Class, v1alpha1.ClassUserWorkload)
 		}
+		if got.Spec.DeletionPolicy != v1alpha1.DeletionPolicyOrphan {
+			t.Errorf("spec.deletionPolicy defaulted to %q, want %q: deleting a rollout must not prune its members unless asked", got.Spec.DeletionPolicy, v1alpha1.DeletionPolicyOrphan)
+		}
 		if got.Spec.Rollback.OnFailure != "" {
 			t.Errorf("spec.rollback.onFailure defaulted to %q, want it left empty for the policy to decide", got.Spec.Rollback.OnFailure)
 		}
@@ -477,6 +486,7 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 		}
 		want := fro.Spec.DeepCopy()
 		want.Class = v1alpha1.ClassUserWorkload
+		want.DeletionPolicy = v1alpha1.DeletionPolicyOrphan
 		if !apiequality.Semantic.DeepEqual(*want, got.Spec) {
 			t.Errorf("spec did not round-trip:\nsent %+v\ngot  %+v", *want, got.Spec)
 		}

@@ -118,7 +118,26 @@ type FleetRolloutSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=50
 	HistoryLimit *int32 `json:"historyLimit,omitempty"`
+
+	// deletionPolicy says what deleting the rollout does to the member clusters. Orphan (the
+	// default): before the rollout goes, each per-cluster Kustomization is set to Flux's
+	// deletionPolicy Orphan, so when they are deleted every member keeps running what it runs.
+	// Delete: the package is pruned from every member (kustomize-controller deletes what each
+	// Kustomization applied), and the rollout is gone once every Kustomization is. A suspended
+	// rollout orphans, whatever this says. GateReceipts outlive the rollout either way.
+	// +optional
+	// +kubebuilder:default=Orphan
+	// +kubebuilder:validation:Enum=Orphan;Delete
+	DeletionPolicy string `json:"deletionPolicy,omitempty"`
 }
+
+// What deleting a FleetRollout does to the members (spec.deletionPolicy).
+const (
+	// DeletionPolicyOrphan leaves every member running what it runs.
+	DeletionPolicyOrphan = "Orphan"
+	// DeletionPolicyDelete prunes the package from every member.
+	DeletionPolicyDelete = "Delete"
+)
 
 // SourceReference points at a Flux source in the rollout's namespace.
 type SourceReference struct {

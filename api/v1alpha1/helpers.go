@@ -53,6 +53,16 @@ func (in *FleetRollout) OnFailure(policy string) string {
 	return OnFailureHold
 }
 
+// GetDeletionPolicy is spec.deletionPolicy, Orphan when empty (an object written before the field
+// had its default), and Orphan for a suspended rollout: deleting it never prunes a member, as a
+// suspended Kustomization's deletion prunes nothing.
+func (in *FleetRollout) GetDeletionPolicy() string {
+	if in.Spec.Suspend || in.Spec.DeletionPolicy != DeletionPolicyDelete {
+		return DeletionPolicyOrphan
+	}
+	return DeletionPolicyDelete
+}
+
 // HistoryLimit returns how many past pinned sources are kept, with the default applied.
 func (in *FleetRollout) HistoryLimit() int {
 	if in.Spec.HistoryLimit == nil {

@@ -174,6 +174,27 @@ func TestRolloutDefaultsAndApprovals(t *testing.T) {
 	}
 }
 
+// Deleting a rollout prunes its members only when spec.deletionPolicy says Delete and the rollout is
+// not suspended; empty (an object from before the field had its default) orphans.
+func TestDeletionPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy  string
+		suspend bool
+		want    string
+	}{
+		{"", false, DeletionPolicyOrphan},
+		{DeletionPolicyOrphan, false, DeletionPolicyOrphan},
+		{DeletionPolicyDelete, false, DeletionPolicyDelete},
+		{DeletionPolicyDelete, true, DeletionPolicyOrphan},
+		{"Unknown", false, DeletionPolicyOrphan},
+	} {
+		r := &FleetRollout{Spec: FleetRolloutSpec{DeletionPolicy: tc.policy, Suspend: tc.suspend}}
+		if got := r.GetDeletionPolicy(); got != tc.want {
+			t.Errorf("deletionPolicy %q, suspend %v: GetDeletionPolicy() = %s, want %s", tc.policy, tc.suspend, got, tc.want)
+		}
+	}
+}
+
 func TestInstallValuesMergeTheClusterOverTheRollout(t *testing.T) {
 	fr := &FleetRollout{}
 	fc := &FleetCluster{}

@@ -124,6 +124,10 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err != nil {
 		return nil, err
 	}
+	kubeControllerManager, err := testbin.KubeControllerManager(testbinDir)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "tidegate-fleet-")
 	if err != nil {
 		return nil, err
@@ -158,7 +162,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = fn() }()
 	}
-	start(0, func() error { return f.startHub() })
+	start(0, func() error { return f.startHub(kubeControllerManager) })
 	for i, m := range f.Members {
 		start(i+1, func() error { return f.startMember(m) })
 	}
@@ -251,7 +255,8 @@ func (f *Fleet) addLogFile(path string) {
 	}
 }
 
-func (f *Fleet) startHub() error {
+// startHub starts the hub's API server and, beside it, its garbage collector (gc.go).
+func (f *Fleet) startHub(kubeControllerManager string) error {
 	if _, err := f.startEnv(&f.hub, "hub", testbin.TidegateCRDs|testbin.FluxCRDs); err != nil {
 		return err
 	}
@@ -269,8 +274,10 @@ func (f *Fleet) startHub() error {
 		return err
 	}
 	f.fluxKubeConfig = f.HubKubeConfigPath
-	f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme})
-	return err
+	if f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme}); err != nil {
+		return err
+	}
+	return f.startGarbageCollector(kubeControllerManager)
 }
 
 func (f *Fleet) startMember(m *Member) error {

@@ -18,10 +18,12 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tidegate/tidegate/internal/faultproxy"
@@ -56,7 +58,7 @@ func TestStartAndStopLeaveNothing(t *testing.T) {
 	// What a failed test prints: the tail of every API server, etcd and Flux controller log.
 	var logs bytes.Buffer
 	f.DumpLogs(&logs, 5)
-	for _, name := range []string{"hub-kube-apiserver.log", "hub-etcd.log", "member-1-kube-apiserver.log", "source-controller.log", "kustomize-controller.log"} {
+	for _, name := range []string{"hub-kube-apiserver.log", "hub-etcd.log", "hub-kube-controller-manager.log", "member-1-kube-apiserver.log", "source-controller.log", "kustomize-controller.log"} {
 		if !strings.Contains(logs.String(), "===== "+name) {
 			t.Errorf("DumpLogs does not show %s:\n%s", name, logs.String())
 		}
@@ -295,4 +297,55 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, 
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// The hub deletes as a real hub does: an object whose owner is deleted is garbage-collected, and a
+// deleted namespace is emptied and goes. Without kube-controller-manager's garbage-collector and
+// namespace controllers the dependent would outlive its owner and the namespace would stay
+// Terminating.
+func TestHubCollectsGarbage(t *testing.T) {
+	f := StartForTest(t, Options{NoFlux: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "gc"
+	if err := f.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+	if err := f.Hub.Create(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	dependent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dependent",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}}}}
+	if err := f.Hub.Create(ctx, dependent); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Hub.Delete(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(what string, obj client.Object) {
+		t.Helper()
+		for {
+			err := f.Hub.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s is still there (%v)", what, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	gone("the ConfigMap whose owner was deleted", dependent)
+
+	left := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "left"}}
+	if err := f.Hub.Create(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Hub.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	gone("the deleted namespace", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	gone("a ConfigMap of the deleted namespace", left)
 }

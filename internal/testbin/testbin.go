@@ -1,7 +1,7 @@
 // Package testbin finds the binaries that `make testbin` builds and caches, and starts API servers
 // with them: hack/testbin.sh builds kube-apiserver, etcd, Flux's source-controller and
-// kustomize-controller (and copies their CRDs) and controller-gen; hack/flux-cli.sh builds the Flux
-// CLI. It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
+// kustomize-controller (and copies their CRDs) and controller-gen; hack/kube-controller-manager.sh
+// builds kube-controller-manager; hack/flux-cli.sh builds the Flux CLI. It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
 // in a directory named explicitly, else in the one an environment variable names, else in the
 // scripts' cache (see Dir).
 package testbin
@@ -19,6 +19,8 @@ const (
 	DirEnv = "TIDEGATE_TESTBIN"
 	// FluxCLIEnv names the Flux CLI binary.
 	FluxCLIEnv = "TIDEGATE_FLUX_CLI"
+	// KubeControllerManagerEnv names the kube-controller-manager binary.
+	KubeControllerManagerEnv = "TIDEGATE_KUBE_CONTROLLER_MANAGER"
 )
 
 // The scripts' caches, as they compute them: each build goes into a directory of its own under the
@@ -38,10 +40,22 @@ var (
 		stamps: []string{"flux"},
 		files:  []string{fluxCLIPath},
 	}
+	kubeControllerManagerCache = cache{
+		what:  "kube-controller-manager (hack/kube-controller-manager.sh, about 10 minutes)",
+		setBy: KubeControllerManagerEnv, setTo: "a kube-controller-manager binary",
+		env: "TIDEGATE_KUBE_CONTROLLER_MANAGER_CACHE", name: "kube-controller-manager",
+		stamps: []string{"kube-controller-manager"},
+		files:  []string{kubeControllerManagerPath},
+	}
 )
 
-// fluxCLIPath is the Flux CLI in a build of hack/flux-cli.sh.
-var fluxCLIPath = filepath.Join("bin", "flux")
+// fluxCLIPath is the Flux CLI in a build of hack/flux-cli.sh, kubeControllerManagerPath
+// kube-controller-manager in a build of hack/kube-controller-manager.sh (and in a testbin
+// directory that holds one).
+var (
+	fluxCLIPath               = filepath.Join("bin", "flux")
+	kubeControllerManagerPath = filepath.Join("bin", "kube-controller-manager")
+)
 
 // binaries are what the local fleet runs, in a testbin directory.
 func binaries() []string {
@@ -87,22 +101,49 @@ func Dir(dir string) (string, error) {
 // ${TIDEGATE_FLUX_CLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-cli}. It fails, naming
 // the fix, when the binary has not been built.
 func FluxCLI() (string, error) {
-	path := os.Getenv(FluxCLIEnv)
-	if path == "" {
-		dir, err := fluxCLICache.find()
+	return fluxCLICache.binary("the Flux CLI", fluxCLIPath, "hack/flux-cli.sh, a few minutes")
+}
+
+// KubeControllerManager returns the path of the kube-controller-manager that `make testbin` builds,
+// whose garbage-collector and namespace controllers the local fleet's hub runs:
+// bin/kube-controller-manager in testbinDir when that holds one, else
+// $TIDEGATE_KUBE_CONTROLLER_MANAGER when set, else bin/kube-controller-manager of the build that
+// finished last in hack/kube-controller-manager.sh's cache,
+// ${TIDEGATE_KUBE_CONTROLLER_MANAGER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/kube-controller-manager}.
+// It fails, naming the fix, when the binary has not been built.
+func KubeControllerManager(testbinDir string) (string, error) {
+	if testbinDir != "" && os.Getenv(KubeControllerManagerEnv) == "" {
+		if path := filepath.Join(testbinDir, kubeControllerManagerPath); isExecutable(path) {
+			return path, nil
+		}
+	}
+	return kubeControllerManagerCache.binary("kube-controller-manager", kubeControllerManagerPath, "hack/kube-controller-manager.sh, about 10 minutes")
+}
+
+// binary returns the binary named what at path in the cache's newest build, or the one the cache's
+// setBy variable names, failing with the fix (how) when it is not an executable file.
+func (c cache) binary(what, path, how string) (string, error) {
+	bin := os.Getenv(c.setBy)
+	if bin == "" {
+		dir, err := c.find()
 		if err != nil {
 			return "", err
 		}
-		path = filepath.Join(dir, fluxCLIPath)
+		bin = filepath.Join(dir, path)
 	}
-	info, err := os.Stat(path)
+	info, err := os.Stat(bin)
 	if err != nil {
-		return "", fmt.Errorf("the Flux CLI is missing at %s ($%s): %s (hack/flux-cli.sh, a few minutes): %w", path, FluxCLIEnv, buildHint, err)
+		return "", fmt.Errorf("%s is missing at %s ($%s): %s (%s): %w", what, bin, c.setBy, buildHint, how, err)
 	}
 	if info.IsDir() || info.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("the Flux CLI at %s ($%s) is not an executable file: %s (hack/flux-cli.sh)", path, FluxCLIEnv, buildHint)
+		return "", fmt.Errorf("%s at %s ($%s) is not an executable file: %s (%s)", what, bin, c.setBy, buildHint, how)
 	}
-	return path, nil
+	return bin, nil
+}
+
+func isExecutable(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && !info.IsDir() && info.Mode().Perm()&0o111 != 0
 }
 
 // cache is where one of the scripts caches its builds.

@@ -33,7 +33,7 @@ func build(t *testing.T, c cache, dir string, stamps []string, done time.Time) {
 
 // noEnv clears what would point the lookups elsewhere than the test's directories.
 func noEnv(t *testing.T) {
-	for _, env := range []string{DirEnv, FluxCLIEnv, testbinCache.env, fluxCLICache.env} {
+	for _, env := range []string{DirEnv, FluxCLIEnv, KubeControllerManagerEnv, testbinCache.env, fluxCLICache.env, kubeControllerManagerCache.env} {
 		t.Setenv(env, "")
 	}
 }
@@ -117,6 +117,40 @@ func TestFluxCLIFromTheEnvironmentOrTheCache(t *testing.T) {
 	}
 }
 
+// kube-controller-manager is found in a testbin directory that holds one, else where
+// $TIDEGATE_KUBE_CONTROLLER_MANAGER says, else in hack/kube-controller-manager.sh's cache; without
+// one, the error names the script and make testbin.
+func TestKubeControllerManagerFromTestbinTheEnvironmentOrTheCache(t *testing.T) {
+	noEnv(t)
+	home := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", home)
+	testbinDir := t.TempDir()
+	_, err := KubeControllerManager(testbinDir)
+	for _, want := range []string{"no kube-controller-manager", "hack/kube-controller-manager.sh", "make testbin", KubeControllerManagerEnv} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("KubeControllerManager without a build: %v; want it to say %q", err, want)
+		}
+	}
+	cached := filepath.Join(home, ".cache", "tidegate", "kube-controller-manager", "eeeeeeeeeeee")
+	build(t, kubeControllerManagerCache, cached, kubeControllerManagerCache.stamps, time.Now())
+	if got, err := KubeControllerManager(testbinDir); err != nil || got != filepath.Join(cached, "bin", "kube-controller-manager") {
+		t.Errorf("KubeControllerManager() = %q, %v; want the cached build's", got, err)
+	}
+	build(t, kubeControllerManagerCache, testbinDir, nil, time.Now())
+	if got, err := KubeControllerManager(testbinDir); err != nil || got != filepath.Join(testbinDir, "bin", "kube-controller-manager") {
+		t.Errorf("KubeControllerManager(%s) = %q, %v; want the one in the testbin directory", testbinDir, got, err)
+	}
+	named := filepath.Join(t.TempDir(), "kcm")
+	if err := os.WriteFile(named, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(KubeControllerManagerEnv, named)
+	if got, err := KubeControllerManager(testbinDir); err != nil || got != named {
+		t.Errorf("KubeControllerManager with $%s set = %q, %v; want %s", KubeControllerManagerEnv, got, err, named)
+	}
+}
+
 // The lookups read what the scripts write: a change of the cache's place, of a build step's stamp
 // or of a binary's path in a script must change them too.
 func TestTheLookupsMatchTheScripts(t *testing.T) {
@@ -133,6 +167,10 @@ func TestTheLookupsMatchTheScripts(t *testing.T) {
 		{"flux-cli.sh", fluxCLICache, []string{
 			`CACHE="${TIDEGATE_FLUX_CLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-cli}"`, `DIR="$CACHE/$KEY"`,
 			`mv -f "$DIR/bin/flux.tmp" "$DIR/bin/flux"`, `touch "$DIR/.done-flux"`,
+		}},
+		{"kube-controller-manager.sh", kubeControllerManagerCache, []string{
+			`CACHE="${TIDEGATE_KUBE_CONTROLLER_MANAGER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/kube-controller-manager}"`, `DIR="$CACHE/$KEY"`,
+			`mv -f "$DIR/bin/kube-controller-manager.tmp" "$DIR/bin/kube-controller-manager"`, `touch "$DIR/.done-kube-controller-manager"`,
 		}},
 	} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "hack", tc.script))

@@ -76,6 +76,52 @@ func TestDeployManifestsBuild(t *testing.T) {
 	}
 }
 
+// The CRDs install apart from the controller: config/crd holds only them, config/controller none of
+// them (so `kubectl delete -k config/controller` never deletes a CRD, and with it every rollout,
+// cluster and receipt), and config/default is exactly the two. The CRDs tell Flux's
+// kustomize-controller never to prune them, for an install through a Flux Kustomization.
+func TestDeployCRDsApartFromTheController(t *testing.T) {
+	crds, err := buildConfig("crd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller, err := buildConfig("controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, o := range crds {
+		parts = append(parts, describe(o))
+		if o.GetKind() != "CustomResourceDefinition" {
+			t.Errorf("config/crd builds %s: it must hold only CRDs", describe(o))
+		}
+		if v := o.GetAnnotations()["kustomize.toolkit.fluxcd.io/prune"]; v != "disabled" {
+			t.Errorf("%s: annotation kustomize.toolkit.fluxcd.io/prune is %q, want disabled", describe(o), v)
+		}
+		if v := o.GetLabels()[nameLabel]; v != "tidegate" {
+			t.Errorf("%s: label %s is %q, want tidegate", describe(o), nameLabel, v)
+		}
+	}
+	if len(crds) != 3 {
+		t.Errorf("config/crd builds %d objects, want the 3 CRDs", len(crds))
+	}
+	for _, o := range controller {
+		parts = append(parts, describe(o))
+		if o.GetKind() == "CustomResourceDefinition" {
+			t.Errorf("config/controller builds %s: uninstalling the controller would delete every object of that kind", describe(o))
+		}
+	}
+	var whole []string
+	for _, o := range mustBuild(t) {
+		whole = append(whole, describe(o))
+	}
+	sort.Strings(parts)
+	sort.Strings(whole)
+	if !slices.Equal(parts, whole) {
+		t.Errorf("config/crd and config/controller build%s\nconfig/default builds%s", joinLines(parts), joinLines(whole))
+	}
+}
+
 // checkRBACShape checks that the roles grant nothing by wildcard and nothing that lets the controller
 // grant itself more, and that the bindings bind exactly the controller's roles to its ServiceAccount.
 func checkRBACShape(t *testing.T, objs []*unstructured.Unstructured) {

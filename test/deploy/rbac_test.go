@@ -41,14 +41,17 @@ func (a access) String() string {
 // OCIRepositories go through the manager's informer cache (list and watch, never get); the
 // FleetRollout itself and kubeconfig Secrets are read from the API server (get), a Secret only when
 // the resourceVersion a metadata-only informer of Secrets (list and watch) keeps has changed. Writes:
-// FleetRollout and FleetCluster status through Flux's patch helper (status patches only: neither
-// controller changes metadata or spec), receipts and pinned sources by create and, when pruned,
-// delete; Kustomizations by server-side apply (patch, and create when the apply creates one).
+// FleetRollout and FleetCluster status through Flux's patch helper (status patches; neither
+// controller changes a spec, and only the FleetRollout's finalizer is patched in its metadata),
+// receipts and pinned sources by create and, when pruned, delete; Kustomizations by server-side
+// apply (patch, and create when the apply creates one), a merge patch of spec.deletionPolicy and a
+// delete when their rollout is deleted.
 // The RBAC test asserts each is allowed, and that the roles grant nothing this table does not list.
 var allowed = []access{
 	{"tidegate.dev", "fleetrollouts", "", "get", fleetNS, "the engine reads its rollout uncached (APIReader) before acting on its status"},
 	{"tidegate.dev", "fleetrollouts", "", "list", "", "informer: the FleetRollout controller, the source index, FleetCluster → rollouts"},
 	{"tidegate.dev", "fleetrollouts", "", "watch", "", "informer"},
+	{"tidegate.dev", "fleetrollouts", "", "patch", fleetNS, "finalize.go: the finalizer is added, and removed once the deletion policy was carried out (metadata.finalizers only)"},
 	{"tidegate.dev", "fleetrollouts", "status", "patch", fleetNS, "finalizeStatus: the status patch of each reconcile"},
 	{"tidegate.dev", "fleetrollouts", "finalizers", "update", fleetNS, "pinned sources and Kustomizations name their FleetRollout as controller with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)"},
 	{"tidegate.dev", "fleetclusters", "", "list", "", "informer: the FleetCluster controller, each rollout's inventory"},
@@ -62,6 +65,7 @@ var allowed = []access{
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "watch", "", "informer"},
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "patch", fleetNS, "applyKustomization: server-side apply"},
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "create", fleetNS, "a server-side apply that creates the Kustomization"},
+	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "delete", fleetNS, "finalize.go: a rollout deleted with deletionPolicy Delete deletes its Kustomizations and waits for Flux to prune"},
 	{"source.toolkit.fluxcd.io", "gitrepositories", "", "list", "", "informer: tracked, pinned and policy sources"},
 	{"source.toolkit.fluxcd.io", "gitrepositories", "", "watch", "", "informer"},
 	{"source.toolkit.fluxcd.io", "gitrepositories", "", "create", fleetNS, "ensurePinnedSource"},
@@ -109,8 +113,7 @@ var denied = []access{
 	{"apiextensions.k8s.io", "customresourcedefinitions", "", "update", "", "CRDs are installed with the manifests"},
 	{"apiextensions.k8s.io", "customresourcedefinitions", "", "delete", "", "CRDs are installed with the manifests"},
 	{"tidegate.dev", "fleetrollouts", "", "create", fleetNS, "rollouts are the users'"},
-	{"tidegate.dev", "fleetrollouts", "", "update", fleetNS, "the controller never writes a rollout's spec or metadata"},
-	{"tidegate.dev", "fleetrollouts", "", "patch", fleetNS, "the controller never writes a rollout's spec or metadata"},
+	{"tidegate.dev", "fleetrollouts", "", "update", fleetNS, "the controller never writes a rollout's spec; its finalizer is patched"},
 	{"tidegate.dev", "fleetrollouts", "", "delete", fleetNS, "rollouts are the users'"},
 	{"tidegate.dev", "fleetrollouts", "status", "update", fleetNS, "status is patched, never updated"},
 	{"tidegate.dev", "fleetclusters", "", "create", fleetNS, "clusters are the users'"},
@@ -121,7 +124,6 @@ var denied = []access{
 	{"tidegate.dev", "gatereceipts", "", "update", fleetNS, "receipts are immutable"},
 	{"tidegate.dev", "gatereceipts", "", "patch", fleetNS, "receipts are immutable"},
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "update", fleetNS, "Kustomizations are written by server-side apply only"},
-	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "delete", fleetNS, "Kustomizations go with their rollout (garbage collection)"},
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "status", "patch", fleetNS, "a Kustomization's status is kustomize-controller's"},
 	{"source.toolkit.fluxcd.io", "gitrepositories", "", "update", fleetNS, "pinned sources are created once, never changed"},
 	{"source.toolkit.fluxcd.io", "gitrepositories", "", "patch", fleetNS, "pinned sources are created once, never changed"},

@@ -136,8 +136,11 @@ func (w *warningCollector) count() int {
 
 // buildManifests builds config/default with kustomize's krusty, as `kubectl apply -k` does, and
 // returns its objects in kustomize's output order (Namespace and CRDs first).
-func buildManifests() ([]*unstructured.Unstructured, error) {
-	dir := filepath.Join(testenv.RepoRoot(), "config", "default")
+func buildManifests() ([]*unstructured.Unstructured, error) { return buildConfig("default") }
+
+// buildConfig builds the kustomization config/<name> as buildManifests builds config/default.
+func buildConfig(name string) ([]*unstructured.Unstructured, error) {
+	dir := filepath.Join(testenv.RepoRoot(), "config", name)
 	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
