@@ -30,10 +30,12 @@ func (f *Fleet) startGarbageCollector(bin string) error {
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return err
 	}
-	ports, err := freePorts(1)
+	reserved, err := reserve(1)
 	if err != nil {
 		return err
 	}
+	f.reserved = append(f.reserved, reserved)
+	ports := reserved.ports
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
@@ -49,7 +51,7 @@ func (f *Fleet) startGarbageCollector(bin string) error {
 	}
 	name := "kube-controller-manager"
 	logPath := filepath.Join(f.logDir(), "hub-"+name+".log")
-	f.logFiles = append(f.logFiles, logPath)
+	f.addLogFile(logPath)
 	proc, err := startProcess(name, logPath, nil, bin, args...)
 	if err != nil {
 		return err
