@@ -81,9 +81,9 @@ func TestTheEvidenceRendersWhatTheKustomizationBuilds(t *testing.T) {
 	if !reflect.DeepEqual(got.PostBuild, fr.PostBuild(fc)) {
 		t.Errorf("postBuild %+v, the evidence substitutes %+v", got.PostBuild, fr.PostBuild(fc))
 	}
-	// What does not change the build: scheduling, applying, health, where it is applied.
+	// What does not change the build: scheduling, applying, health, where it is applied, deletion.
 	got.Interval, got.RetryInterval, got.Timeout = metav1.Duration{}, nil, nil
-	got.Prune, got.Wait, got.Force = false, false, false
+	got.Prune, got.Wait, got.Force, got.DeletionPolicy = false, false, false, ""
 	got.HealthChecks, got.SourceRef, got.KubeConfig, got.PostBuild = nil, kustomizev1.CrossNamespaceSourceReference{}, nil, nil
 	if want := fr.BuildSpec(); !reflect.DeepEqual(got, want) {
 		t.Errorf("the Kustomization builds with\n%+v\nthe evidence renders with\n%+v", got, want)
