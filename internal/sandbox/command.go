@@ -60,7 +60,7 @@ the members' kubelets (they have no nodes). The demo fleet is three repositories
 platform-policies) that Flux applies: the rollout podinfo takes the package to the members in three
 waves, and the fleet changes by commits.
 
-It needs the binaries ` + "`make testbin`" + ` builds (about 20 minutes the first time), and finds them
+It needs the binaries ` + "`make testbin`" + ` builds (about 30 minutes the first time), and finds them
 in the directory --testbin names, else in $TIDEGATE_TESTBIN, else in the newest complete build in
 the cache of ` + "`make testbin`" + ` (~/.cache/tidegate/testbin, or $TIDEGATE_TESTBIN_CACHE), so a
 tidegate binary runs it from anywhere.`

@@ -66,7 +66,7 @@ func binaries() []string {
 	return paths
 }
 
-const buildHint = "run `make testbin` in a tidegate checkout (about 20 minutes the first time)"
+const buildHint = "run `make testbin` in a tidegate checkout (about 30 minutes the first time)"
 
 // Dir returns the testbin directory: dir when it is not empty (`tidegate sandbox up --testbin`),
 // else $TIDEGATE_TESTBIN, else the complete build that finished last in hack/testbin.sh's cache,
