@@ -43,7 +43,6 @@ const (
 	SourceNotFoundReason      = "SourceNotFound"
 	ArtifactUnavailableReason = "ArtifactUnavailable"
 	NoClustersSelectedReason  = "NoClustersSelected"
-	InvalidWaveReason         = "InvalidWave"
 	GateFailedReason          = "GateFailed"
 	GatePassedReason          = "GatePassed"
 	RollingBackReason         = "RollingBack"
