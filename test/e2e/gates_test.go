@@ -593,8 +593,11 @@ func TestE2ERehearsal(t *testing.T) {
 	var ev tgcue.RollbackSucceedsEvidence
 	evidenceOf(t, rc, &ev)
 	if r := ev.Rehearsal; r == nil || !r.Required || !r.Done || r.Rollback == nil || r.Forward == nil ||
-		!r.Rollback.OK || !r.Forward.OK || r.Rollback.Seconds <= 0 || r.Forward.Seconds <= 0 {
-		t.Fatalf("rehearsal evidence = %+v", ev.Rehearsal)
+		!r.Rollback.OK || !r.Forward.OK || r.Rollback.Seconds < 0 || r.Forward.Seconds < 0 {
+		// A leg's seconds come from status times kept to the second: a leg Flux finishes within the
+		// second it started takes 0 s.
+		b, _ := json.Marshal(ev.Rehearsal)
+		t.Fatalf("rehearsal evidence = %s", b)
 	}
 	// The canary's Kustomization really went back and forth: created at v1, then v2, v1, v2.
 	var ks kustomizev1.Kustomization
