@@ -109,7 +109,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		if err != nil {
 			return nil, err
 		}
-		if err := WriteReceipt(ctx, r.Client, fr, rc); err != nil {
+		if err := WriteReceipt(ctx, r.Client, rc); err != nil {
 			return nil, err
 		}
 		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: ev.Evidence})

@@ -79,7 +79,7 @@ const ReceiptDigestAnnotation = v1alpha1.ContentDigestAnnotation
 // (labelled tidegate.dev/rollout; deleting them is the user's explicit act). A receipt that already
 // exists with the same name is the same decision: its parts are written again, since a write may
 // have stopped between the receipt and its parts.
-func WriteReceipt(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ro *ReceiptObjects) error {
+func WriteReceipt(ctx context.Context, c client.Client, ro *ReceiptObjects) error {
 	rc := ro.GateReceipt
 	err := c.Create(ctx, rc, client.FieldOwner(v1alpha1.FieldManager))
 	switch {

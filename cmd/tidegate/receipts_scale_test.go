@@ -86,7 +86,7 @@ func TestReceiptsAtFleetScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := controllers.WriteReceipt(ctx, k8s, fr, ro); err != nil {
+		if err := controllers.WriteReceipt(ctx, k8s, ro); err != nil {
 			t.Fatal(err)
 		}
 		return ro
