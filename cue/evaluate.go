@@ -27,6 +27,14 @@ type Decision struct {
 	// Pass is true when the evidence satisfies the gate's evidence schema and the policy's
 	// constraints, concretely.
 	Pass bool `json:"pass"`
+	// Inconclusive is true when the gate did not pass, the evidence lists targets it could not
+	// observe (#Evidence.unobserved), and what was observed does not fail the gate: the same
+	// evidence without the unobserved targets passes, or the evidence misses something about no one
+	// target (an entry without a name: a fetch that failed). Observed disruption is a failure.
+	Inconclusive bool `json:"inconclusive,omitempty"`
+	// Unobserved names the targets the evidence could not observe when Inconclusive, sorted; "*"
+	// stands for evidence about no one target.
+	Unobserved []string `json:"unobserved,omitempty"`
 	// Reasons say why the gate failed: CUE errors with their paths ("noDisruption.clusters.3.
 	// minAvailableRatio: invalid value 0.5 (out of bound >=0.9) (clusters.3: member-4)"), sorted
 	// and de-duplicated. Empty when Pass is true.
@@ -63,7 +71,50 @@ func Evaluate(p *Policy, gate string, evidence any) (d Decision, err error) {
 		d.Reasons = []string{gate + ": no evidence was collected; a gate without evidence fails"}
 		return d, nil
 	}
+	if d, err = p.evaluate(gate, data); err != nil || d.Pass {
+		return d, err
+	}
+	return p.classify(gate, data, d)
+}
 
+// classify tells an inconclusive decision from a failed one: a failed gate whose evidence lists
+// unobserved targets is Inconclusive when the evidence without them passes (what was observed is
+// fine, the rest is not known), or when something about no one target could not be observed.
+func (p *Policy) classify(gate string, data []byte, d Decision) (Decision, error) {
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return d, nil
+	}
+	unobserved, names, whole := unobservedIn(doc)
+	if len(unobserved) == 0 {
+		return d, nil
+	}
+	inconclusive := whole
+	if !whole {
+		observed, err := json.Marshal(withoutTargets(doc, names))
+		if err != nil {
+			return d, nil
+		}
+		od, err := p.evaluate(gate, observed)
+		if err != nil {
+			return d, err
+		}
+		inconclusive = od.Pass
+	}
+	if !inconclusive {
+		return d, nil
+	}
+	d.Inconclusive = true
+	d.Unobserved = unobserved
+	d.Reasons = sortUnique(append(d.Reasons, unobservedReasons(gate, doc)...))
+	return d, nil
+}
+
+// evaluate decides gate on the evidence data, JSON.
+func (p *Policy) evaluate(gate string, data []byte) (d Decision, err error) {
+	d = Decision{Gate: gate, PolicyDigest: p.digest}
 	expr, err := cuejson.Extract(gate+".json", data)
 	if err != nil {
 		return d, fmt.Errorf("evaluating the %s gate: the evidence is not JSON: %w", gate, err)

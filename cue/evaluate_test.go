@@ -205,16 +205,17 @@ func wave(n, maxFailures int) NoDisruptionEvidence {
 			CollectedAt: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC),
 			Limits:      []string{"availability sampled every 5s; a shorter outage may be missed"},
 		},
-		Soak:           "2m0s",
-		SampleInterval: "5s",
-		MaxFailures:    maxFailures,
+		Soak:            "2m0s",
+		SampleInterval:  "5s",
+		MaxFailures:     maxFailures,
+		ExpectedSamples: 24,
 	}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("member-%04d", i)
 		ev.Targets = append(ev.Targets, name)
 		ev.Clusters = append(ev.Clusters, ClusterContinuity{
 			Name: name, Ready: true, Revision: ev.Candidate.Revision, MinAvailableRatio: 1,
-			Samples: 24, HealthChecks: HealthChecksPassed,
+			Samples: 24, ObservedSamples: 24, HealthChecks: HealthChecksPassed,
 		})
 	}
 	return ev
@@ -361,9 +362,9 @@ func TestSettingsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Settings{
-		Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: "Hold",
+		Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: "Hold", InconclusiveAfter: 10 * time.Minute,
 		Approvals:  ApprovalSettings{Waves: []string{}, Classes: []string{}},
-		Tolerances: Tolerances{MinAvailableRatio: 0.9, MaxUnavailableSeconds: 30, MaxRehearsalSeconds: 600},
+		Tolerances: Tolerances{MinAvailableRatio: 0.9, MaxUnavailableSeconds: 30, MaxRehearsalSeconds: 600, MinSampleCoverage: 0.8},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("settings %+v, want %+v", s, want)
@@ -494,5 +495,34 @@ func TestFleetPreflightBudget(t *testing.T) {
 	ev.Preflight.LaterWaves[1].Failed = []string{"member-0003"}
 	if d, err := Evaluate(DefaultPolicy(), GateDeploySafe, ev); err != nil || d.Pass {
 		t.Fatalf("a failed list the clusters do not support: %+v %v", d, err)
+	}
+}
+
+// TestInconclusiveOnlyWhenWhatWasObservedIsFine: a wave that fails only on a member it could not
+// observe is Inconclusive; observed disruption beside it is a Fail; a failure budget that covers
+// the member passes the wave, the member counted against it.
+func TestInconclusiveOnlyWhenWhatWasObservedIsFine(t *testing.T) {
+	unobserved := func(maxFailures int) NoDisruptionEvidence {
+		ev := wave(4, maxFailures)
+		ev.Clusters[3].ObservedSamples, ev.Clusters[3].FailedSamples = 0, 24
+		ev.Unobserved = []Unobserved{{Name: ev.Clusters[3].Name, Reason: "its last sample could not read any workload"}}
+		return ev
+	}
+	d, err := Evaluate(DefaultPolicy(), GateNoDisruption, unobserved(0))
+	if err != nil || d.Pass || !d.Inconclusive || !reflect.DeepEqual(d.Unobserved, []string{"member-0003"}) {
+		t.Fatalf("a wave failing only on an unobserved member: %+v %v, want Inconclusive naming member-0003", d, err)
+	}
+	ev := unobserved(0)
+	ev.Clusters[1].MinAvailableRatio = 0.5
+	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || d.Pass || d.Inconclusive {
+		t.Fatalf("observed disruption beside an unobserved member: %+v %v, want Fail", d, err)
+	}
+	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, unobserved(1)); err != nil || !d.Pass {
+		t.Fatalf("an unobserved member within the failure budget: %+v %v, want Pass", d, err)
+	}
+	ev = unobserved(1)
+	ev.Clusters[1].MinAvailableRatio = 0.5
+	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || d.Pass || !d.Inconclusive {
+		t.Fatalf("one disrupted and one unobserved member over a budget of one: %+v %v, want Inconclusive (the unobserved one may be fine)", d, err)
 	}
 }

@@ -23,6 +23,9 @@ type Evidence struct {
 	CollectedAt time.Time `json:"collectedAt"`
 	// Limits say what the evidence does not establish.
 	Limits []string `json:"limits,omitempty"`
+	// Unobserved are the targets whose evidence could not be collected in full (Evaluate then
+	// tells Inconclusive from Fail), and evidence about no one target that could not be.
+	Unobserved []Unobserved `json:"unobserved,omitempty"`
 }
 
 // Revision is a revision with its artifact digest (#Revision).
@@ -155,11 +158,13 @@ type ClusterPreflight struct {
 // (time.Duration.String()).
 type NoDisruptionEvidence struct {
 	Evidence
-	Soak           string              `json:"soak"`
-	SampleInterval string              `json:"sampleInterval"`
-	MaxFailures    int                 `json:"maxFailures"`
-	HeldBack       []HeldBack          `json:"heldBack,omitempty"`
-	Clusters       []ClusterContinuity `json:"clusters,omitempty"`
+	Soak           string `json:"soak"`
+	SampleInterval string `json:"sampleInterval"`
+	MaxFailures    int    `json:"maxFailures"`
+	// ExpectedSamples is soak / sampleInterval, at least 1.
+	ExpectedSamples int                 `json:"expectedSamples"`
+	HeldBack        []HeldBack          `json:"heldBack,omitempty"`
+	Clusters        []ClusterContinuity `json:"clusters,omitempty"`
 }
 
 // HeldBack is #HeldBack: a member the wave did not switch, because its preflight failed.
@@ -187,6 +192,7 @@ type ClusterContinuity struct {
 	UnavailableSeconds float64 `json:"unavailableSeconds"`
 	Samples            int     `json:"samples"`
 	FailedSamples      int     `json:"failedSamples"`
+	ObservedSamples    int     `json:"observedSamples"`
 	HealthChecks       string  `json:"healthChecks"`
 	// Transient is what kustomize-controller was doing, when it was between two outcomes.
 	Transient string `json:"transient,omitempty"`

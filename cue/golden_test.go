@@ -175,10 +175,16 @@ func formatDecision(d Decision, err error) []byte {
 		return b.Bytes()
 	}
 	result := "Fail"
-	if d.Pass {
+	switch {
+	case d.Pass:
 		result = "Pass"
+	case d.Inconclusive:
+		result = "Inconclusive"
 	}
 	fmt.Fprintf(&b, "gate: %s\nresult: %s\n", d.Gate, result)
+	if len(d.Unobserved) > 0 {
+		fmt.Fprintf(&b, "unobserved: %s\n", strings.Join(d.Unobserved, ", "))
+	}
 	if len(d.Reasons) > 0 {
 		b.WriteString("reasons:\n")
 		for _, r := range d.Reasons {

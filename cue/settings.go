@@ -3,6 +3,7 @@ package cue
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"cuelang.org/go/cue"
@@ -20,6 +21,8 @@ type Settings struct {
 	OnFail string `json:"onFail"`
 	// Rehearsal asks for a rollback rehearsal after the first wave.
 	Rehearsal bool `json:"rehearsal"`
+	// InconclusiveAfter is how long a gate may stay Inconclusive before it is decided Fail.
+	InconclusiveAfter time.Duration `json:"inconclusiveAfter"`
 	// Approvals says which waves wait for an approval of the candidate revision.
 	Approvals ApprovalSettings `json:"approvals"`
 	// Tolerances are the numbers the policy's gate constraints refer to.
@@ -41,9 +44,10 @@ func (s Settings) MarshalJSON() ([]byte, error) {
 		SampleInterval string           `json:"sampleInterval"`
 		OnFail         string           `json:"onFail"`
 		Rehearsal      bool             `json:"rehearsal"`
+		Inconclusive   string           `json:"inconclusiveAfter"`
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
-	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.Approvals, s.Tolerances})
+	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.Approvals, s.Tolerances})
 }
 
 // NeedsApproval reports whether a wave of a rollout of the given class waits for an approval.
@@ -66,6 +70,7 @@ type Tolerances struct {
 	MinAvailableRatio     float64 `json:"minAvailableRatio"`
 	MaxUnavailableSeconds float64 `json:"maxUnavailableSeconds"`
 	MaxRehearsalSeconds   float64 `json:"maxRehearsalSeconds"`
+	MinSampleCoverage     float64 `json:"minSampleCoverage"`
 }
 
 // Settings reads the policy's settings, with #Settings' defaults for what it leaves out. It
@@ -86,6 +91,7 @@ func (p *Policy) Settings() (s Settings, err error) {
 		SampleInterval string           `json:"sampleInterval"`
 		OnFail         string           `json:"onFail"`
 		Rehearsal      bool             `json:"rehearsal"`
+		Inconclusive   string           `json:"inconclusiveAfter"`
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
 	}
@@ -99,6 +105,9 @@ func (p *Policy) Settings() (s Settings, err error) {
 	if s.SampleInterval, err = time.ParseDuration(raw.SampleInterval); err != nil {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.sampleInterval: %v", err)}}
 	}
+	if s.InconclusiveAfter, err = time.ParseDuration(raw.Inconclusive); err != nil {
+		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.inconclusiveAfter: %v", err)}}
+	}
 	return s, nil
 }
 
@@ -106,4 +115,23 @@ func (p *Policy) Settings() (s Settings, err error) {
 // defaults apply wherever a gate refers to a setting.
 func withSettings(root cue.Value) cue.Value {
 	return root.FillPath(cue.MakePath(cue.Str(settingsField)), root.LookupPath(cue.MakePath(cue.Def(settingsDef))))
+}
+
+// ExpectedSamples is how many samples a soak takes at interval: soak / interval, at least 1.
+func ExpectedSamples(soak, interval time.Duration) int {
+	if interval <= 0 {
+		return 1
+	}
+	return max(1, int(soak/interval))
+}
+
+// RequiredSamples is how many samples that read every workload a cluster needs over a soak to be
+// observed enough to judge: minSampleCoverage of ExpectedSamples, rounded up, at least 1. The
+// built-in policy requires the same.
+func (s Settings) RequiredSamples(soak time.Duration) int {
+	cov := s.Tolerances.MinSampleCoverage
+	if cov <= 0 || cov > 1 {
+		cov = 1
+	}
+	return max(1, int(math.Ceil(float64(ExpectedSamples(soak, s.SampleInterval))*cov-1e-9)))
 }

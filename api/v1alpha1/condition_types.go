@@ -45,6 +45,7 @@ const (
 	NoClustersSelectedReason  = "NoClustersSelected"
 	GateFailedReason          = "GateFailed"
 	GatePassedReason          = "GatePassed"
+	GateInconclusiveReason    = "GateInconclusive"
 	RollingBackReason         = "RollingBack"
 	RolledBackReason          = "RolledBack"
 	AwaitingApprovalReason    = "AwaitingApproval"

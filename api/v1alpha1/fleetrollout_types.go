@@ -337,6 +337,9 @@ const (
 	WaitingForApproval     = "Approval"
 	WaitingForGates        = "PreWaveGates"
 	WaitingForGateBlocked  = "GateBlocked"
+	// WaitingForInconclusive: a gate could not be decided on the evidence collected so far; it is
+	// decided again every sample interval until the policy's settings.inconclusiveAfter.
+	WaitingForInconclusive = "Inconclusive"
 	WaitingForMembers      = "MembersReady"
 	WaitingForSoak         = "Soak"
 	WaitingForSettle       = "Settle"
@@ -591,9 +594,21 @@ type GateOutcome struct {
 	// +required
 	Gate string `json:"gate"`
 
-	// result: Pass or Fail.
+	// result: Pass, Fail or Inconclusive.
 	// +required
 	Result string `json:"result"`
+
+	// inconclusiveSince is when the gate was first decided Inconclusive on this wave, in a run of
+	// Inconclusive decisions; the policy's settings.inconclusiveAfter counts from it.
+	// +optional
+	InconclusiveSince *metav1.Time `json:"inconclusiveSince,omitempty"`
+
+	// unobserved names, for an Inconclusive result, the targets whose evidence could not be
+	// collected (at most 20, then "and N more"); "*" stands for evidence about no one cluster (a
+	// fetch that failed).
+	// +optional
+	// +kubebuilder:validation:MaxItems=21
+	Unobserved []string `json:"unobserved,omitempty"`
 
 	// receipt is the name of the GateReceipt.
 	// +optional

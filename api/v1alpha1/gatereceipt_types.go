@@ -23,6 +23,11 @@ var Gates = []string{GateDeploySafe, GateRollbackSafe, GateRollbackSucceeds, Gat
 const (
 	ResultPass = "Pass"
 	ResultFail = "Fail"
+	// ResultInconclusive: the evidence could not be collected in full (a member unreachable or
+	// timing out, too few samples, a fetch that failed), and what was observed does not fail the
+	// gate. It never advances a wave and never starts a rollback: the gate is decided again as the
+	// evidence comes in, until the policy's settings.inconclusiveAfter turns it into a Fail.
+	ResultInconclusive = "Inconclusive"
 )
 
 // Labels and annotations of receipts and of the ConfigMaps holding their evidence's parts.
@@ -114,9 +119,10 @@ type GateReceiptSpec struct {
 	// +required
 	EvidenceDigest string `json:"evidenceDigest"`
 
-	// result: Pass or Fail.
+	// result: Pass, Fail, or Inconclusive (evidence could not be collected in full, and what was
+	// observed does not fail the gate).
 	// +required
-	// +kubebuilder:validation:Enum=Pass;Fail
+	// +kubebuilder:validation:Enum=Pass;Fail;Inconclusive
 	Result string `json:"result"`
 
 	// reasons for the result, sorted and de-duplicated, with CUE paths where the policy gave them.

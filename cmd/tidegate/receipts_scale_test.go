@@ -27,12 +27,13 @@ func wideNoDisruption(n int) (tgcue.NoDisruptionEvidence, []string) {
 	ev := tgcue.NoDisruptionEvidence{
 		Evidence: tgcue.Evidence{Rollout: "scale/web", Wave: "rest", Candidate: tgcue.Revision{Revision: cand.Revision, Digest: cand.Digest},
 			CollectedAt: at(9, 0).Time, Limits: []string{"workload availability sampled every 5s; an outage shorter than the sample interval may be missed"}},
-		Soak: "10m0s", SampleInterval: "5s",
+		Soak: "10m0s", SampleInterval: "5s", ExpectedSamples: 120,
 	}
 	for i := range n {
 		name := fmt.Sprintf("%s-%05d", regions[i%len(regions)], i)
 		ev.Targets = append(ev.Targets, name)
 		c := tgcue.ClusterContinuity{Name: name, Ready: true, Revision: cand.Revision, MinAvailableRatio: 1, Samples: 118 + r.Intn(4), HealthChecks: tgcue.HealthChecksPassed}
+		c.ObservedSamples = c.Samples
 		if r.Intn(20) == 0 {
 			c.MinAvailableRatio, c.UnavailableSeconds = float64(9+r.Intn(3))/12, float64(r.Intn(30000))/1000
 		}
