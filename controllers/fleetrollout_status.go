@@ -129,6 +129,12 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 			conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
 			return
 		}
+		if st.WaitingFor != nil && st.WaitingFor.Reason == v1alpha1.WaitingForInconclusive && st.Phase == v1alpha1.PhaseProgressing {
+			// Evidence could not be collected in full: not Ready, waiting for it, nothing torn down.
+			conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.GateInconclusiveReason, "%s", capMessage(waiting))
+			conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
+			return
+		}
 		if waiting == "" {
 			waiting = "rolling out"
 			if st.Candidate != nil {
@@ -230,8 +236,11 @@ func setLateJoiners(fr *v1alpha1.FleetRollout, p fleets.WavePlan) {
 }
 
 func metav1ConditionFor(result string) (metav1.ConditionStatus, string) {
-	if result == v1alpha1.ResultPass {
+	switch result {
+	case v1alpha1.ResultPass:
 		return metav1.ConditionTrue, v1alpha1.GatePassedReason
+	case v1alpha1.ResultInconclusive:
+		return metav1.ConditionUnknown, v1alpha1.GateInconclusiveReason
 	}
 	return metav1.ConditionFalse, v1alpha1.GateFailedReason
 }

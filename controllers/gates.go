@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,8 +27,11 @@ type GateRequest struct {
 
 // GateDecision is a gate's outcome with what it was based on.
 type GateDecision struct {
-	// Result is v1alpha1.ResultPass or v1alpha1.ResultFail.
+	// Result is v1alpha1.ResultPass, ResultFail or ResultInconclusive.
 	Result string
+	// Unobserved names, when Inconclusive, the targets whose evidence could not be collected
+	// (tgcue.WholeGate for evidence about no one target).
+	Unobserved []string
 	// Reasons explain the result; sorted and de-duplicated by the engine.
 	Reasons []string
 	// Limits say what the evidence does not establish.
@@ -53,8 +58,11 @@ func (CUEGates) Evaluate(_ context.Context, req GateRequest) (GateDecision, erro
 		return GateDecision{}, err
 	}
 	out := GateDecision{Result: v1alpha1.ResultFail, Reasons: d.Reasons, Limits: d.Limits, Evidence: req.Evidence, PolicyDigest: d.PolicyDigest}
-	if d.Pass {
+	switch {
+	case d.Pass:
 		out.Result = v1alpha1.ResultPass
+	case d.Inconclusive:
+		out.Result, out.Unobserved = v1alpha1.ResultInconclusive, d.Unobserved
 	}
 	return out, nil
 }
@@ -76,9 +84,12 @@ func waveName(w *v1alpha1.WaveStatus) string {
 }
 
 // decide collects the evidence of each gate for wave i, decides it with the policy and writes its
-// receipt. Evidence that could not be collected, and an evaluation that failed, fail the gate:
-// gates fail closed. A policy that cannot decide returns a *tgcue.PolicyError (wrapped) and
-// nothing is decided.
+// receipt. Evidence that could not be collected makes the gate Inconclusive, and an evaluation that
+// failed fails it: gates fail closed, and never pass on what they did not see. An Inconclusive gate
+// that has been so for the policy's settings.inconclusiveAfter is decided Fail. An Inconclusive
+// decision about the same unobserved targets as the one before it is the same decision: it keeps
+// that receipt rather than writing one per sample interval. A policy that cannot decide returns a
+// *tgcue.PolicyError (wrapped) and nothing is decided.
 func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gates []string) ([]decidedGate, error) {
 	fr := p.Rollout
 	wv := &fr.Status.Waves[i]
@@ -92,7 +103,8 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		ev, err := r.Evidence.Collect(ctx, p.world, gate, i)
 		var d GateDecision
 		if err != nil {
-			d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": collecting the evidence failed: " + err.Error()},
+			d = GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{tgcue.WholeGate},
+				Reasons:  []string{gate + ": inconclusive: collecting the evidence failed: " + err.Error()},
 				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
 		} else {
 			d, err = safeEvaluate(ctx, evaluator, GateRequest{Gate: gate, Rollout: fr, Wave: wv, Policy: pol.Policy, Evidence: ev.Evidence})
@@ -104,6 +116,14 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 				d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": evaluation failed: " + err.Error()},
 					Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
 			}
+		}
+		prev := gateOutcome(wv, gate)
+		d = inconclusiveUntil(d, prev, p.Settings.InconclusiveAfter, p.Now)
+		if d.Result == v1alpha1.ResultInconclusive && prev != nil && prev.Result == v1alpha1.ResultInconclusive &&
+			prev.Receipt != "" && slices.Equal(prev.Unobserved, capUnobserved(d.Unobserved)) {
+			// Still inconclusive about the same targets: the decision recorded stands.
+			decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: prev.Receipt, Evidence: ev.Evidence})
+			continue
 		}
 		rc, err := BuildReceipt(fr, wv, wv.Clusters, gate, d, ev.Approvals, metav1.NewTime(p.Now))
 		if err != nil {
@@ -121,6 +141,33 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		r.event(fr, eventType, reason, "%s %s for wave %s of %s: %s", gate, d.Result, wv.Name, fr.Status.Candidate.Revision, summarize(d))
 	}
 	return decided, nil
+}
+
+// inconclusiveUntil turns an Inconclusive decision into a Fail once the gate has been Inconclusive
+// (prev, its latest recorded outcome on the wave) for longer than after.
+func inconclusiveUntil(d GateDecision, prev *v1alpha1.GateOutcome, after time.Duration, now time.Time) GateDecision {
+	if d.Result != v1alpha1.ResultInconclusive || prev == nil || prev.Result != v1alpha1.ResultInconclusive || prev.InconclusiveSince == nil {
+		return d
+	}
+	if after <= 0 || now.Sub(prev.InconclusiveSince.Time) < after {
+		return d
+	}
+	d.Result = v1alpha1.ResultFail
+	d.Reasons = append([]string{fmt.Sprintf("inconclusive since %s, longer than the policy's settings.inconclusiveAfter of %s: what could not be observed fails the gate",
+		prev.InconclusiveSince.UTC().Format(time.RFC3339), after)}, d.Reasons...)
+	return d
+}
+
+// maxUnobserved bounds GateOutcome.unobserved; the receipt names them all.
+const maxUnobserved = 20
+
+// capUnobserved is the unobserved targets as status keeps them: the first maxUnobserved, then how
+// many more.
+func capUnobserved(names []string) []string {
+	if len(names) <= maxUnobserved {
+		return names
+	}
+	return append(slices.Clone(names[:maxUnobserved]), fmt.Sprintf("and %d more", len(names)-maxUnobserved))
 }
 
 // safeEvaluate runs an evaluator and turns a panic into an error, so a broken evaluator fails the gate

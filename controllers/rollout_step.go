@@ -281,6 +281,9 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 				"wave %s: %d/%d clusters Ready at %s", wv.Name, healthy, total, cand.Revision)
 		}
 	}
+	if res.GateWave == i && awaitEvidence(fr, w, wv, v1alpha1.GateNoDisruption, &res) {
+		res.GateWave = -1
+	}
 	return res
 }
 
@@ -295,15 +298,28 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 	if i == 0 {
 		gates = []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds}
 	}
-	var undecided, failed []string
+	var undecided, failed, inconclusive []string
 	var recheck time.Duration
-	var decided *metav1.Time
+	var decided, since *metav1.Time
 	for _, g := range gates {
 		o := gateOutcome(wv, g)
 		switch {
 		case o == nil || o.DecidedAt == nil || o.ObservedGeneration != fr.Generation:
 			undecided = append(undecided, g)
 		case o.Result == v1alpha1.ResultPass:
+		case o.Result == v1alpha1.ResultInconclusive:
+			// Decided again every sample interval, as the evidence comes in.
+			inconclusive = append(inconclusive, fmt.Sprintf("%s (receipt %s; not observed: %s)", g, o.Receipt, strings.Join(o.Unobserved, ", ")))
+			if since == nil || (o.InconclusiveSince != nil && o.InconclusiveSince.Before(since)) {
+				since = o.InconclusiveSince
+			}
+			if left := w.Settings.SampleInterval - w.Now.Sub(o.DecidedAt.Time); left > 0 {
+				if recheck == 0 || left < recheck {
+					recheck = left
+				}
+			} else {
+				undecided = append(undecided, g)
+			}
 		default:
 			failed = append(failed, fmt.Sprintf("%s (receipt %s)", g, o.Receipt))
 			if decided == nil || o.DecidedAt.Before(decided) {
@@ -329,12 +345,44 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 			"wave %s is blocked before it starts by %s; nothing of it is applied; decided again at %s or when the spec changes",
 			wv.Name, strings.Join(failed, ", "), again.Format(time.RFC3339))
 		res.RequeueAfter = recheck
+	case len(inconclusive) > 0:
+		res.waitFor(v1alpha1.WaitingForInconclusive, wv.Name, since, inconclusiveDeadline(since, w.Settings.InconclusiveAfter),
+			"wave %s waits before it starts: %s inconclusive; nothing of it is applied; decided again every %s until the evidence is in, failed after %s",
+			wv.Name, strings.Join(inconclusive, ", "), w.Settings.SampleInterval, w.Settings.InconclusiveAfter)
+		res.RequeueAfter = recheck
 	default:
 		wv.Phase = v1alpha1.WaveProgressing
 		wv.StartedAt = &now
 		res.Next = true
 	}
 	return res
+}
+
+// inconclusiveDeadline is when a run of Inconclusive decisions since `since` turns into a Fail.
+func inconclusiveDeadline(since *metav1.Time, after time.Duration) *metav1.Time {
+	if since == nil || after <= 0 {
+		return nil
+	}
+	return &metav1.Time{Time: since.Add(after)}
+}
+
+// awaitEvidence keeps a wave whose post-wave gate was Inconclusive from being decided again before
+// a sample interval has passed since that decision: it says so and when. It returns false when the
+// gate is due (or was not Inconclusive).
+func awaitEvidence(fr *v1alpha1.FleetRollout, w *world, wv *v1alpha1.WaveStatus, gate string, res *stepResult) bool {
+	o := gateOutcome(wv, gate)
+	if o == nil || o.Result != v1alpha1.ResultInconclusive || o.DecidedAt == nil || o.ObservedGeneration != fr.Generation {
+		return false
+	}
+	left := w.Settings.SampleInterval - w.Now.Sub(o.DecidedAt.Time)
+	if left <= 0 {
+		return false
+	}
+	res.RequeueAfter = left
+	res.waitFor(v1alpha1.WaitingForInconclusive, wv.Name, o.InconclusiveSince, inconclusiveDeadline(o.InconclusiveSince, w.Settings.InconclusiveAfter),
+		"wave %s: %s inconclusive (receipt %s; not observed: %s); decided again every %s until the evidence is in, failed after %s",
+		wv.Name, gate, o.Receipt, strings.Join(o.Unobserved, ", "), w.Settings.SampleInterval, w.Settings.InconclusiveAfter)
+	return true
 }
 
 // gateOutcome returns the wave's latest outcome of gate, or nil.
@@ -351,7 +399,15 @@ func gateOutcome(wv *v1alpha1.WaveStatus, gate string) *v1alpha1.GateOutcome {
 func recordGate(fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus, gate string, d GateDecision, receipt string, now time.Time) {
 	t := metav1.NewTime(now)
 	o := v1alpha1.GateOutcome{Gate: gate, Result: d.Result, Receipt: receipt, DecidedAt: &t, ObservedGeneration: fr.Generation}
-	if prev := gateOutcome(wv, gate); prev != nil {
+	prev := gateOutcome(wv, gate)
+	if d.Result == v1alpha1.ResultInconclusive {
+		o.Unobserved = capUnobserved(d.Unobserved)
+		o.InconclusiveSince = &t
+		if prev != nil && prev.Result == v1alpha1.ResultInconclusive && prev.InconclusiveSince != nil {
+			o.InconclusiveSince = prev.InconclusiveSince
+		}
+	}
+	if prev != nil {
 		*prev = o
 		return
 	}
@@ -379,6 +435,10 @@ func advance(w *world, res stepResult, decided []decidedGate) stepResult {
 			res = preWaveGates(fr, w, i, metav1.NewTime(w.Now), res)
 		case v1alpha1.WaveSucceeded, v1alpha1.WaveFailed:
 			res.Decided = i
+		case v1alpha1.WaveSoaking, v1alpha1.WaveProgressing:
+			awaitEvidence(fr, w, wv, v1alpha1.GateNoDisruption, &res)
+		case v1alpha1.WaveRehearsing:
+			awaitEvidence(fr, w, wv, v1alpha1.GateRollbackSucceeds, &res)
 		}
 	}
 	fr.Status.WaitingFor = res.Wait
@@ -412,10 +472,11 @@ func progressOf(st *v1alpha1.FleetRolloutStatus) string {
 func applyGates(fr *v1alpha1.FleetRollout, w *world, i int, decided []decidedGate) {
 	wv := &fr.Status.Waves[i]
 	now := metav1.NewTime(w.Now)
-	pass := true
+	pass, failed := true, false
 	for _, g := range decided {
 		recordGate(fr, wv, g.Gate, g.Decision, g.Receipt, w.Now)
 		pass = pass && g.Decision.Result == v1alpha1.ResultPass
+		failed = failed || g.Decision.Result == v1alpha1.ResultFail
 		if g.Gate == v1alpha1.GateDeploySafe && (wv.Phase == v1alpha1.WavePending || wv.Phase == v1alpha1.WaveAwaiting) {
 			// The targets whose preflight failed are held back when the gate passes (the policy
 			// counted them against the wave's budget); a failed gate starts nothing.
@@ -432,6 +493,13 @@ func applyGates(fr *v1alpha1.FleetRollout, w *world, i int, decided []decidedGat
 			wv.StartedAt = &now
 		}
 		return
+	}
+	if !pass && !failed {
+		// Inconclusive: the wave stays as it is (soaking, or its rehearsal done) and is decided
+		// again as the evidence comes in; nothing advances and nothing rolls back.
+		return
+	}
+	switch wv.Phase {
 	case v1alpha1.WaveSoaking, v1alpha1.WaveProgressing:
 		if pass && i == 0 && w.Settings.Rehearsal && fr.Status.LastKnownGood != nil && wv.Rehearsal == nil {
 			wv.Phase = v1alpha1.WaveRehearsing
@@ -527,7 +595,7 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 			return res
 		}
 	}
-	if rh.Phase == v1alpha1.RehearsalDone {
+	if rh.Phase == v1alpha1.RehearsalDone && !awaitEvidence(fr, w, wv, v1alpha1.GateRollbackSucceeds, &res) {
 		res.GateWave, res.Gates = i, []string{v1alpha1.GateRollbackSucceeds}
 	}
 	return res

@@ -39,6 +39,8 @@ type sim struct {
 	noHistory bool
 	// throughput is how many switches Flux applies per turn; 0 means all of them.
 	throughput int
+	// inconclusive makes a gate Inconclusive (about cluster "unseen") while it is true.
+	inconclusive map[string]bool
 	// decisions counts the gate decisions made, by gate.
 	decisions map[string]int
 	settings  tgcue.Settings
@@ -55,7 +57,7 @@ func newSim(t *testing.T, clusters ...string) *sim {
 	one := int32(1)
 	soak := &metav1.Duration{Duration: 10 * time.Second}
 	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, noCRD: map[string]bool{},
-		decisions: map[string]int{}, applied: map[string]target{}, lastGood: map[string]string{},
+		decisions: map[string]int{}, inconclusive: map[string]bool{}, applied: map[string]target{}, lastGood: map[string]string{},
 		now: time.Unix(1_000_000, 0), settings: tgcue.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
@@ -171,6 +173,10 @@ func (s *sim) decide(gate string, i int) (GateDecision, any) {
 	}
 	if fail {
 		return GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + " failed"}}, ev
+	}
+	if s.inconclusive[gate] {
+		d := GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{"unseen"}, Reasons: []string{gate + ": inconclusive"}}
+		return inconclusiveUntil(d, gateOutcome(wv, gate), s.settings.InconclusiveAfter, s.now), ev
 	}
 	return GateDecision{Result: v1alpha1.ResultPass}, ev
 }
@@ -844,4 +850,82 @@ func TestSoakEndsAtTheRecordedReadyAt(t *testing.T) {
 		s.now = s.now.Add(2 * time.Second)
 	}
 	t.Fatalf("the canary never soaked:\n%s", strings.Join(s.log, "\n"))
+}
+
+// Inconclusive never advances a wave and never starts a rollback: the rollout waits, deciding again
+// every sample interval (not every pass), until the evidence is in or the policy's
+// inconclusiveAfter turns it into a Fail.
+func TestStepInconclusive(t *testing.T) {
+	t.Run("after the soak: the wave keeps soaking, then passes when the evidence is in", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.settings.InconclusiveAfter = 10 * time.Minute
+		s.settings.OnFail = v1alpha1.OnFailureRollback
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.inconclusive[v1alpha1.GateNoDisruption] = true
+		before := s.decisions[v1alpha1.GateNoDisruption]
+		s.untilWave("r2", 0, v1alpha1.WaveSoaking)
+		for s.decisions[v1alpha1.GateNoDisruption] == before {
+			s.once("r2")
+		}
+		first := s.now
+		for s.now.Sub(first) < time.Minute {
+			s.once("r2")
+			wv := s.fr.Status.Waves[0]
+			if wv.Phase != v1alpha1.WaveSoaking || s.fr.Status.Phase != v1alpha1.PhaseProgressing {
+				t.Fatalf("an inconclusive noDisruption moved the wave or the rollout: %s/%s\n%s", wv.Phase, s.fr.Status.Phase, strings.Join(s.log, "\n"))
+			}
+			if w := s.fr.Status.WaitingFor; w == nil || w.Reason != v1alpha1.WaitingForInconclusive || !strings.Contains(w.Message, "not observed: unseen") {
+				t.Fatalf("waiting for %+v, want Inconclusive naming the unobserved cluster", w)
+			}
+			if o := gateOutcome(&wv, v1alpha1.GateNoDisruption); o.InconclusiveSince == nil || o.InconclusiveSince.Time.After(first) {
+				t.Fatalf("inconclusiveSince must stay at the first inconclusive decision: %+v", o)
+			}
+		}
+		// 2s turns over a minute, decided again every 5s sample interval: about 12 times, not 30.
+		if n := s.decisions[v1alpha1.GateNoDisruption] - before; n > 14 {
+			t.Fatalf("noDisruption decided %d times in a minute; want once per sample interval", n)
+		}
+		s.inconclusive[v1alpha1.GateNoDisruption] = false
+		s.run("r2", v1alpha1.PhaseCompleted)
+		if s.fr.Status.LastKnownGood.Revision != "r2" {
+			t.Fatalf("known-good %s, want r2", s.fr.Status.LastKnownGood.Revision)
+		}
+	})
+	t.Run("after the soak: past inconclusiveAfter it fails, and the policy's onFail applies", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.settings.InconclusiveAfter = 30 * time.Second
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.inconclusive[v1alpha1.GateNoDisruption] = true
+		s.untilWave("r2", 0, v1alpha1.WaveFailed)
+		if s.fr.Status.Phase != v1alpha1.PhaseHeld {
+			t.Fatalf("phase %s, want Held (onFail Hold)", s.fr.Status.Phase)
+		}
+	})
+	t.Run("before a wave: nothing is applied, decided again every sample interval, started when the evidence is in", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.settings.InconclusiveAfter = 10 * time.Minute
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.inconclusive[v1alpha1.GateRollbackSucceeds] = true
+		before := s.decisions[v1alpha1.GateRollbackSucceeds]
+		for range 20 {
+			s.once("r2")
+		}
+		wv := s.fr.Status.Waves[0]
+		if wv.Phase != v1alpha1.WavePending || wv.StartedAt != nil {
+			t.Fatalf("an inconclusive pre-wave gate started the wave: %+v", wv)
+		}
+		for c, o := range s.ks {
+			if o.LastApplied != "r1" {
+				t.Fatalf("cluster %s switched to %s while the first wave was inconclusive", c, o.LastApplied)
+			}
+		}
+		if w := s.fr.Status.WaitingFor; w == nil || w.Reason != v1alpha1.WaitingForInconclusive {
+			t.Fatalf("waiting for %+v, want Inconclusive", w)
+		}
+		if n := s.decisions[v1alpha1.GateRollbackSucceeds] - before; n < 5 || n > 12 {
+			t.Fatalf("rollbackSucceeds decided %d times in 40s; want about once per 5s sample interval", n)
+		}
+		s.inconclusive[v1alpha1.GateRollbackSucceeds] = false
+		s.run("r2", v1alpha1.PhaseCompleted)
+	})
 }

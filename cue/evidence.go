@@ -161,7 +161,7 @@ type NoDisruptionEvidence struct {
 	Soak           string `json:"soak"`
 	SampleInterval string `json:"sampleInterval"`
 	MaxFailures    int    `json:"maxFailures"`
-	// ExpectedSamples is soak / sampleInterval, at least 1.
+	// ExpectedSamples is the time soaked so far, up to Soak, over SampleInterval; at least 1.
 	ExpectedSamples int                 `json:"expectedSamples"`
 	HeldBack        []HeldBack          `json:"heldBack,omitempty"`
 	Clusters        []ClusterContinuity `json:"clusters,omitempty"`

@@ -207,10 +207,10 @@ func printVet(w io.Writer, output, dir string, p *tgcue.Policy, loadErr error) e
 			fmt.Fprintf(w, "digest: %s\n", r.Digest)
 		}
 		if s := r.Settings; s != nil {
-			fmt.Fprintf(w, "settings:\n  soak: %s\n  sampleInterval: %s\n  onFail: %s\n  rehearsal: %t\n", s.Soak, s.SampleInterval, s.OnFail, s.Rehearsal)
+			fmt.Fprintf(w, "settings:\n  soak: %s\n  sampleInterval: %s\n  onFail: %s\n  rehearsal: %t\n  inconclusiveAfter: %s\n", s.Soak, s.SampleInterval, s.OnFail, s.Rehearsal, s.InconclusiveAfter)
 			fmt.Fprintf(w, "  approvals: waves [%s], classes [%s]\n", strings.Join(s.Approvals.Waves, ", "), strings.Join(s.Approvals.Classes, ", "))
-			fmt.Fprintf(w, "  tolerances: minAvailableRatio %g, maxUnavailableSeconds %g, maxRehearsalSeconds %g\n",
-				s.Tolerances.MinAvailableRatio, s.Tolerances.MaxUnavailableSeconds, s.Tolerances.MaxRehearsalSeconds)
+			fmt.Fprintf(w, "  tolerances: minAvailableRatio %g, maxUnavailableSeconds %g, maxRehearsalSeconds %g, minSampleCoverage %g\n",
+				s.Tolerances.MinAvailableRatio, s.Tolerances.MaxUnavailableSeconds, s.Tolerances.MaxRehearsalSeconds, s.Tolerances.MinSampleCoverage)
 		}
 		printList(w, "problems", r.Problems)
 	}

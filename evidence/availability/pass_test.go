@@ -83,10 +83,10 @@ func TestAPassGivesEachMemberItsOwnDeadline(t *testing.T) {
 		"no-client": "kubeconfig Secret fleet/no-client not found", "hanging-client": "no client for the cluster: context deadline exceeded",
 	} {
 		got := s.Summary(name, start, time.Time{})
-		// Nothing was seen: no ratio, and one interval counted as unavailable.
-		if got.Samples != 1 || got.FailedSamples != 1 || got.ReadErrors != 2 || got.MinAvailableRatio != 0 ||
-			got.UnavailableSeconds != interval.Seconds() || got.Worst != nil {
-			t.Errorf("%s: %+v, want one failed sample counting one interval", name, got)
+		// Nothing was seen: no ratio, no unavailable time, a failed last sample (not observed).
+		if got.Samples != 1 || got.FailedSamples != 1 || !got.LastFailed || got.ReadErrors != 2 || got.MinAvailableRatio != 0 ||
+			got.UnavailableSeconds != 0 || got.Worst != nil {
+			t.Errorf("%s: %+v, want one failed sample that observed nothing", name, got)
 		}
 		if len(got.Errors) == 0 || !strings.Contains(strings.Join(got.Errors, "\n"), why) {
 			t.Errorf("%s: errors %q, want one saying %q", name, got.Errors, why)
@@ -94,8 +94,8 @@ func TestAPassGivesEachMemberItsOwnDeadline(t *testing.T) {
 	}
 }
 
-// Members whose turn comes when the pass's time is spent are not asked: each has a failed sample,
-// counting one interval, and the pass ends with its budget.
+// Members whose turn comes when the pass's time is spent are not asked: each has a failed sample
+// (not observed), and the pass ends with its budget.
 func TestMembersNotReachedInAPassFailClosed(t *testing.T) {
 	f := localfleet.StartForTest(t, localfleet.Options{Members: 1, NoFlux: true})
 	m := f.Members[0]
@@ -125,7 +125,7 @@ func TestMembersNotReachedInAPassFailClosed(t *testing.T) {
 		t.Fatalf("result %+v, last member asked %d times; want the 5 failed, the last one not reached nor asked", res, asked)
 	}
 	got := s.Summary("last", time.Time{}, time.Time{})
-	if got.Samples != 1 || got.FailedSamples != 1 || got.UnavailableSeconds != interval.Seconds() ||
+	if got.Samples != 1 || got.FailedSamples != 1 || !got.LastFailed || got.UnavailableSeconds != 0 ||
 		len(got.Errors) != 1 || !strings.Contains(got.Errors[0], "not sampled: the pass's 2s ran out before this cluster's turn") {
 		t.Fatalf("summary of the member not reached: %+v", got)
 	}

@@ -88,16 +88,15 @@ type ClusterSummary struct {
 	// MinAvailableRatio is the lowest available/desired ratio any workload was seen at, in [0, 1]: 1 for
 	// a workload that desires no replicas (and for a sample of no workloads), 0 for one that was missing,
 	// and 0 when the window has no sample that read anything (nothing is known). A read that failed saw
-	// nothing, so it is not a ratio: it counts as unavailable time instead (see UnavailableSeconds).
+	// nothing, so it is not a ratio: it lowers the observed samples instead (FailedSamples).
 	MinAvailableRatio float64
 	// Worst is the workload behind MinAvailableRatio when it is below 1; nil otherwise.
 	Worst *Shortfall
 	// UnavailableSeconds is how long some workload was below its desired availability, counted
 	// conservatively: the whole interval between two consecutive samples counts when either of them saw
 	// a workload below (or missing), and such a last sample counts until Until, and for at least one
-	// Interval. A sample whose reads failed and that saw nothing below counts one Interval: nothing was
-	// seen then, and nothing is assumed about the time around it, which the samples before and after
-	// it saw.
+	// Interval. A sample whose reads failed saw nothing and counts nothing here: what was not observed
+	// is not disruption. It counts in FailedSamples, which a gate weighs as missing evidence.
 	UnavailableSeconds float64
 	// FirstSample and LastSample are the times of the window's first and last samples.
 	FirstSample, LastSample time.Time
@@ -109,9 +108,10 @@ type ClusterSummary struct {
 	Workloads int
 	// ReadErrors is how many workload reads failed (a timeout, an error, an unsupported kind).
 	ReadErrors int
-	// FailedSamples is how many samples had a read fail; those that saw no workload below each
-	// counted one Interval in UnavailableSeconds, although the workloads may have been available.
+	// FailedSamples is how many samples had a read fail: they did not observe every workload.
 	FailedSamples int
+	// LastFailed says the window's last sample read nothing at all: the cluster does not answer now.
+	LastFailed bool
 	// Missing is how many workload reads found no object, or one being deleted.
 	Missing int
 	// Errors are the distinct messages of the failed and missing reads last seen in the window, in the
@@ -148,8 +148,8 @@ type tally struct {
 	minRatio    float64
 	worst       *Shortfall
 	unavailable time.Duration
-	// unseen is how many samples had a failed read and saw nothing below: one interval each.
-	unseen        int
+	// lastUnseen: the last sample read nothing (every read failed).
+	lastUnseen    bool
 	maxGap        time.Duration
 	longGaps      int
 	workloads     int
@@ -179,10 +179,8 @@ func (t *tally) add(s sample, interval time.Duration) {
 	}
 	if s.failed > 0 {
 		t.failedSamples++
-		if !s.below {
-			t.unseen++
-		}
 	}
+	t.lastUnseen = !s.observed
 	t.samples++
 	t.last, t.lastBelow = s.at, s.below
 	t.workloads = max(t.workloads, s.workloads)
@@ -215,8 +213,8 @@ type history struct {
 // status.availableReplicas / spec.replicas; StatefulSet: status.availableReplicas / spec.replicas;
 // DaemonSet: status.numberAvailable / status.desiredNumberScheduled). A workload that is missing or
 // being deleted counts as unavailable in the sample; one of an unsupported kind or that cannot be
-// read (a nil c cannot read anything) is a failed read, which counts one interval of unavailable
-// time (see ClusterSummary.UnavailableSeconds). Either reason is kept for Summary.Errors. The sample
+// read (a nil c cannot read anything) is a failed read: the sample did not observe it (see
+// ClusterSummary.FailedSamples). Either reason is kept for Summary.Errors. The sample
 // is recorded whatever happens to the reads, even when ctx ends while they run (the reads not done
 // by then fail); the returned error joins the read failures (not the missing objects, which are
 // findings) for the caller to log.
@@ -358,7 +356,7 @@ func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary
 	if t.samples == 0 {
 		return out
 	}
-	unavailable := t.unavailable + time.Duration(t.unseen)*s.opts.Interval
+	unavailable := t.unavailable
 	if t.lastBelow {
 		// Nobody saw it recover: count at least one interval, and up to the end of the window.
 		tail := s.opts.Interval
@@ -379,6 +377,7 @@ func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary
 	out.FirstSample, out.LastSample = t.first, t.last
 	out.MaxGap, out.LongGaps = t.maxGap, t.longGaps
 	out.Workloads, out.ReadErrors, out.FailedSamples, out.Missing = t.workloads, t.failed, t.failedSamples, t.missing
+	out.LastFailed = t.lastUnseen
 	out.Errors = h.errorsIn(since, until)
 	return out
 }

@@ -228,6 +228,8 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	switch {
 	case err != nil:
 		ev.Render.Error = "fetching the candidate: " + err.Error()
+		// Not observed: the gate is Inconclusive until the artifact can be fetched again.
+		ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "fetching the candidate's artifact failed: " + err.Error()})
 	case pkg.RenderErr != nil:
 		ev.Render.Error = pkg.RenderErr.Error()
 	default:
@@ -258,6 +260,11 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 		names = append(names, lw.Clusters...)
 	}
 	results := c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
+	for _, r := range results {
+		if !r.Reachable {
+			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: r.Name, Reason: "preflight: " + r.Problem()})
+		}
+	}
 	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", ev.Preflight.MaxFailures, results[:len(ev.Targets)])
 	results = results[len(ev.Targets):]
 	for _, lw := range later {
@@ -379,6 +386,10 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 	}
 	if pkg, err := c.renderRevision(ctx, fr, w.KnownGood, kg.Digest, true); err != nil {
 		src.RenderError = err.Error()
+		if src.Exists && src.ServedDigest == src.RecordedDigest {
+			// The source serves the recorded content and the fetch failed: not observed.
+			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "fetching the known-good's artifact failed: " + err.Error()})
+		}
 	} else if pkg.RenderErr != nil {
 		src.RenderError = pkg.RenderErr.Error()
 	} else if _, err := objectsOf(fr, nil, pkg); err != nil {
@@ -419,12 +430,7 @@ func rehearsalLeg(started, ready *metav1.Time, now time.Time) *tgcue.RehearsalLe
 func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDisruptionEvidence {
 	fr, w := sc.Rollout, sc
 	spec := fr.WaveSpec(wv.Name)
-	ev := tgcue.NoDisruptionEvidence{
-		Evidence:       baseEvidence(fr, wv.Name, wv.Clusters, w.Now),
-		Soak:           WaveSoak(spec, w.Settings).String(),
-		SampleInterval: w.Settings.SampleInterval.String(),
-		MaxFailures:    maxFailuresOf(spec),
-	}
+	soak := WaveSoak(spec, w.Settings)
 	cand := fr.Status.Candidate
 	var since time.Time
 	if wv.ReadyAt != nil {
@@ -432,6 +438,17 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 	} else if wv.StartedAt != nil {
 		since = wv.StartedAt.Time
 	}
+	// Coverage is measured against the time soaked so far, up to the soak: a wave decided before
+	// its soak's end (a member lost readiness) is judged on what its members could have shown.
+	soaked := min(soak, max(w.Now.Sub(since), 0))
+	ev := tgcue.NoDisruptionEvidence{
+		Evidence:        baseEvidence(fr, wv.Name, wv.Clusters, w.Now),
+		Soak:            soak.String(),
+		SampleInterval:  w.Settings.SampleInterval.String(),
+		MaxFailures:     maxFailuresOf(spec),
+		ExpectedSamples: tgcue.ExpectedSamples(soaked, w.Settings.SampleInterval),
+	}
+	required := w.Settings.RequiredSamples(soaked)
 	held := make(map[string]string, len(wv.HeldBack))
 	for _, h := range wv.HeldBack {
 		held[h.Cluster] = h.Reason
@@ -458,6 +475,14 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 		s.Cluster = name
 		summaries = append(summaries, s)
 		cc.Samples, cc.FailedSamples, cc.MinAvailableRatio, cc.UnavailableSeconds = s.Samples, s.FailedSamples, s.MinAvailableRatio, s.UnavailableSeconds
+		cc.ObservedSamples = s.Samples - s.FailedSamples
+		switch {
+		case s.LastFailed:
+			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: name, Reason: "its last sample could not read any workload: " + lastError(s)})
+		case cc.ObservedSamples < required:
+			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: name,
+				Reason: fmt.Sprintf("%d of %d samples read every workload, %d needed", cc.ObservedSamples, s.Samples, required)})
+		}
 		ev.Clusters = append(ev.Clusters, cc)
 	}
 	ev.Limits = append(ev.Limits, availability.Limits(summaries...)...)
@@ -474,6 +499,14 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 			len(ev.HeldBack)))
 	}
 	return ev
+}
+
+// lastError is the last error a summary kept, or a placeholder.
+func lastError(s availability.ClusterSummary) string {
+	if len(s.Errors) == 0 {
+		return "no error recorded"
+	}
+	return s.Errors[len(s.Errors)-1]
 }
 
 // firstOf names the first few of names, then how many more.
