@@ -288,6 +288,12 @@ func (r *FleetRolloutReconciler) step(_ context.Context, p *pass) outcome {
 // wave's pre-wave evidence is gathered ahead while it soaks. The pass itself samples nothing.
 func (r *FleetRolloutReconciler) sample(_ context.Context, p *pass) outcome {
 	r.Evidence.Follow(p.world, preWaveGatesOf)
+	st := &p.Rollout.Status
+	for i := range st.Waves {
+		if wv := &st.Waves[i]; wv.Phase == v1alpha1.WaveSoaking && soakRecordDue(wv, p.Now, p.Settings) {
+			wv.Soaked = r.Evidence.Soaked(p.world, i)
+		}
+	}
 	return proceeding()
 }
 
@@ -311,6 +317,7 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 	p.res.Next = p.res.Next || progressOf(&p.Rollout.Status) != p.progress
 	if i := p.res.Decided; i >= 0 {
 		r.Evidence.Forget(p.world, i)
+		p.Rollout.Status.Waves[i].Soaked = nil
 	}
 	return proceeding()
 }

@@ -195,6 +195,24 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 	return res
 }
 
+// soakRecordEvery is how often, at most, a soaking wave's samples are written to its status
+// (status.waves[].soaked): every 15 seconds, or every sample interval when that is longer. A
+// restart loses at most that much of the soak's samples, and the gap shows in the evidence.
+func soakRecordEvery(s tgcue.Settings) time.Duration {
+	return max(15*time.Second, s.SampleInterval)
+}
+
+// soakRecordDue tells whether wave wv's samples are due to be written to status.
+func soakRecordDue(wv *v1alpha1.WaveStatus, now time.Time, s tgcue.Settings) bool {
+	var last time.Time
+	for _, e := range wv.Soaked {
+		if e.Last.After(last) {
+			last = e.Last.Time
+		}
+	}
+	return last.IsZero() || now.Sub(last) >= soakRecordEvery(s)
+}
+
 // settleGrace bounds how long, after a wave's soak, its decision waits for members that
 // kustomize-controller has between two outcomes (collector.Observation.Unsettled); then they are
 // judged as seen.
@@ -261,7 +279,8 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		soakEnd := wv.ReadyAt.Add(soak)
 		switch left, over := soakEnd.Sub(w.Now), w.Now.Sub(soakEnd); {
 		case left > 0:
-			res.RequeueAfter = left
+			// Back before the soak's end to write its samples so far (status.waves[].soaked).
+			res.RequeueAfter = min(left, soakRecordEvery(w.Settings))
 			res.waitForSoak(wv, soak)
 		case len(unsettled) > 0 && over < settleGrace:
 			// Members kustomize-controller has between two outcomes are waited for, not judged.
@@ -720,7 +739,7 @@ func retry(fr *v1alpha1.FleetRollout, target string, now metav1.Time) {
 	for i := range st.Waves {
 		if st.Waves[i].Phase == v1alpha1.WaveFailed {
 			st.Waves[i].Phase = v1alpha1.WaveProgressing
-			st.Waves[i].ReadyAt, st.Waves[i].FinishedAt = nil, nil
+			st.Waves[i].ReadyAt, st.Waves[i].FinishedAt, st.Waves[i].Soaked = nil, nil, nil
 			st.Waves[i].StartedAt = &now
 		}
 	}

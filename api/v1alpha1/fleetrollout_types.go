@@ -501,6 +501,13 @@ type WaveStatus struct {
 	// +optional
 	Clusters []string `json:"clusters,omitempty"`
 
+	// soaked is each member's availability samples over the soak so far, summarised and written as
+	// they accrue (at most every 15 seconds or sample interval, whichever is longer), so a restart of
+	// the controller continues the soak from them instead of forgetting it. Cleared once the wave's
+	// noDisruption is decided: the receipt keeps the evidence.
+	// +optional
+	Soaked []SoakSamples `json:"soaked,omitempty"`
+
 	// updated counts the members switched to the candidate.
 	// +optional
 	Updated int32 `json:"updated,omitempty"`
@@ -622,6 +629,44 @@ type GateOutcome struct {
 	// before a wave started is decided again when the spec changes (an approval is added, say).
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// SoakSamples is one member's availability samples over its wave's soak, summarised.
+type SoakSamples struct {
+	// cluster is the FleetCluster.
+	// +required
+	Cluster string `json:"cluster"`
+
+	// samples taken; failed of them had a workload read fail; observed of them read at least one
+	// workload.
+	// +required
+	Samples int32 `json:"samples"`
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+	// +optional
+	Observed int32 `json:"observed,omitempty"`
+
+	// minAvailablePermille is the lowest available/desired ratio any workload was seen at, in
+	// thousandths, rounded down.
+	// +optional
+	MinAvailablePermille int32 `json:"minAvailablePermille,omitempty"`
+
+	// unavailableSeconds is how long some workload was below its desired availability, rounded up.
+	// +optional
+	UnavailableSeconds int32 `json:"unavailableSeconds,omitempty"`
+
+	// first and last are the times of the first and last sample.
+	// +required
+	First metav1.Time `json:"first"`
+	// +required
+	Last metav1.Time `json:"last"`
+
+	// lastBelow: the last sample saw a workload below its desired availability; lastFailed: it
+	// read nothing.
+	// +optional
+	LastBelow bool `json:"lastBelow,omitempty"`
+	// +optional
+	LastFailed bool `json:"lastFailed,omitempty"`
 }
 
 // SkippedCluster is a cluster the rollout does not reach.

@@ -112,6 +112,10 @@ type ClusterSummary struct {
 	FailedSamples int
 	// LastFailed says the window's last sample read nothing at all: the cluster does not answer now.
 	LastFailed bool
+	// Observed is how many samples read at least one workload (or had none to read).
+	Observed int
+	// LastBelow says the window's last sample saw a workload below its desired availability.
+	LastBelow bool
 	// Missing is how many workload reads found no object, or one being deleted.
 	Missing int
 	// Errors are the distinct messages of the failed and missing reads last seen in the window, in the
@@ -377,7 +381,7 @@ func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary
 	out.FirstSample, out.LastSample = t.first, t.last
 	out.MaxGap, out.LongGaps = t.maxGap, t.longGaps
 	out.Workloads, out.ReadErrors, out.FailedSamples, out.Missing = t.workloads, t.failed, t.failedSamples, t.missing
-	out.LastFailed = t.lastUnseen
+	out.LastFailed, out.Observed, out.LastBelow = t.lastUnseen, t.observed, t.lastBelow
 	out.Errors = h.errorsIn(since, until)
 	return out
 }
@@ -430,4 +434,48 @@ func (s *Sampler) Clusters() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Seed is what was kept of a cluster's samples elsewhere (a rollout's status), to continue from
+// after a restart.
+type Seed struct {
+	Samples, Failed, Observed int
+	// MinRatio is the lowest ratio seen, valid when Observed > 0.
+	MinRatio    float64
+	Unavailable time.Duration
+	First, Last time.Time
+	// LastBelow and LastFailed are those of the last sample.
+	LastBelow, LastFailed bool
+}
+
+// SeedOf is the Seed a summary makes.
+func SeedOf(s ClusterSummary) Seed {
+	return Seed{Samples: s.Samples, Failed: s.FailedSamples, Observed: s.Observed, MinRatio: s.MinAvailableRatio,
+		Unavailable: time.Duration(s.UnavailableSeconds * float64(time.Second)), First: s.FirstSample, Last: s.LastSample,
+		LastBelow: s.LastBelow, LastFailed: s.LastFailed}
+}
+
+// Seed starts cluster's history from sd, as if its samples had been taken and folded together, when
+// the Sampler has nothing of cluster yet; it reports whether it did. Samples taken afterwards add to
+// it: the gap since sd.Last is a gap like any other (a long one is reported), and counts as
+// unavailable when sd's last sample was below.
+func (s *Sampler) Seed(cluster string, sd Seed) bool {
+	if cluster == "" || sd.Samples <= 0 || sd.Last.IsZero() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.clusters[cluster]; h != nil && (len(h.samples) > 0 || h.folded.samples > 0) {
+		return false
+	}
+	first := sd.First
+	if first.IsZero() || first.After(sd.Last) {
+		first = sd.Last
+	}
+	h := &history{errs: map[string]*errorRecord{}}
+	h.folded = tally{samples: sd.Samples, observed: min(sd.Observed, sd.Samples), first: first, last: sd.Last,
+		lastBelow: sd.LastBelow, lastUnseen: sd.LastFailed, minRatio: sd.MinRatio, unavailable: sd.Unavailable,
+		failedSamples: min(sd.Failed, sd.Samples)}
+	s.clusters[cluster] = h
+	return true
 }

@@ -436,3 +436,29 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("clusters %q, want %q", got, names)
 	}
 }
+
+// A Sampler seeded with the summary another one kept (a restart) continues it: what was seen before
+// the restart, a disruption included, stays in the summary, and samples taken after add to it.
+func TestSeedContinuesASummary(t *testing.T) {
+	before := New(Options{Interval: 5 * time.Second})
+	rec(t, before, 0, ok(2))
+	rec(t, before, 5, partial(0, 2))
+	rec(t, before, 10, ok(2))
+	rec(t, before, 15, broken("timeout"))
+	kept := before.Summary(cl, time.Time{}, at(15))
+
+	after := New(Options{Interval: 5 * time.Second})
+	if !after.Seed(cl, SeedOf(kept)) {
+		t.Fatal("a Sampler with nothing of the cluster must take the seed")
+	}
+	if after.Seed(cl, SeedOf(kept)) {
+		t.Fatal("a Sampler that has the cluster's samples must not be seeded again")
+	}
+	rec(t, after, 20, ok(2))
+	rec(t, after, 25, ok(2))
+	got := after.Summary(cl, at(0), at(25))
+	if got.Samples != 6 || got.FailedSamples != 1 || got.Observed != 5 || got.MinAvailableRatio != 0 ||
+		got.UnavailableSeconds < kept.UnavailableSeconds || got.LastFailed || got.FirstSample != at(0) || got.LastSample != at(25) {
+		t.Fatalf("continued summary %+v; kept before the restart %+v", got, kept)
+	}
+}

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -118,6 +120,8 @@ func (c *Collector) Follow(sc *Scope, preWave func(wave int) []string) {
 	if c.bg.soaks == nil {
 		c.bg.soaks = map[types.UID]*soak{}
 	}
+	// A new loop (a restart, or the wave just started to soak) continues from what status kept.
+	c.seedSoak(sc, i)
 	ctx, cancel := context.WithCancel(c.bg.ctx)
 	s = &soak{id: id, cancel: cancel, plan: plan}
 	c.bg.soaks[fr.UID] = s
@@ -421,4 +425,57 @@ func (c *Collector) Stop() {
 	}
 	c.bg.mu.Unlock()
 	c.bg.wg.Wait()
+}
+
+// Soaked summarises, for the rollout's status, the samples of wave i's members since the wave was
+// Ready: what a restart continues the soak from (seedSoak). Members held back, and members not
+// sampled yet, have no entry.
+func (c *Collector) Soaked(sc *Scope, i int) []v1alpha1.SoakSamples {
+	fr := sc.Rollout
+	wv := &fr.Status.Waves[i]
+	if wv.ReadyAt == nil {
+		return nil
+	}
+	held := make(map[string]bool, len(wv.HeldBack))
+	for _, h := range wv.HeldBack {
+		held[h.Cluster] = true
+	}
+	sampler := c.samples(sc.Settings.SampleInterval)
+	out := make([]v1alpha1.SoakSamples, 0, len(wv.Clusters))
+	for _, name := range wv.Clusters {
+		if held[name] {
+			continue
+		}
+		s := sampler.Summary(sampleKey(fr, name), wv.ReadyAt.Time, sc.Now)
+		if s.Samples == 0 {
+			continue
+		}
+		out = append(out, v1alpha1.SoakSamples{
+			Cluster: name, Samples: int32(s.Samples), Failed: int32(s.FailedSamples), Observed: int32(s.Observed),
+			MinAvailablePermille: int32(math.Floor(s.MinAvailableRatio * 1000)),
+			UnavailableSeconds:   int32(math.Ceil(s.UnavailableSeconds)),
+			First:                metav1.NewTime(s.FirstSample.Truncate(time.Second)),
+			Last:                 metav1.NewTime(s.LastSample.Truncate(time.Second)),
+			LastBelow:            s.LastBelow, LastFailed: s.LastFailed,
+		})
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// seedSoak starts the samples of wave i's members from what the rollout's status kept of them
+// (Soaked), for members the collector has no samples of: after a restart the soak continues, and a
+// disruption seen before it is remembered.
+func (c *Collector) seedSoak(sc *Scope, i int) {
+	fr := sc.Rollout
+	sampler := c.samples(sc.Settings.SampleInterval)
+	for _, e := range fr.Status.Waves[i].Soaked {
+		sampler.Seed(sampleKey(fr, e.Cluster), availability.Seed{
+			Samples: int(e.Samples), Failed: int(e.Failed), Observed: int(e.Observed),
+			MinRatio: float64(e.MinAvailablePermille) / 1000, Unavailable: time.Duration(e.UnavailableSeconds) * time.Second,
+			First: e.First.Time, Last: e.Last.Time, LastBelow: e.LastBelow, LastFailed: e.LastFailed,
+		})
+	}
 }
