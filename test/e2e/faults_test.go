@@ -20,9 +20,11 @@ import (
 // The canary's member is blackholed (its fault proxy accepts connections and never answers) when a
 // new revision arrives, after the last reachability probe said it was reachable, so it is planned
 // into the first wave and the first wave's deploySafe preflights it. Its preflight entry fails as
-// unreachable within the member's own deadline (not the gate's), the others pass, deploySafe fails,
-// and nothing is switched: no Kustomization points at the revision and every member runs the old
-// version. Cleared, the member answers again and the rollout goes on to complete everywhere.
+// unreachable within the member's own deadline (not the gate's), the others pass, and deploySafe is
+// Inconclusive, not failed: what could not be observed holds the wave, with Ready=False
+// GateInconclusive naming the member, and nothing is switched: no Kustomization points at the
+// revision and every member runs the old version. Cleared, the member answers again, the gate is
+// decided again within a sample interval, passes, and the rollout completes everywhere.
 func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
 	startTidegate(t, s.f, controllers.Options{})
@@ -38,14 +40,20 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	s.f.Member(canary).Faults.Set(faultproxy.Blackhole())
 	rev2 := s.commitVersion(t, "v2")
 
-	s.waitGate(ctx, t, "web", v1alpha1.GateDeploySafe, metav1.ConditionFalse)
+	s.waitGate(ctx, t, "web", v1alpha1.GateDeploySafe, metav1.ConditionUnknown)
 	fr := s.rollout(t, "web")
+	if ready := findCondition(fr, "Ready"); ready == nil || ready.Reason != v1alpha1.GateInconclusiveReason || !strings.Contains(ready.Message, canary) {
+		t.Errorf("Ready should say the wave waits on an inconclusive gate naming %s: %+v", canary, ready)
+	}
+	if fr.Status.Phase != v1alpha1.PhaseProgressing || fr.Status.WaitingFor == nil || fr.Status.WaitingFor.Reason != v1alpha1.WaitingForInconclusive {
+		t.Errorf("an inconclusive gate waits, it does not hold or roll back: %s", describe(fr))
+	}
 	if got := fr.Status.Waves[0].Clusters; len(got) != 1 || got[0] != canary {
 		t.Fatalf("the first wave of %s should be %s: %v", rev2, canary, got)
 	}
 	rc := latestReceipt(s.receiptsOf(ctx, t, "web", rev2), v1alpha1.GateDeploySafe, "canary")
-	if rc == nil || rc.Spec.Result != v1alpha1.ResultFail {
-		t.Fatalf("the canary's deploySafe should fail: %+v", rc)
+	if rc == nil || rc.Spec.Result != v1alpha1.ResultInconclusive {
+		t.Fatalf("the canary's deploySafe should be Inconclusive: %+v", rc)
 	}
 	var ds tgcue.DeploySafeEvidence
 	evidenceOf(t, rc, &ds)
@@ -77,6 +85,11 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	for _, m := range s.f.Members {
 		if got := s.memberVersion(ctx, m.Name); got != "v2" {
 			t.Errorf("%s runs %q, want v2", m.Name, got)
+		}
+	}
+	for _, rc := range s.receiptsOf(ctx, t, "web", rev2) {
+		if rc.Spec.Result == v1alpha1.ResultFail {
+			t.Errorf("receipt %s: %s failed on what could not be observed: %v", rc.Name, rc.Spec.Gate, rc.Spec.Reasons)
 		}
 	}
 }
