@@ -479,7 +479,9 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 		switch {
 		case s.LastFailed:
 			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: name, Reason: "its last sample could not read any workload: " + lastError(s)})
-		case cc.ObservedSamples < required:
+		case wv.ReadyAt != nil && cc.ObservedSamples < required:
+			// Coverage is a soak's question: a wave decided before it soaked (a member failed at
+			// the candidate) was not sampled, and is judged on what its Kustomizations say.
 			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: name,
 				Reason: fmt.Sprintf("%d of %d samples read every workload, %d needed", cc.ObservedSamples, s.Samples, required)})
 		}

@@ -162,7 +162,7 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 		fr.Spec.Waves[0].Soak = &metav1.Duration{Duration: 50 * time.Second}
 	})
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
-	s.sim.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 3 * time.Second})
+	s.sim.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 10 * time.Second})
 	rev2 := s.commitVersion(t, "v2")
 
 	eventually(ctx, t, "the canary's lost availability written to status", func() (bool, string) {
