@@ -29,8 +29,9 @@ type Decision struct {
 	Pass bool `json:"pass"`
 	// Inconclusive is true when the gate did not pass, the evidence lists targets it could not
 	// observe (#Evidence.unobserved), and what was observed does not fail the gate: the same
-	// evidence without the unobserved targets passes, or the evidence misses something about no one
-	// target (an entry without a name: a fetch that failed). Observed disruption is a failure.
+	// evidence with what could not be observed of them assumed healthy passes, or the evidence
+	// misses something about no one target (an entry without a name: a fetch that failed).
+	// Observed disruption is a failure.
 	Inconclusive bool `json:"inconclusive,omitempty"`
 	// Unobserved names the targets the evidence could not observe when Inconclusive, sorted; "*"
 	// stands for evidence about no one target.
@@ -78,8 +79,9 @@ func Evaluate(p *Policy, gate string, evidence any) (d Decision, err error) {
 }
 
 // classify tells an inconclusive decision from a failed one: a failed gate whose evidence lists
-// unobserved targets is Inconclusive when the evidence without them passes (what was observed is
-// fine, the rest is not known), or when something about no one target could not be observed.
+// unobserved targets is Inconclusive when it passes with what could not be observed of them assumed
+// healthy (assumeObserved: what was observed is fine, the rest is not known), or when something
+// about no one target could not be observed.
 func (p *Policy) classify(gate string, data []byte, d Decision) (Decision, error) {
 	var doc map[string]any
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -93,7 +95,7 @@ func (p *Policy) classify(gate string, data []byte, d Decision) (Decision, error
 	}
 	inconclusive := whole
 	if !whole {
-		observed, err := json.Marshal(withoutTargets(doc, names))
+		observed, err := json.Marshal(assumeObserved(doc, names))
 		if err != nil {
 			return d, nil
 		}

@@ -1,6 +1,7 @@
 package cue
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -54,11 +55,18 @@ func unobservedReasons(gate string, doc map[string]any) []string {
 	return out
 }
 
-// withoutTargets is the evidence document as if the named targets were not in it: gone from
-// targets, from every list of per-cluster entries (objects with a name) and from the lists of
-// names of failed targets, and the unobserved list dropped. Install-time value findings stay:
-// they are read on the hub, not observed on a member.
-func withoutTargets(doc map[string]any, names map[string]bool) map[string]any {
+// assumeObserved is the evidence document as if the named targets had shown, where they could not
+// be observed, what a healthy member shows: a preflight entry reachable (its API and dry-run findings
+// kept), a continuity entry Ready at the candidate with its health checks passed and sampled over
+// the whole soak (the availability it was seen at kept), and gone from the lists of failed
+// targets; the unobserved list is dropped. What was observed of them stays, so a disruption seen
+// before a member went dark still fails the gate. Targets and budgets stay as they are.
+func assumeObserved(doc map[string]any, names map[string]bool) map[string]any {
+	candidate := ""
+	if c, ok := doc["candidate"].(map[string]any); ok {
+		candidate, _ = c["revision"].(string)
+	}
+	expected := doc["expectedSamples"]
 	out := make(map[string]any, len(doc))
 	for k, v := range doc {
 		switch k {
@@ -68,38 +76,67 @@ func withoutTargets(doc map[string]any, names map[string]bool) map[string]any {
 			out[k] = v
 			continue
 		}
-		out[k] = dropNames(k, v, names)
+		out[k] = healthy(k, v, names, candidate, expected)
 	}
 	return out
 }
 
-// dropNames removes the named targets from v, found under key.
-func dropNames(key string, v any, names map[string]bool) any {
+// healthy rewrites the named targets' entries found in v, under key, as assumeObserved says.
+func healthy(key string, v any, names map[string]bool, candidate string, expected any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[k] = dropNames(k, e, names)
+			out[k] = healthy(k, e, names, candidate, expected)
+		}
+		if n, ok := x["name"].(string); ok && names[n] {
+			assumeHealthy(out, candidate, expected)
 		}
 		return out
 	case []any:
 		out := make([]any, 0, len(x))
 		for _, e := range x {
-			switch el := e.(type) {
-			case map[string]any:
-				if n, ok := el["name"].(string); ok && names[n] {
-					continue
-				}
-			case string:
-				if (key == "targets" || key == "failed") && names[el] {
-					continue
-				}
+			if el, ok := e.(string); ok && key == "failed" && names[el] {
+				continue
 			}
-			out = append(out, dropNames("", e, names))
+			out = append(out, healthy("", e, names, candidate, expected))
 		}
 		return out
 	}
 	return v
+}
+
+// assumeHealthy sets, in one target's entry, what could not be observed to what a healthy member
+// shows.
+func assumeHealthy(e map[string]any, candidate string, expected any) {
+	if _, ok := e["reachable"]; ok {
+		e["reachable"] = true
+		delete(e, "unreachable")
+	}
+	if _, ok := e["observedSamples"]; ok && expected != nil {
+		e["observedSamples"] = expected
+		e["samples"] = expected
+		e["failedSamples"] = 0
+	}
+	if _, ok := e["ready"]; ok {
+		e["ready"] = true
+	}
+	// No unavailable time means no sample saw a workload below: a ratio below 1 is then the 0 of
+	// a member no sample could read (nothing known), not an observation.
+	if u, ok := e["unavailableSeconds"].(json.Number); ok {
+		if f, err := u.Float64(); err == nil && f == 0 {
+			if _, ok := e["minAvailableRatio"]; ok {
+				e["minAvailableRatio"] = json.Number("1")
+			}
+		}
+	}
+	if h, ok := e["healthChecks"].(string); ok && h != HealthChecksPassed && h != HealthChecksNone {
+		e["healthChecks"] = HealthChecksPassed
+	}
+	if _, ok := e["revision"]; ok && candidate != "" {
+		e["revision"] = candidate
+	}
+	delete(e, "transient")
 }
 
 // FirstUnobserved names the first few of an inconclusive decision's unobserved targets for a
