@@ -177,6 +177,13 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 				return res
 			}
 			wv.Clusters = members
+			if err := vacuousWave(fr, w.Plan, i, members); err != nil {
+				// Held, not Progressing: a newer revision may replace the candidate, as after a
+				// failed wave, rather than wait for one that cannot finish.
+				st.Phase = v1alpha1.PhaseHeld
+				res.waitFor(v1alpha1.WaitingForWavePlan, wv.Name, nil, nil, "wave %s does not start, and nothing of it is applied: %v", wv.Name, err)
+				return res
+			}
 			return preWaveGates(fr, w, i, now, res)
 		case v1alpha1.WaveProgressing, v1alpha1.WaveSoaking, v1alpha1.WaveRehearsing:
 			if fr.Spec.Hold != nil {
@@ -190,6 +197,12 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			}
 			return stepActiveWave(fr, w, i, spec, now, res)
 		}
+	}
+	if !reachedAny(fr, w) {
+		st.Phase = v1alpha1.PhaseHeld
+		res.waitFor(v1alpha1.WaitingForMembers, "", nil, nil,
+			"every wave of %s passed, but no cluster is Ready at it: it becomes the known-good once one is, and a newer revision replaces it", st.Candidate.Revision)
+		return res
 	}
 	complete(fr)
 	return res

@@ -213,6 +213,7 @@ type KustomizationTemplate struct {
 // Wave is one step of a rollout.
 // +kubebuilder:validation:XValidation:rule="has(self.selector) || has(self.count) || has(self.percent)",message="a wave must set selector, count or percent"
 // +kubebuilder:validation:XValidation:rule="!(has(self.count) && has(self.percent))",message="a wave sets count or percent, not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.count) || !has(self.maxFailures) || self.maxFailures < self.count",message="maxFailures must be less than count: a failure budget that covers the whole wave lets noDisruption pass with every cluster failed; lower maxFailures or raise count"
 type Wave struct {
 	// name of the wave, unique in the rollout (e.g. canary, ring-1, all).
 	// +required
@@ -238,15 +239,18 @@ type Wave struct {
 	Percent *int32 `json:"percent,omitempty"`
 
 	// maxFailures is how many of the wave's clusters may fail their checks before the wave fails. Defaults to 0.
+	// It must be less than the wave's size: less than count here, and, for a wave sized by
+	// percent or selector, less than its members when it is planned.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxFailures *int32 `json:"maxFailures,omitempty"`
 
 	// soak is how long the wave's clusters must stay healthy at the candidate before the next wave.
-	// Defaults to the policy's soak.
+	// Defaults to the policy's soak. It must be longer than 0s.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="soak must be longer than 0s: a wave that does not soak is judged on no samples; leave soak out for the policy's soak"
 	Soak *metav1.Duration `json:"soak,omitempty"`
 
 	// requireApproval makes the wave wait for an approval of the candidate revision for this wave.
@@ -343,13 +347,15 @@ const (
 	WaitingForRehearsal    = "Rehearsal"
 	WaitingForRollback     = "RollingBack"
 	WaitingForFailedWave   = "FailedWave"
+	WaitingForWavePlan     = "WavePlan"
 )
 
 // WaitingFor says what a rollout waits for before its next step, as the controller decided it.
 type WaitingFor struct {
 	// reason is one word for what it waits for: Source, PinnedSource, RevisionInFlight, Retry, Hold,
-	// Approval, PreWaveGates, GateBlocked, MembersReady, Soak, Settle, Rehearsal, RollingBack or
-	// FailedWave.
+	// Approval, PreWaveGates, GateBlocked, MembersReady, Soak, Settle, Rehearsal, RollingBack,
+	// FailedWave or WavePlan (a wave as planned could not be judged: no members, or a maxFailures
+	// or soak that would make its noDisruption vacuous).
 	// +required
 	Reason string `json:"reason"`
 
@@ -630,6 +636,7 @@ type SkippedCluster struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a FleetRollout's name may be at most 63 characters: it is the value of the tidegate.dev/rollout label on every object tidegate makes for it"
 
 // FleetRollout moves one package across a fleet wave by wave, gated by CUE policies.
 type FleetRollout struct {

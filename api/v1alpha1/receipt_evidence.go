@@ -124,9 +124,10 @@ func NewGateReceipt(namespace string, spec GateReceiptSpec, evidence []byte) (*G
 	return rc, parts, checkReceiptSize(rc, fmt.Sprintf(" with its evidence in %d parts", n))
 }
 
-// EvidencePartName is the name of the ConfigMap holding the part of receipt's evidence with digest.
+// EvidencePartName is the name of the ConfigMap holding the part of receipt's evidence with digest:
+// <receipt>-<short digest>, bounded as every name tidegate derives.
 func EvidencePartName(receipt, digest string) string {
-	return receipt + "-" + strings.TrimPrefix(digest, "sha256:")[:12]
+	return boundedName(receipt, strings.TrimPrefix(digest, "sha256:")[:12])
 }
 
 func checkReceiptSize(rc *GateReceipt, how string) error {

@@ -1,0 +1,94 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/fleets"
+)
+
+func TestStepNothingVacuous(t *testing.T) {
+	t.Run("an empty wave stops the rollout before its first wave, and a cluster for it lets it go", func(t *testing.T) {
+		s := newSim(t, "a") // canary takes a; rest has nothing left
+		for range 10 {
+			s.once("r1")
+		}
+		st := s.fr.Status
+		if st.Phase != v1alpha1.PhaseHeld || st.Waves[0].Phase != v1alpha1.WavePending || st.Waves[0].StartedAt != nil {
+			t.Fatalf("the canary started though the rest wave is empty: %+v", st)
+		}
+		if w := st.WaitingFor; w == nil || w.Reason != v1alpha1.WaitingForWavePlan || w.Wave != "canary" ||
+			!strings.Contains(w.Message, `wave "rest": spec.waves[1]: the wave has no clusters`) {
+			t.Fatalf("waitingFor = %+v, want WavePlan naming the empty wave rest", w)
+		}
+		if s.ks["a"].Exists || s.decisions[v1alpha1.GateDeploySafe] != 0 {
+			t.Fatalf("nothing may be switched or decided: %+v, %v", s.ks, s.decisions)
+		}
+		setConditions(s.fr, doneAfter(0), "")
+		for _, typ := range []string{meta.ReadyCondition, v1alpha1.HeldCondition} {
+			if c := conditions.Get(s.fr, typ); c == nil || c.Reason != v1alpha1.InvalidWaveReason || !strings.Contains(c.Message, `wave "rest"`) {
+				t.Errorf("%s = %+v, want reason %s naming wave rest", typ, c, v1alpha1.InvalidWaveReason)
+			}
+		}
+		// A newer revision replaces a candidate held this way, rather than wait for it.
+		s.once("r2")
+		if c := s.fr.Status.Candidate; c == nil || c.Revision != "r2" {
+			t.Fatalf("r2 waits for r1, which cannot finish: candidate %+v", c)
+		}
+		s.inv = append(s.inv, fleets.Cluster{Name: "b"})
+		s.run("r2", v1alpha1.PhaseCompleted)
+	})
+	t.Run("a maxFailures that covers a percent wave stops it when it is next", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c", "d")
+		half, two := int32(50), int32(2)
+		s.fr.Spec.Waves[1] = v1alpha1.Wave{Name: "ring", Percent: &half, MaxFailures: &two}
+		s.fr.Spec.Waves = append(s.fr.Spec.Waves, v1alpha1.Wave{Name: "rest", Selector: &metav1.LabelSelector{}})
+		for range 10 {
+			s.once("r1")
+		}
+		if w := s.fr.Status.WaitingFor; w == nil || w.Reason != v1alpha1.WaitingForWavePlan ||
+			!strings.Contains(w.Message, `wave "ring": spec.waves[1].maxFailures: maxFailures 2 is not less than the wave's 2 clusters`) {
+			t.Fatalf("waitingFor = %+v, want WavePlan naming ring's maxFailures", w)
+		}
+		if s.fr.Status.Waves[0].StartedAt != nil {
+			t.Fatalf("the canary started: %+v", s.fr.Status.Waves[0])
+		}
+		one := int32(1)
+		s.fr.Spec.Waves[1].MaxFailures = &one
+		s.run("r1", v1alpha1.PhaseCompleted)
+	})
+	t.Run("a candidate no cluster is Ready at does not become the known-good", func(t *testing.T) {
+		s := newSim(t, "a", "b")
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.once("r2") // r2 is the candidate, its waves pending
+		s.untilWave("r2", 1, v1alpha1.WaveSucceeded)
+		for c, o := range s.ks {
+			o.Ready, o.Progressing = metav1.ConditionUnknown, false
+			s.ks[c] = o
+		}
+		s.turn("r2")
+		st := s.fr.Status
+		if st.Phase == v1alpha1.PhaseCompleted || st.LastKnownGood.Revision != "r1" {
+			t.Fatalf("r2 became the known-good though no cluster is Ready at it: phase %s, known-good %+v", st.Phase, st.LastKnownGood)
+		}
+		if st.Phase != v1alpha1.PhaseHeld || st.WaitingFor == nil || !strings.Contains(st.WaitingFor.Message, "no cluster is Ready at it") {
+			t.Fatalf("phase %s, waitingFor %+v: want Held, saying no cluster is Ready at r2", st.Phase, st.WaitingFor)
+		}
+		setConditions(s.fr, doneAfter(0), "")
+		if c := conditions.Get(s.fr, v1alpha1.HeldCondition); c == nil || c.Reason != v1alpha1.HeldReason || !strings.Contains(c.Message, "no cluster is Ready at it") {
+			t.Errorf("Held = %+v", c)
+		}
+		o := s.ks["b"]
+		o.Ready = metav1.ConditionTrue
+		s.ks["b"] = o
+		s.turn("r2")
+		if st := s.fr.Status; st.Phase != v1alpha1.PhaseCompleted || st.LastKnownGood.Revision != "r2" {
+			t.Fatalf("with b Ready at r2 it completes: phase %s, known-good %+v", st.Phase, st.LastKnownGood)
+		}
+	})
+}
