@@ -13,26 +13,50 @@ import (
 )
 
 func TestStepNothingVacuous(t *testing.T) {
-	t.Run("an empty wave stops the rollout before its first wave, and a cluster for it lets it go", func(t *testing.T) {
-		s := newSim(t, "a") // canary takes a; rest has nothing left
+	t.Run("a fleet smaller than its waves skips the empty waves after the last one with members, and completes", func(t *testing.T) {
+		s := newSim(t, "a") // canary takes a; ring and rest have nothing left
+		thirty := int32(30)
+		s.fr.Spec.Waves = []v1alpha1.Wave{s.fr.Spec.Waves[0], {Name: "ring", Percent: &thirty}, s.fr.Spec.Waves[1]}
+		s.run("r1", v1alpha1.PhaseCompleted)
+		st := s.fr.Status
+		if st.LastKnownGood == nil || st.LastKnownGood.Revision != "r1" || st.Waves[0].Phase != v1alpha1.WaveSucceeded {
+			t.Fatalf("r1 must complete on a, its canary: %+v", st)
+		}
+		for _, wv := range st.Waves[1:] {
+			if wv.Phase != v1alpha1.WaveSkipped || wv.Message != "no cluster left for this wave: the earlier waves took every eligible cluster" ||
+				len(wv.Clusters) != 0 || len(wv.Gates) != 0 || wv.StartedAt != nil {
+				t.Errorf("wave %s = %+v, want Skipped with why, no member and no gate", wv.Name, wv)
+			}
+		}
+		// With a cluster more, the next revision's ring takes it and rest is skipped.
+		s.inv = append(s.inv, fleets.Cluster{Name: "b"})
+		s.run("r2", v1alpha1.PhaseCompleted)
+		if st := s.fr.Status; st.Waves[1].Phase != v1alpha1.WaveSucceeded || st.Waves[2].Phase != v1alpha1.WaveSkipped {
+			t.Errorf("r2 waves = %+v, want ring Succeeded on b and rest Skipped", st.Waves)
+		}
+	})
+	t.Run("an empty wave before a wave with members stops the rollout before its first wave", func(t *testing.T) {
+		s := newSim(t, "a", "b") // canary takes a, gpu selects nothing, rest would take b
+		s.fr.Spec.Waves = []v1alpha1.Wave{s.fr.Spec.Waves[0],
+			{Name: "gpu", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}}, s.fr.Spec.Waves[1]}
 		for range 10 {
 			s.once("r1")
 		}
 		st := s.fr.Status
 		if st.Phase != v1alpha1.PhaseHeld || st.Waves[0].Phase != v1alpha1.WavePending || st.Waves[0].StartedAt != nil {
-			t.Fatalf("the canary started though the rest wave is empty: %+v", st)
+			t.Fatalf("the canary started though the gpu wave is empty: %+v", st)
 		}
 		if w := st.WaitingFor; w == nil || w.Reason != v1alpha1.WaitingForWavePlan || w.Wave != "canary" ||
-			!strings.Contains(w.Message, `wave "rest": spec.waves[1]: the wave has no clusters`) {
-			t.Fatalf("waitingFor = %+v, want WavePlan naming the empty wave rest", w)
+			!strings.Contains(w.Message, `wave "gpu": spec.waves[1]: the wave has no clusters`) {
+			t.Fatalf("waitingFor = %+v, want WavePlan naming the empty wave gpu", w)
 		}
 		if s.ks["a"].Exists || s.decisions[v1alpha1.GateDeploySafe] != 0 {
 			t.Fatalf("nothing may be switched or decided: %+v, %v", s.ks, s.decisions)
 		}
 		setConditions(s.fr, doneAfter(0), "")
 		for _, typ := range []string{meta.ReadyCondition, v1alpha1.HeldCondition} {
-			if c := conditions.Get(s.fr, typ); c == nil || c.Reason != v1alpha1.InvalidWaveReason || !strings.Contains(c.Message, `wave "rest"`) {
-				t.Errorf("%s = %+v, want reason %s naming wave rest", typ, c, v1alpha1.InvalidWaveReason)
+			if c := conditions.Get(s.fr, typ); c == nil || c.Reason != v1alpha1.InvalidWaveReason || !strings.Contains(c.Message, `wave "gpu"`) {
+				t.Errorf("%s = %+v, want reason %s naming wave gpu", typ, c, v1alpha1.InvalidWaveReason)
 			}
 		}
 		// A newer revision replaces a candidate held this way, rather than wait for it.
@@ -40,7 +64,7 @@ func TestStepNothingVacuous(t *testing.T) {
 		if c := s.fr.Status.Candidate; c == nil || c.Revision != "r2" {
 			t.Fatalf("r2 waits for r1, which cannot finish: candidate %+v", c)
 		}
-		s.inv = append(s.inv, fleets.Cluster{Name: "b"})
+		s.inv = append(s.inv, fleets.Cluster{Name: "c", Labels: map[string]string{"gpu": "true"}})
 		s.run("r2", v1alpha1.PhaseCompleted)
 	})
 	t.Run("a maxFailures that covers a percent wave stops it when it is next", func(t *testing.T) {

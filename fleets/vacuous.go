@@ -12,7 +12,9 @@ import (
 // without members would pass its gates over no evidence; a maxFailures of at least its members
 // would let noDisruption pass with every one of them failed; a soak of 0s would judge it on no
 // samples. Plan keeps empty waves, so that wave names stay stable; the engine asks Vacuous before
-// a wave starts, of the wave and of every later one, and starts none while one is vacuous.
+// a wave starts, of the wave and of every later one up to the last with members, and starts none
+// while one is vacuous. Empty waves after the last one with members are not asked about: the
+// fleet is only smaller than the waves, and the engine skips them.
 //
 // CEL admission refuses what is known from the spec alone (maxFailures ≥ count, a soak of 0s);
 // the size of a wave sized by percent or selector is known only once it is planned.

@@ -488,6 +488,10 @@ const (
 	WaveSucceeded   = "Succeeded"
 	WaveFailed      = "Failed"
 	WaveRolledBack  = "RolledBack"
+	// WaveSkipped is a wave the fleet had no cluster left for: it and every later wave were
+	// planned empty after an earlier wave took clusters (a fleet smaller than the waves). Its
+	// message says so; it passes no gate and counts no cluster.
+	WaveSkipped = "Skipped"
 )
 
 // WaveStatus is one wave of the candidate.
@@ -496,9 +500,15 @@ type WaveStatus struct {
 	// +required
 	Name string `json:"name"`
 
-	// phase: Pending, Progressing, Soaking, Rehearsing, AwaitingApproval, Succeeded, Failed or RolledBack.
+	// phase: Pending, Progressing, Soaking, Rehearsing, AwaitingApproval, Succeeded, Failed,
+	// RolledBack or Skipped.
 	// +optional
 	Phase string `json:"phase,omitempty"`
+
+	// message says why the wave is in its phase when the phase alone does not: for Skipped, that
+	// no cluster was left for it.
+	// +optional
+	Message string `json:"message,omitempty"`
 
 	// clusters are the wave's members, snapshotted when the wave starts.
 	// +optional

@@ -42,6 +42,9 @@ func TestWatcherPrintsOneLinePerChange(t *testing.T) {
 	fr.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionUnknown, Reason: v1alpha1.ProgressingReason, Message: "switching"}}
 	w.observe(fr)
 
+	fr.Status.Waves[1].Phase, fr.Status.Waves[1].Message = v1alpha1.WaveSkipped, "no cluster left for this wave"
+	w.observe(fr)
+
 	want := []string{
 		"0:00  v2   candidate v2 (main@sha1:2222), known-good v1",
 		"0:00  v2   rollout Progressing",
@@ -51,6 +54,7 @@ func TestWatcherPrintsOneLinePerChange(t *testing.T) {
 		"0:03  v2   Ready=False GateFailed: wave canary is blocked",
 		"1:05  v2   wave canary  rollbackSafe      Pass  receipt podinfo-rollbacksafe-2",
 		"1:05  v2   wave canary  Progressing on member-1 (1 updated, 0 healthy)",
+		"1:05  v2   wave rest    Skipped: no cluster left for this wave",
 	}
 	got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
 	if len(got) != len(want) {

@@ -166,8 +166,12 @@ func TestE2EBadRollouts(t *testing.T) {
 	noPath.Spec.Waves = slices.Delete(noPath.Spec.Waves, 1, 2) // canary and rest: one member each
 	noClusters := threeWaveRollout(s.ns, "no-clusters")
 	noClusters.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"region": "mars"}}
-	// Three waves over two members: the canary and the ring take one each, and nothing is left for rest.
+	// A wave whose selector matches no member, before a wave with one: refused, not skipped (an
+	// empty wave after the last one with members is only a small fleet, and is skipped).
 	emptyWave := threeWaveRollout(s.ns, "empty-wave")
+	emptyWave.Spec.Waves = slices.Delete(emptyWave.Spec.Waves, 1, 2)
+	emptyWave.Spec.Waves = slices.Insert(emptyWave.Spec.Waves, 1, v1alpha1.Wave{Name: "gpu",
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}, Soak: emptyWave.Spec.Waves[0].Soak})
 	for _, fr := range []*v1alpha1.FleetRollout{noSource, noPath, noClusters, emptyWave} {
 		if err := s.f.Hub.Create(ctx, fr); err != nil {
 			t.Fatal(err)
@@ -177,7 +181,7 @@ func TestE2EBadRollouts(t *testing.T) {
 		{"no-source", v1alpha1.SourceNotFoundReason, "GitRepository fleet/missing not found"},
 		{"no-path", v1alpha1.GateFailedReason, "does-not-exist"},
 		{"no-clusters", v1alpha1.NoClustersSelectedReason, "selects no eligible FleetCluster"},
-		{"empty-wave", v1alpha1.InvalidWaveReason, `wave "rest": spec.waves[2]: the wave has no clusters`},
+		{"empty-wave", v1alpha1.InvalidWaveReason, `wave "gpu": spec.waves[1]: the wave has no clusters`},
 	} {
 		eventually(ctx, t, tc.name+" explains itself", func() (bool, string) {
 			fr := s.rollout(t, tc.name)
