@@ -69,8 +69,9 @@ RACE_PKGS ?= ./cue/ ./evidence/ ./evidence/availability/ ./evidence/collector/ .
 # lists them). go test fuzzes one target of one package per run, so they run one after the other.
 FUZZ_TARGETS ?= ./cue/:FuzzEvaluate:10s ./cue/:FuzzPolicy:10s \
 	./api/v1alpha1/:FuzzReceiptEvidence:10s ./api/v1alpha1/:FuzzStoredEvidence:10s \
+	./cmd/tidegate/:FuzzVerifyReceipt:5s \
 	./evidence/install/:FuzzCheck:10s ./internal/member/:FuzzKubeConfigSecret:10s \
-	./fleets/:FuzzPlan:5s ./fleets/:FuzzSnapshots:5s ./evidence/:FuzzExtract:5s
+	./fleets/:FuzzPlan:3s ./fleets/:FuzzSnapshots:3s ./evidence/:FuzzExtract:3s
 
 .PHONY: fuzz-short
 fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing input is kept in the package's testdata/fuzz.

@@ -13,7 +13,7 @@ import (
 )
 
 // unparsable is the one message for a kubeconfig that does not parse: it quotes no part of it.
-var unparsable = regexp.MustCompile(`^invalid kubeconfig in Secret fleet/member key "[^"]*": it does not parse as a kubeconfig( \(error at line [0-9]+\))?: put a self-contained kubeconfig`)
+var unparsable = regexp.MustCompile(`^invalid kubeconfig in Secret fleet/member key "(?:[^"\\]|\\.)*": it does not parse as a kubeconfig( \(error at line [0-9]+\))?: put a self-contained kubeconfig`)
 
 // credentials are the secrets a kubeconfig carries, as written and as decoded: tokens, passwords,
 // client keys and certificates. Nil when it does not parse.
