@@ -168,7 +168,7 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 				return res
 			}
 			// Decided before an approval is asked for: an empty wave of a small fleet needs none.
-			skip, vacuous := vacuousWave(fr, w.Plan, i, members)
+			skip, vacuous := vacuousWave(fr, w, i, members)
 			if skip {
 				skipWaves(fr, i)
 				continue

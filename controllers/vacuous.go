@@ -2,31 +2,41 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/fleets"
 )
 
 // vacuousWave decides wave i of the candidate, about to start with members, against the waves
-// after it, with the members the current plan gives them. When wave i and every later wave are
-// empty after an earlier wave took clusters, the fleet is only smaller than the waves: skip is
-// true, and they are skipped (skipWaves). Otherwise it tells why wave i, or a later wave up to the
-// last one with members, could not be judged (fleets.Vacuous): no wave starts while one could
-// not. The later waves are checked too because stopping before the first wave leaves the fleet on
-// one revision, while stopping at the vacuous wave would leave it split between two. Empty waves
-// after the last wave with members are not refused: they are skipped when their turn comes.
-func vacuousWave(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, i int, members []string) (skip bool, err error) {
+// after it, with the members the current plan gives them (the last wave: every eligible cluster no
+// snapshot holds, as it will take them). When wave i and every later wave are empty after an
+// earlier wave took clusters, the fleet is only smaller than the waves: skip is true, and they
+// are skipped (skipWaves). Otherwise it tells why wave i, or a later wave up to the last one with
+// members, could not be judged (fleets.Vacuous): no wave starts while one could not. The later
+// waves are checked too because stopping before the first wave leaves the fleet on one revision,
+// while stopping at the vacuous wave would leave it split between two. Empty waves after the last
+// one with members are not refused: they are skipped when their turn comes.
+func vacuousWave(fr *v1alpha1.FleetRollout, w *world, i int, members []string) (skip bool, err error) {
 	st := &fr.Status
-	planned := make(map[string]int, len(plan.Waves))
-	for _, pw := range plan.Waves {
-		planned[pw.Name] = len(pw.Clusters)
+	sizes := make(map[string]int, len(w.Plan.Waves))
+	for _, pw := range w.Plan.Waves {
+		sizes[pw.Name] = len(pw.Clusters)
+	}
+	if n := len(st.Waves) - 1; n > i {
+		// A cluster that joined since the plan of the earlier waves goes to the last wave.
+		snapshots := slices.Clone(st.Waves[:n])
+		snapshots[i].Clusters = members
+		if m, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, snapshots, st.Waves[n].Name); err == nil {
+			sizes[st.Waves[n].Name] = len(m)
+		}
 	}
 	last := -1 // the last wave from i on that has members; a wave the plan lacks counts as having some
 	if len(members) > 0 {
 		last = i
 	}
 	for j := i + 1; j < len(st.Waves); j++ {
-		if n, ok := planned[st.Waves[j].Name]; !ok || n > 0 {
+		if n, ok := sizes[st.Waves[j].Name]; !ok || n > 0 {
 			last = j
 		}
 	}
@@ -38,7 +48,7 @@ func vacuousWave(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, i int, members
 	}
 	for j := i + 1; j <= last; j++ {
 		wv := st.Waves[j]
-		n, ok := planned[wv.Name]
+		n, ok := sizes[wv.Name]
 		if !ok || (wv.Phase != v1alpha1.WavePending && wv.Phase != v1alpha1.WaveAwaiting) {
 			continue // a wave the current spec no longer has is reported when it is next
 		}

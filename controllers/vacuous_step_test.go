@@ -35,6 +35,23 @@ func TestStepNothingVacuous(t *testing.T) {
 			t.Errorf("r2 waves = %+v, want ring Succeeded on b and rest Skipped", st.Waves)
 		}
 	})
+	t.Run("a cluster that joined for the last wave is not skipped with the empty waves before it", func(t *testing.T) {
+		s := newSim(t, "a")
+		thirty := int32(30)
+		s.fr.Spec.Waves = []v1alpha1.Wave{s.fr.Spec.Waves[0], {Name: "ring", Percent: &thirty}, s.fr.Spec.Waves[1]}
+		s.once("r1")
+		s.untilWave("r1", 0, v1alpha1.WaveSucceeded)
+		// a leaves the fleet and b joins: today's plan puts b in the canary, which has run, so only
+		// the last wave takes it.
+		s.inv = []fleets.Cluster{{Name: "b"}}
+		for range 5 {
+			s.turn("r1")
+		}
+		st := s.fr.Status
+		if st.Phase == v1alpha1.PhaseCompleted || st.Waves[2].Phase == v1alpha1.WaveSkipped {
+			t.Fatalf("r1 completed without b, which joined for its last wave: %+v", st.Waves)
+		}
+	})
 	t.Run("an empty wave before a wave with members stops the rollout before its first wave", func(t *testing.T) {
 		s := newSim(t, "a", "b") // canary takes a, gpu selects nothing, rest would take b
 		s.fr.Spec.Waves = []v1alpha1.Wave{s.fr.Spec.Waves[0],
