@@ -66,3 +66,18 @@ func TestWatcherPrintsOneLinePerChange(t *testing.T) {
 		}
 	}
 }
+
+// A rollout that did not complete says why: the gates that failed, or, with none failed, what its
+// Ready condition says (a wave that could not be judged).
+func TestWhyNotCompleted(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{}
+	fr.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: v1alpha1.InvalidWaveReason,
+		Message: `wave canary does not start, and nothing of it is applied: wave "gpu": spec.waves[1]: the wave has no clusters`}}
+	if got, want := whyNotCompleted(fr), `no gate failed, and Ready is False (InvalidWave): wave canary does not start, and nothing of it is applied: wave "gpu": spec.waves[1]: the wave has no clusters`; got != want {
+		t.Errorf("whyNotCompleted = %q, want %q", got, want)
+	}
+	fr.Status.Waves = []v1alpha1.WaveStatus{{Name: "ring", Gates: []v1alpha1.GateOutcome{{Gate: v1alpha1.GateNoDisruption, Result: v1alpha1.ResultFail, Receipt: "r1"}}}}
+	if got, want := whyNotCompleted(fr), "noDisruption failed in wave ring (receipt r1)"; got != want {
+		t.Errorf("whyNotCompleted = %q, want %q", got, want)
+	}
+}
