@@ -65,8 +65,23 @@ vet: ## Vet Go code and check formatting.
 # the race detector (docs/testing.md: its cost).
 RACE_PKGS ?= ./cue/ ./evidence/ ./evidence/availability/ ./evidence/collector/ ./evidence/preflight/ ./internal/simulator/
 
+# FUZZ_TARGETS are the fuzz targets fuzz-short runs, each as package:Target:fuzztime (docs/testing.md
+# lists them). go test fuzzes one target of one package per run, so they run one after the other.
+FUZZ_TARGETS ?= ./cue/:FuzzEvaluate:10s ./cue/:FuzzPolicy:10s \
+	./api/v1alpha1/:FuzzReceiptEvidence:10s ./api/v1alpha1/:FuzzStoredEvidence:10s \
+	./cmd/tidegate/:FuzzVerifyReceipt:5s \
+	./evidence/install/:FuzzCheck:10s ./internal/member/:FuzzKubeConfigSecret:10s \
+	./fleets/:FuzzPlan:3s ./fleets/:FuzzSnapshots:3s ./evidence/:FuzzExtract:3s
+
+.PHONY: fuzz-short
+fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing input is kept in the package's testdata/fuzz.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		IFS=: read -r pkg name time <<< "$$t"; echo "=== fuzz $$name in $$pkg for $$time"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$$time" -fuzzminimizetime 5x "$$pkg"; \
+	done
+
 .PHONY: test
-test: testbin vet ## Run every test: unit, envtest and end to end, then RACE_PKGS under -race (builds the test binaries first when missing).
+test: testbin vet fuzz-short ## Run every test: the fuzz targets briefly (fuzz-short), unit, envtest and end to end, then RACE_PKGS under -race (builds the test binaries first when missing).
 	{ go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m ./...; all=$$?; \
 		echo "=== again under the race detector: $(RACE_PKGS)"; \
 		go test -json -race $(GO_TEST_FLAGS) -count=1 -timeout 30m $(RACE_PKGS); race=$$?; \

@@ -111,7 +111,7 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.RollingBackReason, "%s", capMessage(waiting))
 		conditions.MarkReconciling(fr, v1alpha1.RollingBackReason, "%s", capMessage(waiting))
 	case v1alpha1.PhaseHeld:
-		msg := waiting
+		msg, reason := waiting, v1alpha1.HeldReason
 		if fr.Spec.Hold != nil {
 			msg = "held: " + fr.Spec.Hold.Reason
 		} else if m := failedWaveMessage(fr); m != "" {
@@ -119,8 +119,10 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 			if fr.OnFailure(policyOnFail) == v1alpha1.OnFailureRollback && st.LastKnownGood == nil {
 				msg += "; no known-good revision to roll back to"
 			}
+		} else if st.WaitingFor != nil && st.WaitingFor.Reason == v1alpha1.WaitingForWavePlan {
+			reason = v1alpha1.InvalidWaveReason // a wave that could not be judged: the message has the fix
 		}
-		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.HeldReason, "%s", capMessage(msg))
+		conditions.MarkFalse(fr, meta.ReadyCondition, reason, "%s", capMessage(msg))
 		conditions.Delete(fr, meta.ReconcilingCondition)
 	default:
 		if st.WaitingFor != nil && st.WaitingFor.Reason == v1alpha1.WaitingForGateBlocked && st.Phase == v1alpha1.PhaseProgressing {
@@ -151,6 +153,14 @@ func setHeld(fr *v1alpha1.FleetRollout) {
 	switch {
 	case fr.Spec.Hold != nil:
 		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.HeldReason, "%s", capMessage("spec.hold: "+fr.Spec.Hold.Reason))
+	case fr.Status.Phase == v1alpha1.PhaseHeld && failedWaveMessage(fr) == "" && fr.Status.WaitingFor != nil:
+		// Held with no failed gate: a wave that could not be judged, or a candidate that passed
+		// every wave but reached no cluster.
+		reason := v1alpha1.HeldReason
+		if fr.Status.WaitingFor.Reason == v1alpha1.WaitingForWavePlan {
+			reason = v1alpha1.InvalidWaveReason
+		}
+		conditions.MarkTrue(fr, v1alpha1.HeldCondition, reason, "%s", capMessage(fr.Status.WaitingFor.Message))
 	case fr.Status.Phase == v1alpha1.PhaseHeld:
 		conditions.MarkTrue(fr, v1alpha1.HeldCondition, v1alpha1.GateFailedReason, "%s", capMessage(failedWaveMessage(fr)))
 	default:

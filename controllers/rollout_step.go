@@ -149,7 +149,7 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 		wv := &st.Waves[i]
 		spec := fr.WaveSpec(wv.Name)
 		switch wv.Phase {
-		case v1alpha1.WaveSucceeded:
+		case v1alpha1.WaveSucceeded, v1alpha1.WaveSkipped:
 			continue
 		case v1alpha1.WaveFailed:
 			onFailure(fr, w)
@@ -161,6 +161,18 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 				res.waitFor(v1alpha1.WaitingForHold, wv.Name, nil, nil, "held: %s", fr.Spec.Hold.Reason)
 				return res
 			}
+			members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
+			if err != nil {
+				st.Phase, st.CurrentWave = v1alpha1.PhaseProgressing, wv.Name
+				res.waitFor(v1alpha1.WaitingForGates, wv.Name, nil, nil, "%s", err.Error())
+				return res
+			}
+			// Decided before an approval is asked for: an empty wave of a small fleet needs none.
+			skip, vacuous := vacuousWave(fr, w, i, members)
+			if skip {
+				skipWaves(fr, i)
+				continue
+			}
 			st.Phase = v1alpha1.PhaseProgressing
 			st.CurrentWave = wv.Name
 			needsApproval := spec.RequireApproval || w.Settings.Approvals.NeedsApproval(fr.Spec.Class, wv.Name)
@@ -171,12 +183,14 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 				return res
 			}
 			wv.Phase = v1alpha1.WavePending
-			members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
-			if err != nil {
-				res.waitFor(v1alpha1.WaitingForGates, wv.Name, nil, nil, "%s", err.Error())
+			wv.Clusters = members
+			if err := vacuous; err != nil {
+				// Held, not Progressing: a newer revision may replace the candidate, as after a
+				// failed wave, rather than wait for one that cannot finish.
+				st.Phase = v1alpha1.PhaseHeld
+				res.waitFor(v1alpha1.WaitingForWavePlan, wv.Name, nil, nil, "wave %s does not start, and nothing of it is applied: %v", wv.Name, err)
 				return res
 			}
-			wv.Clusters = members
 			return preWaveGates(fr, w, i, now, res)
 		case v1alpha1.WaveProgressing, v1alpha1.WaveSoaking, v1alpha1.WaveRehearsing:
 			if fr.Spec.Hold != nil {
@@ -190,6 +204,12 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			}
 			return stepActiveWave(fr, w, i, spec, now, res)
 		}
+	}
+	if !reachedAny(fr, w) {
+		st.Phase = v1alpha1.PhaseHeld
+		res.waitFor(v1alpha1.WaitingForMembers, "", nil, nil,
+			"every wave of %s passed or was skipped, but no cluster is Ready at it: it becomes the known-good once one is, and a newer revision replaces it", st.Candidate.Revision)
+		return res
 	}
 	complete(fr)
 	return res

@@ -229,10 +229,12 @@ func TestEvaluateGoEvidence(t *testing.T) {
 	if len(d.Limits) != 1 {
 		t.Errorf("limits %q, want the evidence's", d.Limits)
 	}
-	// nil slices are omitted, and the schema reads them as empty.
+	// nil slices are omitted, and the schema reads them as empty: an empty wave fits the contract,
+	// and fails for having no targets alone, since a gate over no cluster never passes.
 	ev := wave(0, 0)
 	ev.Limits = nil
-	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || !d.Pass {
+	d, err = Evaluate(DefaultPolicy(), GateNoDisruption, ev)
+	if err != nil || d.Pass || len(d.Reasons) != 1 || !strings.HasPrefix(d.Reasons[0], "noDisruption._noTargets: the wave has no targets") {
 		t.Fatalf("an empty wave: %+v %v", d, err)
 	}
 }
@@ -329,6 +331,8 @@ func TestLoadPolicyProblems(t *testing.T) {
 		{"settings out of range", map[string]string{"a.cue": acceptAll + "settings: onFail: \"Retry\"\n"}, "settings.onFail"},
 		{"unknown setting", map[string]string{"a.cue": acceptAll + "settings: soke: \"1m\"\n"}, "settings.soke: field not allowed"},
 		{"negative soak", map[string]string{"a.cue": acceptAll + "settings: soak: \"-1m\"\n"}, "settings.soak"},
+		{"zero soak", map[string]string{"a.cue": acceptAll + "settings: soak: \"0s\"\n"}, `settings.soak: "0s": a wave must soak for longer than 0s`},
+		{"zero soak in other units", map[string]string{"a.cue": acceptAll + "settings: soak: \"0h0.0m\"\n"}, `settings.soak: "0h0.0m": a wave must soak for longer than 0s`},
 		{"typo in a list pattern", map[string]string{"a.cue": acceptAll + "noDisruption: clusters: [...{redy: true}]\n"}, "noDisruption.clusters.[*].redy: field not allowed"},
 		{"wrong type in a list pattern", map[string]string{"a.cue": acceptAll + "noDisruption: clusters: [...{ready: \"yes\"}]\n"}, "noDisruption.clusters.[*].ready: conflicting values"},
 		{"typo in a comprehension", map[string]string{"a.cue": acceptAll + "noDisruption: {if noDisruption.maxFailures == 0 {maxFailure: 0}}\n"}, "maxFailure: field not allowed"},

@@ -102,6 +102,11 @@ func (p *Policy) Settings() (s Settings, err error) {
 	if s.Soak, err = time.ParseDuration(raw.Soak); err != nil {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.soak: %v", err)}}
 	}
+	if s.Soak <= 0 {
+		// A wave that does not soak is judged on no samples: noDisruption would be vacuous.
+		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf(
+			"settings.soak: %q: a wave must soak for longer than 0s, or noDisruption is decided on no samples; set a positive soak such as \"1m\"", raw.Soak)}}
+	}
 	if s.SampleInterval, err = time.ParseDuration(raw.SampleInterval); err != nil {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.sampleInterval: %v", err)}}
 	}

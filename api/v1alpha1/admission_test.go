@@ -24,7 +24,9 @@ import (
 type admissionCase struct {
 	name string
 	kind string
-	spec map[string]any
+	// objName is the object's metadata.name; empty gives a short name of its own.
+	objName string
+	spec    map[string]any
 	// wantErr is empty when the object must be accepted; otherwise the server must reject the object
 	// as Invalid with a message containing every one of these substrings.
 	wantErr []string
@@ -170,6 +172,44 @@ func TestAdmission(t *testing.T) {
 			spec:    rolloutSpec(obj{"waves": waves(wave("Canary_1", "count", int64(1)))}),
 			wantErr: []string{"spec.waves[0].name", "should match"},
 		},
+
+		// Nothing vacuous: a failure budget that covers the wave, a soak of nothing.
+		{
+			name: "maxFailures equal to count", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("ring", "count", int64(3), "maxFailures", int64(3)))}),
+			wantErr: []string{"spec.waves[0]", "maxFailures must be less than count"},
+		},
+		{
+			name: "maxFailures above count", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "maxFailures", int64(2)))}),
+			wantErr: []string{"spec.waves[0]", "maxFailures must be less than count"},
+		},
+		{name: "maxFailures below count", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("ring", "count", int64(3), "maxFailures", int64(2)))})},
+		// A percent or selector wave's size is known when it is planned; the engine checks it then.
+		{name: "maxFailures with percent", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("ring", "percent", int64(10), "maxFailures", int64(5)))})},
+		{
+			name: "soak 0s", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "0s"))}),
+			wantErr: []string{"spec.waves[0].soak", "soak must be longer than 0s"},
+		},
+		{
+			name: "soak of zeros in other units", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "0h0.0m"))}),
+			wantErr: []string{"spec.waves[0].soak", "soak must be longer than 0s"},
+		},
+		{name: "soak 1ms", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "1ms"))})},
+
+		// Names that are label values: at most 63 characters.
+		{
+			name: "rollout name of 64 characters", kind: rollout, objName: strings.Repeat("r", 64), spec: rolloutSpec(nil),
+			wantErr: []string{"a FleetRollout's name may be at most 63 characters"},
+		},
+		{name: "rollout name of 63 characters", kind: rollout, objName: strings.Repeat("r", 63), spec: rolloutSpec(nil)},
+		{
+			name: "cluster name of 64 characters", kind: cluster, objName: strings.Repeat("c", 64), spec: clusterSpec(nil),
+			wantErr: []string{"a FleetCluster's name may be at most 63 characters"},
+		},
+		{name: "cluster name of 63 characters", kind: cluster, objName: strings.Repeat("c", 63), spec: clusterSpec(nil)},
 
 		// FleetRollout approvals.
 		{
@@ -364,10 +404,14 @@ func TestAdmission(t *testing.T) {
 
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			name := tc.objName
+			if name == "" {
+				name = fmt.Sprintf("case-%02d", i)
+			}
 			u := &unstructured.Unstructured{Object: obj{
 				"apiVersion": v1alpha1.GroupVersion.String(),
 				"kind":       tc.kind,
-				"metadata":   obj{"name": fmt.Sprintf("case-%02d", i), "namespace": ns},
+				"metadata":   obj{"name": name, "namespace": ns},
 				"spec":       tc.spec,
 			}}
 			err := c.Create(ctx, u)

@@ -43,6 +43,7 @@ const (
 	SourceNotFoundReason      = "SourceNotFound"
 	ArtifactUnavailableReason = "ArtifactUnavailable"
 	NoClustersSelectedReason  = "NoClustersSelected"
+	InvalidWaveReason         = "InvalidWave"
 	GateFailedReason          = "GateFailed"
 	GatePassedReason          = "GatePassed"
 	GateInconclusiveReason    = "GateInconclusive"

@@ -213,6 +213,7 @@ type KustomizationTemplate struct {
 // Wave is one step of a rollout.
 // +kubebuilder:validation:XValidation:rule="has(self.selector) || has(self.count) || has(self.percent)",message="a wave must set selector, count or percent"
 // +kubebuilder:validation:XValidation:rule="!(has(self.count) && has(self.percent))",message="a wave sets count or percent, not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.count) || !has(self.maxFailures) || self.maxFailures < self.count",message="maxFailures must be less than count: a failure budget that covers the whole wave lets noDisruption pass with every cluster failed; lower maxFailures or raise count"
 type Wave struct {
 	// name of the wave, unique in the rollout (e.g. canary, ring-1, all).
 	// +required
@@ -238,15 +239,18 @@ type Wave struct {
 	Percent *int32 `json:"percent,omitempty"`
 
 	// maxFailures is how many of the wave's clusters may fail their checks before the wave fails. Defaults to 0.
+	// It must be less than the wave's size: less than count here, and, for a wave sized by
+	// percent or selector, less than its members when it is planned.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxFailures *int32 `json:"maxFailures,omitempty"`
 
 	// soak is how long the wave's clusters must stay healthy at the candidate before the next wave.
-	// Defaults to the policy's soak.
+	// Defaults to the policy's soak. It must be longer than 0s.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="soak must be longer than 0s: a wave that does not soak is judged on no samples; leave soak out for the policy's soak"
 	Soak *metav1.Duration `json:"soak,omitempty"`
 
 	// requireApproval makes the wave wait for an approval of the candidate revision for this wave.
@@ -346,13 +350,15 @@ const (
 	WaitingForRehearsal    = "Rehearsal"
 	WaitingForRollback     = "RollingBack"
 	WaitingForFailedWave   = "FailedWave"
+	WaitingForWavePlan     = "WavePlan"
 )
 
 // WaitingFor says what a rollout waits for before its next step, as the controller decided it.
 type WaitingFor struct {
 	// reason is one word for what it waits for: Source, PinnedSource, RevisionInFlight, Retry, Hold,
-	// Approval, PreWaveGates, GateBlocked, MembersReady, Soak, Settle, Rehearsal, RollingBack or
-	// FailedWave.
+	// Approval, PreWaveGates, GateBlocked, MembersReady, Soak, Settle, Rehearsal, RollingBack,
+	// FailedWave or WavePlan (a wave as planned could not be judged: no members, or a maxFailures
+	// or soak that would make its noDisruption vacuous).
 	// +required
 	Reason string `json:"reason"`
 
@@ -485,6 +491,10 @@ const (
 	WaveSucceeded   = "Succeeded"
 	WaveFailed      = "Failed"
 	WaveRolledBack  = "RolledBack"
+	// WaveSkipped is a wave the fleet had no cluster left for: it and every later wave were
+	// planned empty after an earlier wave took clusters (a fleet smaller than the waves). Its
+	// message says so; it passes no gate and counts no cluster.
+	WaveSkipped = "Skipped"
 )
 
 // WaveStatus is one wave of the candidate.
@@ -493,9 +503,15 @@ type WaveStatus struct {
 	// +required
 	Name string `json:"name"`
 
-	// phase: Pending, Progressing, Soaking, Rehearsing, AwaitingApproval, Succeeded, Failed or RolledBack.
+	// phase: Pending, Progressing, Soaking, Rehearsing, AwaitingApproval, Succeeded, Failed,
+	// RolledBack or Skipped.
 	// +optional
 	Phase string `json:"phase,omitempty"`
+
+	// message says why the wave is in its phase when the phase alone does not: for Skipped, that
+	// no cluster was left for it.
+	// +optional
+	Message string `json:"message,omitempty"`
 
 	// clusters are the wave's members, snapshotted when the wave starts.
 	// +optional
@@ -690,6 +706,7 @@ type SkippedCluster struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a FleetRollout's name may be at most 63 characters: it is the value of the tidegate.dev/rollout label on every object tidegate makes for it"
 
 // FleetRollout moves one package across a fleet wave by wave, gated by CUE policies.
 type FleetRollout struct {

@@ -20,7 +20,11 @@ const (
 	DefaultHistoryLimit    = 3
 )
 
-// maxNameLength is the longest object name tidegate generates: a DNS label, so the name also fits in a label value.
+// maxNameLength is the longest object name tidegate generates: a DNS label, so the name also fits
+// in a label value (kustomize-controller labels every object a Kustomization applies with the
+// Kustomization's name, and tidegate labels evidence parts with their receipt's). The names it
+// derives them from, a FleetRollout's and a FleetCluster's, are label values themselves
+// (RolloutLabel, ClusterLabel), which CEL admission bounds to the same length.
 const maxNameLength = 63
 
 // GetConditions returns the rollout's conditions (fluxcd/pkg/runtime/conditions.Getter).
@@ -140,8 +144,10 @@ func ReceiptName(rollout, gate, contentDigest string) string {
 	return boundedName(rollout, strings.ToLower(gate)+"-"+strings.TrimPrefix(contentDigest, "sha256:")[:12])
 }
 
-// boundedName joins prefix and suffix with a dash; when the result is longer than a DNS label,
-// the prefix is cut and a hash of the whole name keeps it unique.
+// boundedName is the one function every name tidegate derives goes through (Kustomizations,
+// pinned sources, receipts, evidence parts): it joins prefix and suffix with a dash and, when the
+// result is longer than a DNS label, cuts it to at most 54 characters and appends a dash and 8 hex
+// characters of a SHA-256 of the whole name, so the name is deterministic and stays unique.
 func boundedName(prefix, suffix string) string {
 	name := prefix + "-" + suffix
 	if len(name) <= maxNameLength {

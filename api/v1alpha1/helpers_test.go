@@ -52,6 +52,41 @@ func TestGeneratedNamesAreBoundedDNSLabels(t *testing.T) {
 	}
 }
 
+// Every name tidegate derives, from the longest names admission lets through (63 characters for
+// a FleetRollout and a FleetCluster, both label values), is a DNS label, the same on every call,
+// and distinct for distinct inputs.
+func TestDerivedNamesOfLongestInputsAreBoundedAndDeterministic(t *testing.T) {
+	rollout, cluster := strings.Repeat("r", 63), strings.Repeat("c", 62)+"1"
+	receipt := ReceiptName(rollout, GateNoDisruption, "sha256:"+strings.Repeat("ab", 32))
+	names := map[string]string{
+		"kustomization":        KustomizationName(rollout, cluster),
+		"kustomization, other": KustomizationName(rollout, strings.Repeat("c", 62)+"2"),
+		"pinned source":        PinnedSourceName(rollout, "main@sha1:0123456789abcdef0123456789abcdef01234567"),
+		"receipt":              receipt,
+		"evidence part":        EvidencePartName(receipt, "sha256:"+strings.Repeat("cd", 32)),
+		"evidence part, other": EvidencePartName(receipt, "sha256:"+strings.Repeat("ef", 32)),
+	}
+	seen := map[string]string{}
+	for what, n := range names {
+		if errs := validation.IsDNS1123Label(n); len(errs) != 0 {
+			t.Errorf("%s name %q is not a DNS label: %v", what, n, errs)
+		}
+		if errs := validation.IsValidLabelValue(n); len(errs) != 0 {
+			t.Errorf("%s name %q is not a label value: %v", what, n, errs)
+		}
+		if other, dup := seen[n]; dup {
+			t.Errorf("%s and %s have the same name %q", what, other, n)
+		}
+		seen[n] = what
+	}
+	if again := EvidencePartName(receipt, "sha256:"+strings.Repeat("cd", 32)); again != names["evidence part"] {
+		t.Errorf("the same part is named %q, then %q", names["evidence part"], again)
+	}
+	if got := EvidencePartName("web-nodisruption-0123456789ab", "sha256:"+strings.Repeat("cd", 32)); got != "web-nodisruption-0123456789ab-cdcdcdcdcdcd" {
+		t.Errorf("a short part name is kept as it is: got %q", got)
+	}
+}
+
 func TestReceiptContentDigestIgnoresEvaluationTime(t *testing.T) {
 	spec := GateReceiptSpec{
 		Gate: GateNoDisruption, Rollout: "podinfo", Wave: "canary",

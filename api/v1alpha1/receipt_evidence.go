@@ -38,7 +38,7 @@ const (
 	maxDecodedEvidence = 256 << 20
 )
 
-// NewGateReceipt is the receipt of spec with evidence (a JSON document, nil for none): it sets
+// NewGateReceipt is the receipt of spec with evidence (a JSON document, nil or null for none): it sets
 // evidenceDigest, names the receipt after its content digest (ReceiptName) with the digest in
 // ContentDigestAnnotation, and keeps the evidence in spec.evidence when its JSON is at most
 // MaxInlineEvidence, else gzip-compressed in spec.evidenceGzip when that is at most MaxInlineGzip,
@@ -46,7 +46,10 @@ const (
 // that would make the receipt larger than MaxReceiptObjectBytes is skipped for the next one. The
 // spec's own evidence fields are ignored.
 func NewGateReceipt(namespace string, spec GateReceiptSpec, evidence []byte) (*GateReceipt, []*corev1.ConfigMap, error) {
-	if len(evidence) == 0 || string(evidence) == "null" {
+	// JSON null, with or without space around it, is no evidence: kept as spec.evidence it would
+	// not survive the API (an apiextensions JSON of null decodes as none), and the receipt's
+	// content digest would change on the way.
+	if t := bytes.TrimSpace(evidence); len(t) == 0 || string(t) == "null" {
 		evidence = nil
 	}
 	spec.Evidence, spec.EvidenceGzip, spec.EvidenceParts = nil, "", nil
@@ -124,9 +127,10 @@ func NewGateReceipt(namespace string, spec GateReceiptSpec, evidence []byte) (*G
 	return rc, parts, checkReceiptSize(rc, fmt.Sprintf(" with its evidence in %d parts", n))
 }
 
-// EvidencePartName is the name of the ConfigMap holding the part of receipt's evidence with digest.
+// EvidencePartName is the name of the ConfigMap holding the part of receipt's evidence with digest:
+// <receipt>-<short digest>, bounded as every name tidegate derives.
 func EvidencePartName(receipt, digest string) string {
-	return receipt + "-" + strings.TrimPrefix(digest, "sha256:")[:12]
+	return boundedName(receipt, strings.TrimPrefix(digest, "sha256:")[:12])
 }
 
 func checkReceiptSize(rc *GateReceipt, how string) error {

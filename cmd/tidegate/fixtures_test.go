@@ -405,6 +405,8 @@ func createFixtures(ctx context.Context) error {
 			SourceRef: v1alpha1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: "fleet-repo"},
 			Path:      "./apps/cache",
 			Class:     v1alpha1.ClassSystemService,
+			// all takes every cluster, so late, for clusters that join later, is skipped.
+			Waves: []v1alpha1.Wave{{Name: "all", Percent: new(int32(100))}, {Name: "late", Selector: &metav1.LabelSelector{}}},
 		},
 		Status: v1alpha1.FleetRolloutStatus{
 			ObservedGeneration: 1,
@@ -418,6 +420,7 @@ func createFixtures(ctx context.Context) error {
 			Waves: []v1alpha1.WaveStatus{
 				{Name: "all", Phase: v1alpha1.WaveSucceeded, Clusters: cacheTargets, Updated: 4, Healthy: 4,
 					StartedAt: atp(1, 0), ReadyAt: atp(2, 20), FinishedAt: atp(3, 20), Gates: cacheGates},
+				{Name: "late", Phase: v1alpha1.WaveSkipped, Message: "no cluster left for this wave: the earlier waves took every eligible cluster"},
 			},
 		},
 	})

@@ -56,6 +56,7 @@ type waveView struct {
 	FinishedAt *metav1.Time               `json:"finishedAt,omitempty"`
 	Gates      []v1alpha1.GateOutcome     `json:"gates,omitempty"`
 	Waiting    *waiting                   `json:"waiting,omitempty"`
+	Message    string                     `json:"message,omitempty"`
 }
 
 // waiting says what a wave waits for, since when and until when, when status tells.
@@ -265,6 +266,9 @@ func printStatus(w io.Writer, output string, now time.Time, fr *v1alpha1.FleetRo
 		for _, h := range wv.HeldBack {
 			fmt.Fprintf(w, "held back in wave %s: %s (%s)\n", wv.Name, h.Cluster, h.Reason)
 		}
+		if wv.Phase == v1alpha1.WaveSkipped {
+			fmt.Fprintf(w, "wave %s skipped: %s\n", wv.Name, wv.Message)
+		}
 	}
 	return nil
 }
@@ -346,7 +350,7 @@ func toStatusView(fr *v1alpha1.FleetRollout) statusView {
 		wv := waveView{
 			Name: w.Name, Phase: w.Phase, Clusters: w.Clusters, Updated: w.Updated, Healthy: w.Healthy,
 			Missing: w.Missing, HeldBack: w.HeldBack, StartedAt: w.StartedAt, ReadyAt: w.ReadyAt, FinishedAt: w.FinishedAt,
-			Waiting: waitingFor(fr, i),
+			Waiting: waitingFor(fr, i), Message: w.Message,
 		}
 		for _, g := range v1alpha1.Gates {
 			for _, o := range w.Gates {

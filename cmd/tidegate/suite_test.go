@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,6 +41,11 @@ var fixedNow = time.Date(2026, 3, 1, 10, 10, 0, 0, time.UTC)
 
 func TestMain(m *testing.M) {
 	silenceClientLogs() // as main does
+	// A fuzz run (its coordinator and each worker) runs only its fuzz target, over no hub.
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "tidegate-cli-")
 	if err != nil {
 		panic(err)

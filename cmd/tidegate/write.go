@@ -116,8 +116,10 @@ continues. tidegate resume clears it.`,
 func newResumeCommand(k *kubeOptions) *cobra.Command {
 	return writeCommand(k, "resume ROLLOUT", "Resume a held or suspended rollout (clears spec.hold and spec.suspend)",
 		`resume clears spec.hold and spec.suspend, whichever are set, and says which it cleared. A rollout
-held because a wave failed (phase Held without spec.hold) is not resumed this way: roll out a new
-revision, retry (tidegate retry) or roll back (tidegate rollback).`,
+in phase Held without spec.hold is not resumed this way: after a failed wave, roll out a new
+revision, retry (tidegate retry) or roll back (tidegate rollback); before a wave that could not be
+judged (Ready reason InvalidWave), change what Ready's message names in the spec or the fleet; with
+every wave passed but no cluster Ready at the candidate, it completes once one is.`,
 		`  tidegate resume web`,
 		func(cmd *cobra.Command, fr *v1alpha1.FleetRollout) (string, bool, error) {
 			var cleared []string
@@ -131,9 +133,7 @@ revision, retry (tidegate retry) or roll back (tidegate rollback).`,
 			}
 			if len(cleared) == 0 {
 				msg := "neither spec.hold nor spec.suspend is set; nothing changed"
-				if fr.Status.Phase == v1alpha1.PhaseHeld {
-					msg += " (the rollout is Held because a wave failed: see tidegate retry and tidegate rollback)"
-				}
+				msg += heldWithoutHold(fr)
 				return msg, false, nil
 			}
 			return strings.Join(cleared, ", "), true, nil
@@ -406,4 +406,20 @@ func printReconciled(w io.Writer, what string, fr *v1alpha1.FleetRollout) {
 	ready, reason, message := readyOf(fr.Status.Conditions)
 	fmt.Fprintf(w, "%s: reconciled: phase %s, Ready %s\n", what, orDash(fr.Status.Phase),
 		readyLine(conditionView{Status: ready, Reason: reason, Message: message}))
+}
+
+// heldWithoutHold says, for resume, why a rollout is Held when spec.hold is not set ("" when it
+// is not Held): Held's condition reason tells a failed wave from a wave that could not be judged.
+func heldWithoutHold(fr *v1alpha1.FleetRollout) string {
+	if fr.Status.Phase != v1alpha1.PhaseHeld {
+		return ""
+	}
+	c := condition(fr.Status.Conditions, v1alpha1.HeldCondition)
+	switch {
+	case c == nil || c.Reason == v1alpha1.GateFailedReason:
+		return " (the rollout is Held because a wave failed: see tidegate retry and tidegate rollback)"
+	case c.Reason == v1alpha1.InvalidWaveReason:
+		return " (the rollout is Held because a wave could not be judged; change what this names: " + oneLine(c.Message) + ")"
+	}
+	return " (the rollout is Held: " + oneLine(c.Message) + ")"
 }

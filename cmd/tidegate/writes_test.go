@@ -191,6 +191,23 @@ func TestHoldSuspendResume(t *testing.T) {
 	expectRun(t, r, exitOK, prefix+"spec.suspend cleared\n", "")
 	expectCleared(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Suspend = false })
 
+	// Held without spec.hold: resume changes nothing and says what would, by Held's reason.
+	for _, tc := range []struct{ name, reason, message, want string }{
+		{"held-failed", v1alpha1.GateFailedReason, "gate noDisruption failed: wave canary", " (the rollout is Held because a wave failed: see tidegate retry and tidegate rollback)"},
+		{"held-invalid", v1alpha1.InvalidWaveReason, `wave canary does not start, and nothing of it is applied: wave "gpu": spec.waves[1]: the wave has no clusters`,
+			` (the rollout is Held because a wave could not be judged; change what this names: wave canary does not start, and nothing of it is applied: wave "gpu": spec.waves[1]: the wave has no clusters)`},
+		{"held-unreached", v1alpha1.HeldReason, "every wave of R passed or was skipped, but no cluster is Ready at it",
+			" (the rollout is Held: every wave of R passed or was skipped, but no cluster is Ready at it)"},
+	} {
+		held := newRollout(ctx, t, tc.name, func(fr *v1alpha1.FleetRollout) {
+			fr.Status.Phase = v1alpha1.PhaseHeld
+			fr.Status.Conditions = append(fr.Status.Conditions, cond(v1alpha1.HeldCondition, metav1.ConditionTrue, tc.reason, tc.message, at(5, 0)))
+		})
+		r = tidegate(ctx, "-n", writesNS, "resume", tc.name)
+		expectRun(t, r, exitOK, "fleetrollout writes/"+tc.name+": neither spec.hold nor spec.suspend is set; nothing changed"+tc.want+"\n", "")
+		expectUnchanged(ctx, t, held)
+	}
+
 	for _, args := range [][]string{
 		{"hold", "nope", "--reason", "x"}, {"resume", "nope"}, {"suspend", "nope"}, {"rollback", "nope"},
 		{"retry", "nope"}, {"reconcile", "nope"}, {"approve", "nope", "--revision", "x"},

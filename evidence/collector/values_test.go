@@ -70,8 +70,10 @@ func TestInstallValuesAreCheckedPerCluster(t *testing.T) {
 	}
 
 	// The default policy fails the gate naming the cluster.
-	ev := tgcue.DeploySafeEvidence{Evidence: tgcue.Evidence{Rollout: "fleet/web", Candidate: tgcue.Revision{Revision: "main@sha1:abc", Digest: "sha256:" + strings.Repeat("a", 64)}},
-		Render: tgcue.RenderEvidence{OK: true}, Install: got}
+	ev := tgcue.DeploySafeEvidence{Evidence: tgcue.Evidence{Rollout: "fleet/web", Candidate: tgcue.Revision{Revision: "main@sha1:abc", Digest: "sha256:" + strings.Repeat("a", 64)},
+		Targets: []string{"team-a", "team-c"}}, Render: tgcue.RenderEvidence{OK: true}, Install: got}
+	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", 0, []tgcue.ClusterPreflight{
+		{Name: "team-a", Reachable: true, ServerVersion: "v1.37.2"}, {Name: "team-c", Reachable: true, ServerVersion: "v1.37.2"}})
 	d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), v1alpha1.GateDeploySafe, ev)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 const fcTestToken = "fc-unit-token-3f9a1c7e"
 
 // fcKubeConfig returns a kubeconfig for server, authenticating with fcTestToken.
-func fcKubeConfig(t *testing.T, server string, edit func(*clientcmdapi.Config)) []byte {
+func fcKubeConfig(t testing.TB, server string, edit func(*clientcmdapi.Config)) []byte {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,13 +158,26 @@ func completes(rev, label string) func(*v1alpha1.FleetRollout) (bool, error) {
 		case v1alpha1.PhaseCompleted:
 			return true, nil
 		case v1alpha1.PhaseHeld, v1alpha1.PhaseRolledBack, v1alpha1.PhaseRollingBack:
-			return false, fmt.Errorf("%s is %s: %s", label, fr.Status.Phase, failedGates(fr))
+			return false, fmt.Errorf("%s is %s: %s", label, fr.Status.Phase, whyNotCompleted(fr))
 		}
 		return false, nil
 	}
 }
 
 const noGateFailed = "no gate failed"
+
+// whyNotCompleted says why a rollout that should have completed did not: the gates that failed,
+// or, when none did (a wave that could not be judged, a candidate no cluster is Ready at), what
+// its Ready condition says.
+func whyNotCompleted(fr *v1alpha1.FleetRollout) string {
+	if g := failedGates(fr); g != noGateFailed {
+		return g
+	}
+	if c := apimeta.FindStatusCondition(fr.Status.Conditions, v1alpha1.ReadyCondition); c != nil && c.Message != "" {
+		return noGateFailed + ", and Ready is " + conditionText(c)
+	}
+	return noGateFailed
+}
 
 // failedGates names the gates that failed in a rollout's waves.
 func failedGates(fr *v1alpha1.FleetRollout) string {

@@ -344,7 +344,7 @@ func (d *driver) firstRollout(ctx context.Context) error {
 		case v1alpha1.PhaseCompleted:
 			return true, nil
 		case v1alpha1.PhaseHeld, v1alpha1.PhaseRolledBack:
-			return false, fmt.Errorf("v1 is %s: it should run everywhere", fr.Status.Phase)
+			return false, fmt.Errorf("v1 is %s: it should run everywhere; %s", fr.Status.Phase, whyNotCompleted(fr))
 		}
 		return false, nil
 	})

@@ -52,6 +52,7 @@ var readyReasons = map[string]bool{
 	v1alpha1.InvalidSpecReason:         true,
 	v1alpha1.AwaitingApprovalReason:    true,
 	v1alpha1.HeldReason:                true,
+	v1alpha1.InvalidWaveReason:         true,
 }
 
 // observe prints what changed since the last observation.
@@ -116,6 +117,8 @@ func waveDetail(w v1alpha1.WaveStatus) string {
 	switch w.Phase {
 	case v1alpha1.WaveProgressing, v1alpha1.WaveSoaking, v1alpha1.WaveSucceeded, v1alpha1.WaveFailed, v1alpha1.WaveRolledBack:
 		return fmt.Sprintf(" on %s (%d updated, %d healthy)", strings.Join(w.Clusters, ", "), w.Updated, w.Healthy)
+	case v1alpha1.WaveSkipped:
+		return ": " + w.Message
 	}
 	return ""
 }

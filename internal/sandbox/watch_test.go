@@ -42,6 +42,9 @@ func TestWatcherPrintsOneLinePerChange(t *testing.T) {
 	fr.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionUnknown, Reason: v1alpha1.ProgressingReason, Message: "switching"}}
 	w.observe(fr)
 
+	fr.Status.Waves[1].Phase, fr.Status.Waves[1].Message = v1alpha1.WaveSkipped, "no cluster left for this wave"
+	w.observe(fr)
+
 	want := []string{
 		"0:00  v2   candidate v2 (main@sha1:2222), known-good v1",
 		"0:00  v2   rollout Progressing",
@@ -51,6 +54,7 @@ func TestWatcherPrintsOneLinePerChange(t *testing.T) {
 		"0:03  v2   Ready=False GateFailed: wave canary is blocked",
 		"1:05  v2   wave canary  rollbackSafe      Pass  receipt podinfo-rollbacksafe-2",
 		"1:05  v2   wave canary  Progressing on member-1 (1 updated, 0 healthy)",
+		"1:05  v2   wave rest    Skipped: no cluster left for this wave",
 	}
 	got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
 	if len(got) != len(want) {
@@ -60,5 +64,20 @@ func TestWatcherPrintsOneLinePerChange(t *testing.T) {
 		if strings.TrimSpace(got[i]) != want[i] {
 			t.Errorf("line %d = %q, want %q", i, strings.TrimSpace(got[i]), want[i])
 		}
+	}
+}
+
+// A rollout that did not complete says why: the gates that failed, or, with none failed, what its
+// Ready condition says (a wave that could not be judged).
+func TestWhyNotCompleted(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{}
+	fr.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: v1alpha1.InvalidWaveReason,
+		Message: `wave canary does not start, and nothing of it is applied: wave "gpu": spec.waves[1]: the wave has no clusters`}}
+	if got, want := whyNotCompleted(fr), `no gate failed, and Ready is False (InvalidWave): wave canary does not start, and nothing of it is applied: wave "gpu": spec.waves[1]: the wave has no clusters`; got != want {
+		t.Errorf("whyNotCompleted = %q, want %q", got, want)
+	}
+	fr.Status.Waves = []v1alpha1.WaveStatus{{Name: "ring", Gates: []v1alpha1.GateOutcome{{Gate: v1alpha1.GateNoDisruption, Result: v1alpha1.ResultFail, Receipt: "r1"}}}}
+	if got, want := whyNotCompleted(fr), "noDisruption failed in wave ring (receipt r1)"; got != want {
+		t.Errorf("whyNotCompleted = %q, want %q", got, want)
 	}
 }

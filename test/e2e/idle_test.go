@@ -38,6 +38,11 @@ func TestE2EIdleRolloutCostsNothing(t *testing.T) {
 		fr.Spec.Template.Interval = &metav1.Duration{Duration: fluxInterval}
 		fr.Spec.Interval = &metav1.Duration{Duration: rolloutInterval}
 	})
+	// Three members for three waves: the canary takes one and the ring (40%) two, so rest, with no
+	// cluster left, is skipped, not refused, and the rollout completes without it.
+	if rest := s.rollout(t, "web").Status.Waves[2]; rest.Phase != v1alpha1.WaveSkipped || !strings.Contains(rest.Message, "no cluster left for this wave") {
+		t.Errorf("wave rest = %+v, want Skipped: no cluster left for this wave", rest)
+	}
 	// Let the last wave's writes and reconciles pass.
 	time.Sleep(2 * rolloutInterval)
 

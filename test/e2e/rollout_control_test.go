@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -162,9 +163,16 @@ func TestE2EBadRollouts(t *testing.T) {
 	noSource.Spec.SourceRef.Name = "missing"
 	noPath := threeWaveRollout(s.ns, "no-path")
 	noPath.Spec.Path = "./does-not-exist"
+	noPath.Spec.Waves = slices.Delete(noPath.Spec.Waves, 1, 2) // canary and rest: one member each
 	noClusters := threeWaveRollout(s.ns, "no-clusters")
 	noClusters.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"region": "mars"}}
-	for _, fr := range []*v1alpha1.FleetRollout{noSource, noPath, noClusters} {
+	// A wave whose selector matches no member, before a wave with one: refused, not skipped (an
+	// empty wave after the last one with members is only a small fleet, and is skipped).
+	emptyWave := threeWaveRollout(s.ns, "empty-wave")
+	emptyWave.Spec.Waves = slices.Delete(emptyWave.Spec.Waves, 1, 2)
+	emptyWave.Spec.Waves = slices.Insert(emptyWave.Spec.Waves, 1, v1alpha1.Wave{Name: "gpu",
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}, Soak: emptyWave.Spec.Waves[0].Soak})
+	for _, fr := range []*v1alpha1.FleetRollout{noSource, noPath, noClusters, emptyWave} {
 		if err := s.f.Hub.Create(ctx, fr); err != nil {
 			t.Fatal(err)
 		}
@@ -173,6 +181,7 @@ func TestE2EBadRollouts(t *testing.T) {
 		{"no-source", v1alpha1.SourceNotFoundReason, "GitRepository fleet/missing not found"},
 		{"no-path", v1alpha1.GateFailedReason, "does-not-exist"},
 		{"no-clusters", v1alpha1.NoClustersSelectedReason, "selects no eligible FleetCluster"},
+		{"empty-wave", v1alpha1.InvalidWaveReason, `wave "gpu": spec.waves[1]: the wave has no clusters`},
 	} {
 		eventually(ctx, t, tc.name+" explains itself", func() (bool, string) {
 			fr := s.rollout(t, tc.name)
@@ -190,7 +199,7 @@ func TestE2EBadRollouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ks := range list.Items {
-		if r := ks.Labels[v1alpha1.RolloutLabel]; r == "no-source" || r == "no-clusters" || r == "no-path" {
+		if r := ks.Labels[v1alpha1.RolloutLabel]; r == "no-source" || r == "no-clusters" || r == "no-path" || r == "empty-wave" {
 			t.Errorf("rollout %s created kustomization %s", r, ks.Name)
 		}
 	}
