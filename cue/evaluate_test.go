@@ -530,3 +530,23 @@ func TestInconclusiveOnlyWhenWhatWasObservedIsFine(t *testing.T) {
 		t.Fatalf("one disrupted and one unobserved member over a budget of one: %+v %v, want Inconclusive (the unobserved one may be fine)", d, err)
 	}
 }
+
+// A wave of one target that could not be observed is Inconclusive, not failed by the rule that a
+// gate over no cluster never passes: what could not be observed is assumed, not removed.
+func TestInconclusiveOnAOneTargetWave(t *testing.T) {
+	data, err := os.ReadFile("../testdata/evidence/deploySafe/inconclusive-unreachable.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev DeploySafeEvidence
+	if err := json.Unmarshal(data, &ev); err != nil {
+		t.Fatal(err)
+	}
+	unreachable := ev.Preflight.Clusters[2]
+	ev.Targets = []string{unreachable.Name}
+	ev.Preflight = PreflightEvidence{WavePreflight: NewWavePreflight("", 0, []ClusterPreflight{unreachable})}
+	d, err := Evaluate(DefaultPolicy(), GateDeploySafe, ev)
+	if err != nil || d.Pass || !d.Inconclusive {
+		t.Fatalf("a one-target wave whose target could not be reached: %+v %v, want Inconclusive", d, err)
+	}
+}
