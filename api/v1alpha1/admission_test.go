@@ -25,6 +25,8 @@ type admissionCase struct {
 	name string
 	kind string
 	spec map[string]any
+	// objName is the object's name; empty means case-NN.
+	objName string
 	// wantErr is empty when the object must be accepted; otherwise the server must reject the object
 	// as Invalid with a message containing every one of these substrings.
 	wantErr []string
@@ -117,6 +119,25 @@ func TestAdmission(t *testing.T) {
 		{name: "minimal rollout", kind: rollout, spec: rolloutSpec(nil)},
 		{name: "no waves", kind: rollout, spec: rolloutSpec(obj{"waves": nil})},
 		{name: "deletionPolicy Delete", kind: rollout, spec: rolloutSpec(obj{"deletionPolicy": "Delete"})},
+		{name: "rollback timeout", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "90s"}})},
+		{
+			name: "rollback timeout below 10s", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "5s"}}),
+			wantErr: []string{"spec.rollback.timeout", "must be between 10s and 24h"},
+		},
+		{
+			name: "rollback timeout above 24h", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "25h"}}),
+			wantErr: []string{"spec.rollback.timeout", "must be between 10s and 24h"},
+		},
+		{name: "rollout named with 63 characters", kind: rollout, spec: rolloutSpec(nil), objName: strings.Repeat("r", 63)},
+		{
+			name: "rollout named with 64 characters", kind: rollout, spec: rolloutSpec(nil), objName: strings.Repeat("r", 64),
+			wantErr: []string{"a FleetRollout's name may be at most 63 characters", "tidegate.dev/rollout label"},
+		},
+		{name: "cluster named with 63 characters", kind: cluster, spec: clusterSpec(nil), objName: strings.Repeat("c", 63)},
+		{
+			name: "cluster named with 64 characters", kind: cluster, spec: clusterSpec(nil), objName: strings.Repeat("c", 64),
+			wantErr: []string{"a FleetCluster's name may be at most 63 characters", "tidegate.dev/cluster label"},
+		},
 		{
 			name: "deletionPolicy not Orphan or Delete", kind: rollout,
 			spec:    rolloutSpec(obj{"deletionPolicy": "MirrorPrune"}),
@@ -364,10 +385,14 @@ func TestAdmission(t *testing.T) {
 
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			name := tc.objName
+			if name == "" {
+				name = fmt.Sprintf("case-%02d", i)
+			}
 			u := &unstructured.Unstructured{Object: obj{
 				"apiVersion": v1alpha1.GroupVersion.String(),
 				"kind":       tc.kind,
-				"metadata":   obj{"name": fmt.Sprintf("case-%02d", i), "namespace": ns},
+				"metadata":   obj{"name": name, "namespace": ns},
 				"spec":       tc.spec,
 			}}
 			err := c.Create(ctx, u)

@@ -134,6 +134,7 @@ type ClusterRolloutStatus struct {
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Last Seen",type=date,JSONPath=`.status.lastObservedTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a FleetCluster's name may be at most 63 characters: it is the value of the tidegate.dev/cluster label on the Kustomizations of every rollout that reaches it"
 
 // FleetCluster is one member cluster of a fleet.
 type FleetCluster struct {
