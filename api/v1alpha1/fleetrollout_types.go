@@ -527,6 +527,14 @@ type WriteFailure struct {
 	// +required
 	Cluster string `json:"cluster"`
 
+	// reason classifies the failure: Refused (the hub refused the object: invalid, forbidden, denied
+	// by an admission policy) and NameTaken (an object of that name exists that this rollout does
+	// not own) need a fix and count as failed in the cluster's wave; Failed (anything else: the hub
+	// unavailable, a timeout, a conflict) is only retried.
+	// +required
+	// +kubebuilder:validation:Enum=Refused;NameTaken;Failed
+	Reason string `json:"reason"`
+
 	// message is the error and what fixes it, in at most 512 bytes.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
@@ -536,6 +544,13 @@ type WriteFailure struct {
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
 }
+
+// Reasons of a WriteFailure.
+const (
+	WriteRefused   = "Refused"
+	WriteNameTaken = "NameTaken"
+	WriteFailed    = "Failed"
+)
 
 // RevisionStatus names a revision and the artifact it was pinned to.
 type RevisionStatus struct {
