@@ -59,8 +59,8 @@ func confirmRollback(rb *v1alpha1.RollbackStatus, w *world) {
 }
 
 // laggingClusters lists, sorted by name, the clusters of the rollout that do not run the known-good:
-// those with a Kustomization of the rollout (whose FleetCluster exists), the eligible ones, and those
-// skipped as unreachable or suspended. A cluster runs the known-good when its Kustomization points
+// the eligible ones, those skipped as unreachable or suspended, and those a rollback left
+// unconfirmed. A cluster runs the known-good when its Kustomization points
 // at the known-good's pinned source and is Ready at it, or still is (a periodic reconcile at the
 // same revision is not a lag).
 func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingCluster {
@@ -84,21 +84,17 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 	for _, f := range st.WriteFailures {
 		failed[f.Cluster] = "its Kustomization could not be written (" + f.Reason + "): see status.writeFailures"
 	}
-	present := map[string]bool{}
-	for _, c := range w.Inventory {
-		present[c.Name] = true
-	}
 	names := map[string]bool{}
-	for c, o := range w.Kustomizations {
-		if o.Exists && present[c] {
-			names[c] = true
-		}
-	}
 	for _, c := range w.Plan.Eligible {
 		names[c] = true
 	}
 	for c := range skipped {
 		names[c] = true
+	}
+	if rb := st.Rollback; st.Phase == v1alpha1.PhaseRolledBack && rb != nil {
+		for _, c := range rb.Unconfirmed {
+			names[c] = true
+		}
 	}
 	var out []v1alpha1.LaggingCluster
 	for _, c := range slices.Sorted(maps.Keys(names)) {
