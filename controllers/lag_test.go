@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
 )
 
@@ -171,5 +174,43 @@ func TestARefusedWriteCountsAsFailed(t *testing.T) {
 				t.Errorf("decided = %v, want %v: %+v", got, tc.decided, res)
 			}
 		})
+	}
+}
+
+// A rollback of 1,000 clusters whose names are as long as they may be keeps both lists in status,
+// well within what an object may hold, and Ready names a few of the unconfirmed.
+func TestARollbackOfAThousandClustersFitsInStatus(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	kg := &v1alpha1.RevisionStatus{Revision: "main@sha1:1", Source: "web-1"}
+	now := time.Unix(1_000_000, 0)
+	start, deadline := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-time.Minute))
+	fr.Status = v1alpha1.FleetRolloutStatus{Phase: v1alpha1.PhaseRollingBack, LastKnownGood: kg,
+		Candidate: &v1alpha1.RevisionStatus{Revision: "main@sha1:2", Source: "web-2"},
+		Rollback:  &v1alpha1.RollbackStatus{To: kg.Revision, StartedAt: &start, Deadline: &deadline}}
+	w := &world{Rollout: fr, Now: now, Kustomizations: map[string]collector.Observation{}}
+	for i := range 1000 {
+		c := fmt.Sprintf("%s-%04d", strings.Repeat("c", 58), i)
+		w.Inventory = append(w.Inventory, fleets.Cluster{Name: c})
+		o := collector.Observation{Exists: true, Source: kg.Source, Current: true, ReadyCurrent: true, Ready: metav1.ConditionTrue, LastApplied: kg.Revision}
+		if i%100 == 0 {
+			o.Ready, o.Reason = metav1.ConditionFalse, "ReconciliationFailed"
+		}
+		w.Kustomizations[c] = o
+	}
+	step(w)
+	rb := fr.Status.Rollback
+	if fr.Status.Phase != v1alpha1.PhaseRolledBack || len(rb.Confirmed) != 990 || len(rb.Unconfirmed) != 10 {
+		t.Fatalf("phase %s, %d confirmed, %d unconfirmed", fr.Status.Phase, len(rb.Confirmed), len(rb.Unconfirmed))
+	}
+	b, err := json.Marshal(fr.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 128<<10 {
+		t.Errorf("the status of a 1,000-cluster rollback is %d bytes", len(b))
+	}
+	setConditions(fr, outcome{kind: done}, "")
+	if msg := conditions.Get(fr, meta.ReadyCondition).Message; len(msg) > maxConditionMessage || !strings.Contains(msg, "990 confirmed, 10 unconfirmed") || !strings.Contains(msg, "and 5 more") {
+		t.Errorf("Ready = %q", msg)
 	}
 }
