@@ -28,7 +28,8 @@ func Missing(members []string, inv Inventory) []string {
 // Joined returns the late joiners, sorted: clusters eligible in the current plan (made over today's
 // inventory) whose wave in that plan has already been snapshotted, but which no snapshot holds. They
 // were created, selected, opted in, resumed or became reachable after their wave started; they wait for
-// the last wave (Members puts them there) or, once it has started too, for the next revision.
+// the last wave (Members puts them there) or, once it has started too, for the rollout to complete
+// (the engine then brings them to the known-good).
 // Pass the status entries of the waves whose members have been snapshotted; clusters of waves not yet
 // snapshotted are not late, they are simply still to come.
 func Joined(snapshotted []v1alpha1.WaveStatus, current WavePlan) []string {

@@ -437,7 +437,8 @@ type FleetRolloutStatus struct {
 	SkippedCount int32 `json:"skippedCount,omitempty"`
 
 	// lateJoiners are eligible clusters that no started wave holds because they became eligible after
-	// their wave started: they wait for the last wave, or, once it has started, for the next revision
+	// their wave started: they wait for the last wave, or, once it has started, for the rollout to
+	// complete, which brings them to the known-good
 	// (at most 100).
 	// +optional
 	LateJoiners []string `json:"lateJoiners,omitempty"`
