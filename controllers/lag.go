@@ -112,6 +112,8 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 			why = heldBy[c]
 		case !o.Exists:
 			why = "no Kustomization yet: it is written next"
+		case o.Source != kg.Source && st.Phase == v1alpha1.PhaseRolledBack && !rolledBack(o.Source, st):
+			why = fmt.Sprintf("held back at pinned source %s by an earlier rollout; the next revision preflights it again", o.Source)
 		case o.Source != kg.Source:
 			why = fmt.Sprintf("its Kustomization points at %s: it is switched to %s next", o.Source, kg.Source)
 		default:
