@@ -47,6 +47,9 @@ type FleetRolloutReconciler struct {
 	// TestHook, when set, is called before each write with its name ("pin:<revision>",
 	// "switch:<cluster>", "rollback:<cluster>"); an error aborts the reconcile there, as a crash would.
 	TestHook func(point string) error
+
+	// writes keeps the backoff of the Kustomization writes that failed.
+	writes writeBackoff
 }
 
 // pass is one reconcile of one rollout: the scope it read and what its sub-steps leave for the next.
@@ -58,6 +61,8 @@ type pass struct {
 	// progress is the rollout's progress before the step (progressOf): a pass that moves it
 	// recorded an intent.
 	progress string
+	// retryWritesAfter is when a Kustomization write that failed is due again; zero when none is.
+	retryWritesAfter time.Duration
 }
 
 // Reconcile reads as the decision list of a Flux controller: get, deletion, finalizer, suspend,
@@ -228,23 +233,56 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 	if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
 		point = "rollback:"
 	}
+	failures := map[string]v1alpha1.WriteFailure{}
+	for _, f := range st.WriteFailures {
+		failures[f.Cluster] = f
+	}
 	for _, c := range names {
 		t := targets[c]
 		fc := p.Clusters[c]
 		if fc == nil {
 			continue // the FleetCluster is gone: its kubeconfig is unknown, its wave reports it missing
 		}
-		desired := desiredKustomization(fr, fc, t.Source, t.Revision, t.Wave)
-		wrote, err := applyKustomization(ctx, r.Client, fr, desired, existing[c], func() error { return r.hook(point + c) })
-		if err != nil {
-			return retryable(err)
+		if !r.writes.due(fr, c, p.Now) {
+			continue // its last write failed: it is tried again after its backoff
 		}
+		desired := desiredKustomization(fr, fc, t.Source, t.Revision, t.Wave)
+		wrote, err := r.writeKustomization(ctx, fr, desired, existing[c], func() error { return r.hook(point + c) })
+		var werr *writeError
+		switch {
+		case errors.As(err, &werr):
+			// One cluster's Kustomization that cannot be written stops no other: it is recorded,
+			// counted in its wave, and tried again with backoff.
+			f := werr.failure(c, p.Now)
+			if prev, ok := failures[c]; ok && prev.Reason == f.Reason && prev.Message == f.Message {
+				f.Since = prev.Since
+			} else {
+				r.event(fr, corev1.EventTypeWarning, "WriteFailed", "%s", f.Message)
+			}
+			failures[c] = f
+			r.writes.failed(fr, c, p.Now)
+			continue
+		case err != nil:
+			return retryable(err) // the crash-point hook, or a Kustomization that cannot be encoded
+		}
+		delete(failures, c)
+		r.writes.succeeded(fr, c)
 		if wrote {
 			r.event(fr, corev1.EventTypeNormal, "Switched", "cluster %s switched to %s (wave %s)", c, t.Revision, t.Wave)
 			// The cached copy is older than the write: observe what was written, with no status yet,
 			// so this pass counts the cluster as switched and not yet healthy.
 			existing[c] = desired
 		}
+	}
+	for c := range failures {
+		if _, ok := targets[c]; !ok || p.Clusters[c] == nil {
+			delete(failures, c) // nothing is to be written to it any more
+			r.writes.succeeded(fr, c)
+		}
+	}
+	setWriteFailures(st, failures)
+	if retry := r.writes.nextRetry(fr, p.Now); retry > 0 {
+		p.retryWritesAfter = retry
 	}
 	return proceeding()
 }
@@ -364,6 +402,9 @@ func (r *FleetRolloutReconciler) settle(p *pass) outcome {
 	}
 	if p.res.Wait != nil {
 		after = min(after, waitingRequeue)
+	}
+	if d := p.retryWritesAfter; d > 0 {
+		after = min(after, d)
 	}
 	return doneAfter(after)
 }

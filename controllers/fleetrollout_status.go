@@ -87,6 +87,12 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 	if st.WaitingFor != nil {
 		waiting = st.WaitingFor.Message
 	}
+	if wf := writeFailuresMessage(st); wf != "" {
+		if waiting != "" {
+			waiting += "; "
+		}
+		waiting += wf
+	}
 	switch st.Phase {
 	case v1alpha1.PhaseCompleted:
 		n := 0
@@ -94,6 +100,9 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 			n += len(w.Clusters)
 		}
 		msg := fmt.Sprintf("revision %s runs on %d clusters", st.LastKnownGood.Revision, n)
+		if st.LaggingCount > 0 {
+			msg += "; " + laggingMessage(st)
+		}
 		if waiting != "" {
 			// Completed, but something newer waits (a rejected revision, a source without artifact).
 			msg += "; " + waiting
@@ -102,8 +111,14 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 		conditions.Delete(fr, meta.ReconcilingCondition)
 	case v1alpha1.PhaseRolledBack:
 		msg := fmt.Sprintf("revision %s was rolled back to %s", st.Candidate.Revision, st.LastKnownGood.Revision)
+		if rb := st.Rollback; rb != nil && rb.To == st.LastKnownGood.Revision {
+			msg += ": " + rollbackMessage(rb)
+		}
 		if reasons := failedWaveMessage(fr); reasons != "" {
 			msg += ": " + reasons
+		}
+		if waiting != "" {
+			msg += "; " + waiting
 		}
 		conditions.MarkFalse(fr, meta.ReadyCondition, v1alpha1.RolledBackReason, "%s", capMessage(msg))
 		conditions.Delete(fr, meta.ReconcilingCondition)
@@ -146,6 +161,52 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 		conditions.MarkUnknown(fr, meta.ReadyCondition, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
 		conditions.MarkReconciling(fr, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
 	}
+}
+
+// rollbackMessage sums up a rollback: "5 confirmed, 1 unconfirmed: member-3 (...)".
+func rollbackMessage(rb *v1alpha1.RollbackStatus) string {
+	msg := fmt.Sprintf("%d confirmed", len(rb.Confirmed))
+	if n := len(rb.Unconfirmed); n > 0 {
+		msg += fmt.Sprintf(", %d unconfirmed: %s (%s at %s: Flux converges %s when %s back)", n, firstNames(rb.Unconfirmed, 5),
+			plural(n, "Kustomization points", "Kustomizations point"), rb.To, pick(n, "it", "them"), pick(n, "it is", "they are"))
+	}
+	return msg
+}
+
+// laggingMessage names the clusters that do not run the known-good yet.
+func laggingMessage(st *v1alpha1.FleetRolloutStatus) string {
+	const shown = 3
+	names := make([]string, 0, shown)
+	for _, l := range st.Lagging {
+		if len(names) < shown {
+			names = append(names, l.Cluster)
+		}
+	}
+	list := strings.Join(names, ", ")
+	if more := int(st.LaggingCount) - len(names); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("%s behind %s: %s (status.lagging)", plural(int(st.LaggingCount), "cluster lags", "clusters lag"), st.LastKnownGood.Revision, list)
+}
+
+// writeFailuresMessage names the clusters whose Kustomization could not be written.
+func writeFailuresMessage(st *v1alpha1.FleetRolloutStatus) string {
+	if st.WriteFailureCount == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(st.WriteFailures))
+	for _, f := range st.WriteFailures {
+		names = append(names, f.Cluster)
+	}
+	return fmt.Sprintf("%s could not be written, retried with backoff: %s (status.writeFailures)",
+		plural(int(st.WriteFailureCount), "cluster's Kustomization", "clusters' Kustomizations"), firstNames(names, 3))
+}
+
+func pick(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // setHeld says whether spec.hold or a failed gate holds the rollout.

@@ -6,12 +6,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -98,9 +103,178 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
 	obj := &unstructured.Unstructured{Object: u}
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(v1alpha1.FieldManager), client.ForceOwnership); err != nil {
-		return false, fmt.Errorf("applying kustomization %s/%s: %w", ks.Namespace, ks.Name, err)
+		return false, &writeError{reason: writeReason(err), ks: client.ObjectKeyFromObject(ks), err: err}
 	}
 	return true, nil
+}
+
+// writeKustomization writes cluster's Kustomization ks (applyKustomization) unless an object of its
+// name exists that the rollout does not own: another rollout's, or one a person or another tool
+// made. That one is never taken over: it is a *writeError (NameTaken). A Kustomization not in the
+// cache yet is read from the API server, so a write just made is not mistaken for someone else's.
+func (r *FleetRolloutReconciler) writeKustomization(ctx context.Context, fr *v1alpha1.FleetRollout, ks, existing *kustomizev1.Kustomization, beforeWrite func() error) (bool, error) {
+	if existing == nil {
+		found := &kustomizev1.Kustomization{}
+		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ks), found); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, &writeError{reason: writeReason(err), ks: client.ObjectKeyFromObject(ks), err: err}
+		case !metav1.IsControlledBy(found, fr):
+			return false, &writeError{reason: v1alpha1.WriteNameTaken, ks: client.ObjectKeyFromObject(ks), owner: ownerOf(found)}
+		default:
+			existing = found
+		}
+	}
+	return applyKustomization(ctx, r.Client, fr, ks, existing, beforeWrite)
+}
+
+// writeError is a Kustomization write that failed for one cluster.
+type writeError struct {
+	reason string // v1alpha1.WriteRefused, WriteNameTaken or WriteFailed
+	ks     client.ObjectKey
+	owner  string // NameTaken: who owns the object, "" for nobody
+	err    error
+}
+
+func (e *writeError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("kustomization %s exists and is not the rollout's (%s)", e.ks, e.owner)
+	}
+	return fmt.Sprintf("writing kustomization %s: %v", e.ks, e.err)
+}
+
+func (e *writeError) Unwrap() error { return e.err }
+
+// maxWriteFailureMessage bounds a write failure's message in status.
+const maxWriteFailureMessage = 512
+
+// failure is what status records of the failure for cluster: the error and what fixes it.
+func (e *writeError) failure(cluster string, now time.Time) v1alpha1.WriteFailure {
+	var msg string
+	switch e.reason {
+	case v1alpha1.WriteNameTaken:
+		owner := "owned by nothing"
+		if e.owner != "" {
+			owner = "owned by " + e.owner
+		}
+		msg = fmt.Sprintf("cluster %s: Kustomization %s, the name of its Kustomization, exists and is not this rollout's (%s): "+
+			"rename or delete that Kustomization, or rename the FleetCluster or the FleetRollout", cluster, e.ks, owner)
+	case v1alpha1.WriteRefused:
+		msg = fmt.Sprintf("cluster %s: the hub refused Kustomization %s: %v; fix what refuses it (an admission policy, a quota, the rollout's template); it is tried again with backoff",
+			cluster, e.ks, e.err)
+	default:
+		msg = fmt.Sprintf("cluster %s: writing Kustomization %s failed: %v; it is tried again with backoff", cluster, e.ks, e.err)
+	}
+	if len(msg) > maxWriteFailureMessage {
+		msg = msg[:maxWriteFailureMessage-3] + "..."
+	}
+	t := metav1.NewTime(now.Truncate(time.Second))
+	return v1alpha1.WriteFailure{Cluster: cluster, Reason: e.reason, Message: msg, Since: &t}
+}
+
+// writeReason classifies a failed write: what the hub refuses needs a fix (Refused); anything else
+// (unavailable, throttled, timed out, a conflict) may pass when tried again (Failed).
+func writeReason(err error) string {
+	switch {
+	case apierrors.IsInvalid(err), apierrors.IsForbidden(err), apierrors.IsBadRequest(err),
+		apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err), apierrors.IsNotAcceptable(err),
+		apierrors.IsUnsupportedMediaType(err), apierrors.IsUnauthorized(err):
+		return v1alpha1.WriteRefused
+	case apierrors.IsAlreadyExists(err):
+		return v1alpha1.WriteNameTaken
+	}
+	return v1alpha1.WriteFailed
+}
+
+// ownerOf names the controller of obj, "" when it has none.
+func ownerOf(obj metav1.Object) string {
+	if ref := metav1.GetControllerOf(obj); ref != nil {
+		return ref.Kind + " " + ref.Name
+	}
+	return ""
+}
+
+// setWriteFailures records the failed writes, by cluster name, bounded.
+func setWriteFailures(st *v1alpha1.FleetRolloutStatus, failures map[string]v1alpha1.WriteFailure) {
+	st.WriteFailureCount = int32(len(failures))
+	st.WriteFailures = nil
+	for _, c := range slices.Sorted(maps.Keys(failures)) {
+		if len(st.WriteFailures) == maxWriteFailuresInStatus {
+			break
+		}
+		st.WriteFailures = append(st.WriteFailures, failures[c])
+	}
+}
+
+// maxWriteFailuresInStatus bounds status.writeFailures; status.writeFailureCount has the total.
+const maxWriteFailuresInStatus = 100
+
+// Backoff of a cluster's failed Kustomization writes: 5s after the first failure, doubling up to 5m.
+const (
+	writeBackoffBase = 5 * time.Second
+	writeBackoffMax  = 5 * time.Minute
+)
+
+// writeBackoff remembers, per rollout and cluster, when a Kustomization write that failed is tried
+// again. It lives in memory: after a restart every failed write is tried at once, and fails again
+// into status if it must.
+type writeBackoff struct {
+	mu   sync.Mutex
+	next map[writeKey]backoffEntry
+}
+
+type writeKey struct {
+	rollout types.UID
+	cluster string
+}
+
+type backoffEntry struct {
+	failures int
+	at       time.Time
+}
+
+// due tells whether cluster's write may be tried now.
+func (b *writeBackoff) due(fr *v1alpha1.FleetRollout, cluster string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.next[writeKey{fr.UID, cluster}]
+	return !ok || !now.Before(e.at)
+}
+
+func (b *writeBackoff) failed(fr *v1alpha1.FleetRollout, cluster string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next == nil {
+		b.next = map[writeKey]backoffEntry{}
+	}
+	k := writeKey{fr.UID, cluster}
+	e := b.next[k]
+	e.failures++
+	d := writeBackoffBase << min(e.failures-1, 10)
+	e.at = now.Add(min(d, writeBackoffMax))
+	b.next[k] = e
+}
+
+func (b *writeBackoff) succeeded(fr *v1alpha1.FleetRollout, cluster string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.next, writeKey{fr.UID, cluster})
+}
+
+// nextRetry is how long until the rollout's next failed write is due; zero when none waits.
+func (b *writeBackoff) nextRetry(fr *v1alpha1.FleetRollout, now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var next time.Duration
+	for k, e := range b.next {
+		if k.rollout != fr.UID {
+			continue
+		}
+		if d := max(e.at.Sub(now), time.Second); next == 0 || d < next {
+			next = d
+		}
+	}
+	return next
 }
 
 func contentHash(parts ...any) (string, error) {

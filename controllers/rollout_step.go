@@ -73,6 +73,13 @@ func (r stepResult) waiting() string {
 // It is pure: the reconciler writes what the new status asks for on its next pass, so every write
 // follows a recorded intent and a crash between the two repeats the write, never the decision.
 func step(w *world) stepResult {
+	res := stepOnce(w)
+	trackLag(w)
+	return res
+}
+
+// stepOnce is step without the bookkeeping of what lags.
+func stepOnce(w *world) stepResult {
 	fr := w.Rollout
 	st := &fr.Status
 	res := stepResult{GateWave: -1, Decided: -1}
@@ -89,7 +96,7 @@ func step(w *world) stepResult {
 			if st.LastKnownGood == nil {
 				res.Refused = "rollback requested, but there is no known-good revision to go back to: set spec.hold to stop, or spec.revision to pin another revision"
 			} else {
-				beginRollback(fr)
+				beginRollback(fr, w)
 			}
 		}
 	}
@@ -246,11 +253,17 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	cand := st.Candidate
 	wv.Missing = fleets.Missing(wv.Clusters, w.Inventory)
 	held := heldBack(wv)
+	refused := refusedWrites(st)
 	var updated, healthy, failed, retrying int32
 	var unsettled []string
 	soaking := wv.Phase == v1alpha1.WaveSoaking
 	for _, c := range wv.Clusters {
 		if held[c] {
+			failed++
+			continue
+		}
+		if refused[c] && !w.Kustomizations[c].ReadyAt(cand.Source, cand.Revision) {
+			// The hub refuses its Kustomization: it counts as failed until a write goes through.
 			failed++
 			continue
 		}
@@ -646,13 +659,16 @@ func onFailure(fr *v1alpha1.FleetRollout, w *world) {
 		return
 	}
 	if fr.OnFailure(w.Settings.OnFail) == v1alpha1.OnFailureRollback && fr.Status.LastKnownGood != nil {
-		beginRollback(fr)
+		beginRollback(fr, w)
 		return
 	}
 	fr.Status.Phase = v1alpha1.PhaseHeld
 }
 
-// stepRollback waits for every cluster the rollout manages to be Ready at the known-good revision.
+// stepRollback waits, until the rollback's deadline, for every cluster the rollout manages to be
+// Ready at the known-good revision. At the deadline the rollout is RolledBack all the same, with the
+// clusters not seen Ready there listed as unconfirmed: their Kustomizations point at the
+// known-good, so Flux converges them when they answer again (trackLag confirms them then).
 func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResult {
 	st := &fr.Status
 	res := stepResult{GateWave: -1, Decided: -1}
@@ -661,8 +677,7 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 	for _, c := range w.Inventory {
 		present[c.Name] = true
 	}
-	back, total := 0, 0
-	var gone []string
+	var confirmed, unconfirmed, gone []string
 	for c, o := range w.Kustomizations {
 		if !o.Exists {
 			continue
@@ -675,19 +690,30 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 			gone = append(gone, c)
 			continue
 		}
-		total++
 		if o.ReadyAt(kg.Source, kg.Revision) {
-			back++
+			confirmed = append(confirmed, c)
+		} else {
+			unconfirmed = append(unconfirmed, c)
 		}
 	}
-	if back < total {
-		res.waitFor(v1alpha1.WaitingForRollback, "", nil, nil, "rolling back: %d/%d clusters Ready at known-good %s", back, total, kg.Revision)
+	rb := st.Rollback
+	if rb == nil || rb.To != kg.Revision || rb.StartedAt == nil || rb.Deadline == nil {
+		// A rollback recorded before its deadline was: it starts counting now.
+		rb = newRollback(fr, w, len(confirmed)+len(unconfirmed))
+	}
+	if len(unconfirmed) > 0 && w.Now.Before(rb.Deadline.Time) {
+		res.waitFor(v1alpha1.WaitingForRollback, "", rb.StartedAt, rb.Deadline, "rolling back: %d/%d clusters Ready at known-good %s, at most until %s",
+			len(confirmed), len(confirmed)+len(unconfirmed), kg.Revision, rb.Deadline.UTC().Format(time.RFC3339))
+		res.RequeueAfter = rb.Deadline.Sub(w.Now)
 		return res
 	}
 	if len(gone) > 0 {
 		sort.Strings(gone)
 		res.Refused = fmt.Sprintf("rolled back every cluster but %v, whose FleetCluster is gone", gone)
 	}
+	sort.Strings(confirmed)
+	sort.Strings(unconfirmed)
+	rb.Confirmed, rb.Unconfirmed, rb.FinishedAt = confirmed, unconfirmed, &now
 	st.Phase = v1alpha1.PhaseRolledBack
 	st.CurrentWave = ""
 	for i := range st.Waves {
@@ -701,12 +727,51 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 
 // beginRollback sends the rollout back to its known-good revision; without one there is nothing to go
 // back to, and it holds.
-func beginRollback(fr *v1alpha1.FleetRollout) {
+func beginRollback(fr *v1alpha1.FleetRollout, w *world) {
 	if fr.Status.LastKnownGood == nil {
 		fr.Status.Phase = v1alpha1.PhaseHeld
 		return
 	}
 	fr.Status.Phase = v1alpha1.PhaseRollingBack
+	n := 0
+	for _, o := range w.Kustomizations {
+		if o.Exists && rolledBack(o.Source, &fr.Status) {
+			n++
+		}
+	}
+	newRollback(fr, w, n)
+}
+
+// newRollback records a rollback starting now, with its deadline, for n clusters sent back.
+func newRollback(fr *v1alpha1.FleetRollout, w *world, n int) *v1alpha1.RollbackStatus {
+	// Kept to the second, as the API server keeps it, so the deadline is where status says it is.
+	start := metav1.NewTime(w.Now.Truncate(time.Second))
+	deadline := metav1.NewTime(start.Add(rollbackTimeout(fr, n)))
+	fr.Status.Rollback = &v1alpha1.RollbackStatus{To: fr.Status.LastKnownGood.Revision, StartedAt: &start, Deadline: &deadline}
+	return fr.Status.Rollback
+}
+
+// rollbackTimeout is spec.rollback.timeout, else the wave deadline over the n clusters sent back.
+func rollbackTimeout(fr *v1alpha1.FleetRollout, n int) time.Duration {
+	if t := fr.Spec.Rollback.Timeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return deadlineFor(fr, n)
+}
+
+// refusedWrites are the clusters whose Kustomization the hub refuses (status.writeFailures that
+// need a fix); transient failures are only retried.
+func refusedWrites(st *v1alpha1.FleetRolloutStatus) map[string]bool {
+	var out map[string]bool
+	for _, f := range st.WriteFailures {
+		if f.Reason == v1alpha1.WriteRefused || f.Reason == v1alpha1.WriteNameTaken {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[f.Cluster] = true
+		}
+	}
+	return out
 }
 
 // newCandidate starts w.Target from its first wave. The gate conditions of the previous candidate
@@ -720,6 +785,7 @@ func newCandidate(fr *v1alpha1.FleetRollout, w *world) {
 	st.Phase = v1alpha1.PhaseProgressing
 	st.CurrentWave = ""
 	st.PlanHash = w.Plan.Hash
+	st.Rollback = nil
 	st.Waves = make([]v1alpha1.WaveStatus, 0, len(w.Plan.Waves))
 	for _, pw := range w.Plan.Waves {
 		st.Waves = append(st.Waves, v1alpha1.WaveStatus{Name: pw.Name, Phase: v1alpha1.WavePending})
@@ -750,7 +816,7 @@ func retry(fr *v1alpha1.FleetRollout, target string, now metav1.Time) {
 	}
 	if st.Phase == v1alpha1.PhaseRolledBack {
 		// Start the candidate afresh, from its first wave.
-		st.Candidate, st.Waves, st.Phase = nil, nil, v1alpha1.PhaseIdle
+		st.Candidate, st.Waves, st.Phase, st.Rollback = nil, nil, v1alpha1.PhaseIdle, nil
 		return
 	}
 	if st.Phase != v1alpha1.PhaseHeld {
@@ -800,9 +866,13 @@ const fluxThroughput = 2
 // the time kustomize-controller needs to work through the wave's switched members at
 // fluxThroughput (a 1,000-cluster wave: 8m20s more).
 func waveDeadline(fr *v1alpha1.FleetRollout, wv *v1alpha1.WaveStatus) time.Duration {
-	switched := len(wv.Clusters) - len(wv.HeldBack)
+	return deadlineFor(fr, len(wv.Clusters)-len(wv.HeldBack))
+}
+
+// deadlineFor is the time Flux is given to make n switched clusters Ready.
+func deadlineFor(fr *v1alpha1.FleetRollout, n int) time.Duration {
 	return 2*durationOr(fr.Spec.Template.Timeout, defaultKustomizationTimeout).Duration + time.Minute +
-		time.Duration(max(switched, 0))*time.Second/fluxThroughput
+		time.Duration(max(n, 0))*time.Second/fluxThroughput
 }
 
 // heldBack is the set of wave members its deploySafe held back.

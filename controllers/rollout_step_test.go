@@ -27,6 +27,9 @@ type sim struct {
 	inv    fleets.Inventory
 	ks     map[string]collector.Observation
 	broken map[string]bool // cluster → the candidate fails there
+	// frozen clusters do not answer: their Kustomizations are written on the hub, but
+	// kustomize-controller applies nothing there and reports ReconciliationFailed.
+	frozen map[string]bool
 	// failGate makes a gate fail: the pre-wave gates always, noDisruption on top of broken clusters.
 	failGate map[string]bool
 	// noCRD are clusters that lack a CRD every revision after the first needs: their preflight fails.
@@ -56,7 +59,7 @@ type sim struct {
 func newSim(t *testing.T, clusters ...string) *sim {
 	one := int32(1)
 	soak := &metav1.Duration{Duration: 10 * time.Second}
-	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, noCRD: map[string]bool{},
+	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, frozen: map[string]bool{}, noCRD: map[string]bool{},
 		decisions: map[string]int{}, inconclusive: map[string]bool{}, applied: map[string]target{}, lastGood: map[string]string{},
 		now: time.Unix(1_000_000, 0), settings: tgcue.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
@@ -232,8 +235,12 @@ func (s *sim) flux(plan fleets.WavePlan) {
 	switched := 0
 	for _, c := range slices.Sorted(maps.Keys(desired)) {
 		tg := desired[c]
-		if s.applied[c] == tg && !s.broken[c] {
+		if s.applied[c] == tg && !s.broken[c] && !s.frozen[c] {
 			s.lastGood[c] = tg.Revision // a cluster fixed in place: Flux's next reconcile passes
+			continue
+		}
+		if s.frozen[c] {
+			s.applied[c] = tg // written on the hub, applied nowhere
 			continue
 		}
 		if s.applied[c] != tg {
@@ -252,6 +259,10 @@ func (s *sim) flux(plan fleets.WavePlan) {
 			LastApplied: s.lastGood[c], Health: tgcue.HealthChecksPassed, LastReconciled: s.lastGood[c], LastReconciledStatus: "ReconciliationSucceeded"}
 		if s.lastGood[c] != tg.Revision {
 			o.Ready, o.Reason, o.Health, o.LastReconciled, o.LastReconciledStatus = metav1.ConditionFalse, "HealthCheckFailed", tgcue.HealthChecksFailed, tg.Revision, "HealthCheckFailed"
+		}
+		if s.frozen[c] {
+			o = collector.Observation{Exists: true, Source: tg.Source, Current: s.lastGood[c] == tg.Revision, ReadyCurrent: true, Ready: metav1.ConditionFalse,
+				Reason: "ReconciliationFailed", LastApplied: s.lastGood[c], Health: tgcue.HealthChecksUnknown}
 		}
 		var weather string
 		if s.weather != nil && o.Ready == metav1.ConditionTrue {

@@ -21,10 +21,12 @@ type target struct {
 //   - Members of a started wave run the candidate, except during the first leg of a rehearsal, when
 //     they run the known-good, and except the members the wave held back (deploySafe's preflight
 //     failed on them): they keep what they run, and are never switched.
-//   - Other eligible clusters keep what they run; one without a Kustomization gets the known-good,
-//     so a cluster that joins the fleet runs what the rest of the fleet ran last. A held-back one
-//     gets it only while the candidate is in flight: once it completes, the known-good is the
-//     candidate.
+//   - Other eligible clusters keep what they run while a candidate is in flight; one without a
+//     Kustomization gets the known-good, so a cluster that joins the fleet runs what the rest of the
+//     fleet ran last. Once the rollout rests (Completed, RolledBack), every eligible cluster is
+//     brought to the known-good: one that was unreachable, suspended or joined late while the
+//     candidate went out gets it when it is eligible again (trackLag lists it until then). Members
+//     the completed candidate held back keep what they run: their preflight refused it.
 func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]*kustomizev1.Kustomization) map[string]target {
 	st := &fr.Status
 	out := map[string]target{}
@@ -44,6 +46,13 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 				continue
 			}
 			out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: ks.Labels[v1alpha1.WaveLabel]}
+		}
+		if st.Phase == v1alpha1.PhaseRolledBack {
+			for _, c := range plan.Eligible {
+				if existing[c] == nil {
+					out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
+				}
+			}
 		}
 		return out
 	}
@@ -68,11 +77,19 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 		}
 	}
 	if kg != nil {
+		completed := st.Phase == v1alpha1.PhaseCompleted
 		for _, c := range plan.Eligible {
-			if _, ok := out[c]; ok || existing[c] != nil || (held[c] && !inFlight(st)) {
+			if _, ok := out[c]; ok || (held[c] && !inFlight(st)) {
 				continue
 			}
-			out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
+			ks := existing[c]
+			switch {
+			case ks == nil:
+				out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
+			case completed && ks.Spec.SourceRef.Name != kg.Source:
+				// Lagging behind the completed candidate: it goes where the fleet is.
+				out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
+			}
 		}
 	}
 	return out

@@ -27,8 +27,13 @@
 // make the deploySafe preflight fail and hold the whole fleet behind one cluster known to be down. It is
 // listed as skipped with the reason and is eligible again once reachable: back before its wave starts,
 // it is planned into that wave; back later, Joined reports it and Members puts it in the last wave; back
-// after the last wave started, it waits for the next revision. The price is that a rollout can complete
-// while an unreachable cluster still runs the old revision; it stays listed as skipped, never hidden.
+// after the last wave started, it waits for the rollout to complete, and the engine then brings it to
+// the known-good (it is listed as lagging until it runs it), never hidden.
+//
+// Reachability is only read when a wave is planned: a member of a wave that has started (Recorded)
+// stays eligible whatever it became since (unreachable, suspended, deselected), so its wave keeps it
+// and counts it against its failure budget, and the rest of the plan does not shift: no cluster takes
+// its place and none is reported as a late joiner.
 //
 // A cluster with no Reachable condition yet (or Unknown) is planned: the planner has no evidence and no
 // clock, and the deploySafe preflight checks reachability and freshness of every target before a wave

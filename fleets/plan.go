@@ -93,6 +93,10 @@ func (e *SpecError) Unwrap() error { return e.Err }
 
 // Plan assigns the rollout's eligible clusters to its waves.
 //
+// The members of the waves that started for the candidate in flight (Recorded) stay eligible, and
+// candidates, whatever they became since: a member that became unreachable, was suspended or was
+// deselected mid-rollout keeps its place, so the plan of the other clusters does not shift.
+//
 // Candidates are the inventory clusters the clusterSelector matches (nil selects all), in name order.
 // Candidates without an opt-in to a SystemConfiguration rollout, suspended ones and unreachable ones
 // (Reachable=False; Unknown is planned) are skipped with a reason; the rest are eligible. Each wave, in
@@ -134,13 +138,22 @@ func plan(in Input) (*planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	candidates, err := sortedCandidates(ref, in.Inventory, clusterSel)
+	kept := Recorded(r)
+	candidates, err := sortedCandidates(ref, in.Inventory, clusterSel, kept)
 	if err != nil {
 		return nil, err
 	}
 
 	p := &planned{WavePlan: WavePlan{Rollout: ref, Hash: Hash(&r.Spec)}, waves: waves}
 	for _, c := range candidates {
+		if _, ok := kept[c.Name]; ok {
+			// A member of a started wave stays eligible whatever it became since (unreachable,
+			// suspended, deselected): its wave keeps it and counts it, and no other cluster takes
+			// its place in the plan.
+			p.eligible = append(p.eligible, c)
+			p.Eligible = append(p.Eligible, c.Name)
+			continue
+		}
 		if s, skipped := skipOf(r, c); skipped {
 			p.Skipped = append(p.Skipped, s)
 			continue
@@ -248,8 +261,9 @@ func selectorFor(s *metav1.LabelSelector) (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(s)
 }
 
-// sortedCandidates returns the inventory's clusters the clusterSelector matches, sorted by name.
-func sortedCandidates(ref string, inv Inventory, sel labels.Selector) ([]Cluster, error) {
+// sortedCandidates returns the inventory's clusters the clusterSelector matches, and those kept
+// whatever it matches, sorted by name.
+func sortedCandidates(ref string, inv Inventory, sel labels.Selector, kept map[string]struct{}) ([]Cluster, error) {
 	seen := make(map[string]struct{}, len(inv))
 	var out []Cluster
 	for _, c := range inv {
@@ -258,7 +272,7 @@ func sortedCandidates(ref string, inv Inventory, sel labels.Selector) ([]Cluster
 			return nil, fmt.Errorf("planning rollout %q: the inventory lists FleetCluster %q twice; build it from the FleetClusters of the rollout's namespace only", ref, c.Name)
 		}
 		seen[c.Name] = struct{}{}
-		if sel.Matches(labels.Set(c.Labels)) {
+		if _, ok := kept[c.Name]; ok || sel.Matches(labels.Set(c.Labels)) {
 			out = append(out, c)
 		}
 	}

@@ -28,7 +28,8 @@ func Missing(members []string, inv Inventory) []string {
 // Joined returns the late joiners, sorted: clusters eligible in the current plan (made over today's
 // inventory) whose wave in that plan has already been snapshotted, but which no snapshot holds. They
 // were created, selected, opted in, resumed or became reachable after their wave started; they wait for
-// the last wave (Members puts them there) or, once it has started too, for the next revision.
+// the last wave (Members puts them there) or, once it has started too, for the rollout to complete
+// (the engine then brings them to the known-good).
 // Pass the status entries of the waves whose members have been snapshotted; clusters of waves not yet
 // snapshotted are not late, they are simply still to come.
 func Joined(snapshotted []v1alpha1.WaveStatus, current WavePlan) []string {
@@ -112,6 +113,33 @@ func Members(in Input, snapshotted []v1alpha1.WaveStatus, wave string) ([]string
 	}
 	w := p.waves[idx]
 	return w.pick(p.eligible, taken, w.limit(len(p.eligible))), nil
+}
+
+// Recorded returns the members of the waves that have started for the rollout's candidate while it
+// is in flight (Progressing, Held or RollingBack): their membership is recorded in status and is the
+// truth from then on. Plan keeps them eligible whatever they became since. Empty when the rollout
+// rests (Completed, RolledBack) or has no candidate: the next candidate plans afresh.
+func Recorded(r *v1alpha1.FleetRollout) map[string]struct{} {
+	st := &r.Status
+	switch {
+	case st.Candidate == nil:
+		return nil
+	case st.Phase != v1alpha1.PhaseProgressing && st.Phase != v1alpha1.PhaseHeld && st.Phase != v1alpha1.PhaseRollingBack:
+		return nil
+	}
+	var out map[string]struct{}
+	for _, w := range st.Waves {
+		if w.StartedAt == nil || w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting {
+			continue
+		}
+		for _, c := range w.Clusters {
+			if out == nil {
+				out = map[string]struct{}{}
+			}
+			out[c] = struct{}{}
+		}
+	}
+	return out
 }
 
 // snapshottedSet returns the clusters held by the snapshotted waves, except the one named except.

@@ -1,6 +1,8 @@
 package fleets
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"reflect"
 	"strings"
 	"testing"
@@ -135,4 +137,61 @@ func TestMembersErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "count 0") {
 		t.Errorf("Members with an invalid spec: %v, want Plan's error", err)
 	}
+}
+
+// A started wave's member that becomes unreachable, is suspended or is deselected stays in the plan
+// where its wave put it: no other cluster takes its slot, none is reported late, and the next wave
+// takes the clusters it was planned to take. Once the rollout rests, the next candidate plans afresh.
+func TestStartedMembersKeepTheirPlace(t *testing.T) {
+	r := rollout(count("canary", nil, 1), percent("ring", nil, 50), wv("rest", nil))
+	r.Spec.ClusterSelector = sel("env", "prod")
+	inv := Inventory{cl("a", "env", "prod"), cl("b", "env", "prod"), cl("c", "env", "prod"), cl("d", "env", "prod")}
+	canary, err := Members(Input{Rollout: r, Inventory: inv}, nil, "canary")
+	if err != nil || !reflect.DeepEqual(canary, []string{"a"}) {
+		t.Fatalf("canary = %q, %v; want [a]", canary, err)
+	}
+	now := metav1.Now()
+	r.Status.Candidate = &v1alpha1.RevisionStatus{Revision: "r2"}
+	r.Status.Phase = v1alpha1.PhaseProgressing
+	r.Status.Waves = []v1alpha1.WaveStatus{
+		{Name: "canary", Phase: v1alpha1.WaveSoaking, Clusters: canary, StartedAt: &now},
+		{Name: "ring", Phase: v1alpha1.WavePending}, {Name: "rest", Phase: v1alpha1.WavePending},
+	}
+	for name, changed := range map[string]Cluster{
+		"unreachable": unreachable(cl("a", "env", "prod")),
+		"suspended":   suspended(cl("a", "env", "prod")),
+		"deselected":  cl("a", "env", "staging"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := Input{Rollout: r, Inventory: Inventory{changed, inv[1], inv[2], inv[3]}}
+			p, err := Plan(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := render(p); got != lines("canary: a", "ring: b c", "rest: d") {
+				t.Errorf("plan:\n%s", got)
+			}
+			if len(p.Skipped) != 0 {
+				t.Errorf("a started member is not skipped: %+v", p.Skipped)
+			}
+			if got := Joined(r.Status.Waves[:1], p); got != nil {
+				t.Errorf("Joined = %q, want none: every cluster was in the fleet from the start", got)
+			}
+			ring, err := Members(in, r.Status.Waves[:1], "ring")
+			if err != nil || !reflect.DeepEqual(ring, []string{"b", "c"}) {
+				t.Errorf("ring = %q, %v; want [b c] (50%% of 4, as planned)", ring, err)
+			}
+		})
+	}
+	t.Run("the next candidate plans afresh", func(t *testing.T) {
+		done := r.DeepCopy()
+		done.Status.Phase = v1alpha1.PhaseCompleted
+		p, err := Plan(Input{Rollout: done, Inventory: Inventory{unreachable(cl("a", "env", "prod")), inv[1], inv[2], inv[3]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := render(p); got != lines("canary: b", "ring: c d", "rest:", "skip a: Unreachable") {
+			t.Errorf("plan:\n%s\nskipped %+v", got, p.Skipped)
+		}
+	})
 }

@@ -119,6 +119,25 @@ func TestAdmission(t *testing.T) {
 		{name: "minimal rollout", kind: rollout, spec: rolloutSpec(nil)},
 		{name: "no waves", kind: rollout, spec: rolloutSpec(obj{"waves": nil})},
 		{name: "deletionPolicy Delete", kind: rollout, spec: rolloutSpec(obj{"deletionPolicy": "Delete"})},
+		{name: "rollback timeout", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "90s"}})},
+		{
+			name: "rollback timeout below 10s", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "5s"}}),
+			wantErr: []string{"spec.rollback.timeout", "must be between 10s and 24h"},
+		},
+		{
+			name: "rollback timeout above 24h", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "25h"}}),
+			wantErr: []string{"spec.rollback.timeout", "must be between 10s and 24h"},
+		},
+		{name: "rollout named with 63 characters", kind: rollout, spec: rolloutSpec(nil), objName: strings.Repeat("r", 63)},
+		{
+			name: "rollout named with 64 characters", kind: rollout, spec: rolloutSpec(nil), objName: strings.Repeat("r", 64),
+			wantErr: []string{"a FleetRollout's name may be at most 63 characters", "tidegate.dev/rollout label"},
+		},
+		{name: "cluster named with 63 characters", kind: cluster, spec: clusterSpec(nil), objName: strings.Repeat("c", 63)},
+		{
+			name: "cluster named with 64 characters", kind: cluster, spec: clusterSpec(nil), objName: strings.Repeat("c", 64),
+			wantErr: []string{"a FleetCluster's name may be at most 63 characters", "tidegate.dev/cluster label"},
+		},
 		{
 			name: "deletionPolicy not Orphan or Delete", kind: rollout,
 			spec:    rolloutSpec(obj{"deletionPolicy": "MirrorPrune"}),
@@ -198,18 +217,6 @@ func TestAdmission(t *testing.T) {
 			wantErr: []string{"spec.waves[0].soak", "soak must be longer than 0s"},
 		},
 		{name: "soak 1ms", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "1ms"))})},
-
-		// Names that are label values: at most 63 characters.
-		{
-			name: "rollout name of 64 characters", kind: rollout, objName: strings.Repeat("r", 64), spec: rolloutSpec(nil),
-			wantErr: []string{"a FleetRollout's name may be at most 63 characters"},
-		},
-		{name: "rollout name of 63 characters", kind: rollout, objName: strings.Repeat("r", 63), spec: rolloutSpec(nil)},
-		{
-			name: "cluster name of 64 characters", kind: cluster, objName: strings.Repeat("c", 64), spec: clusterSpec(nil),
-			wantErr: []string{"a FleetCluster's name may be at most 63 characters"},
-		},
-		{name: "cluster name of 63 characters", kind: cluster, objName: strings.Repeat("c", 63), spec: clusterSpec(nil)},
 
 		// FleetRollout approvals.
 		{

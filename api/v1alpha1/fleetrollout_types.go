@@ -318,6 +318,17 @@ type RollbackSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Request string `json:"request,omitempty"`
+
+	// timeout bounds a rollback: when it has passed since the rollback started, the rollout is
+	// RolledBack with the clusters not yet confirmed Ready at the known-good listed as unconfirmed
+	// (their Kustomizations point at the known-good; Flux converges them when they answer again).
+	// Defaults to the wave deadline over the clusters sent back: 2 × template.timeout + 1m + one
+	// second for every two clusters. 10s to 24h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="spec.rollback.timeout must be between 10s and 24h"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
 // Rollout phases. A suspended rollout keeps the phase it had (spec.suspend writes nothing, status
@@ -435,10 +446,36 @@ type FleetRolloutStatus struct {
 	SkippedCount int32 `json:"skippedCount,omitempty"`
 
 	// lateJoiners are eligible clusters that no started wave holds because they became eligible after
-	// their wave started: they wait for the last wave, or, once it has started, for the next revision
+	// their wave started: they wait for the last wave, or, once it has started, for the rollout to
+	// complete, which brings them to the known-good
 	// (at most 100).
 	// +optional
 	LateJoiners []string `json:"lateJoiners,omitempty"`
+
+	// rollback is the latest rollback of the candidate: when it started, its deadline, and which
+	// clusters were confirmed Ready at the known-good and which not (yet).
+	// +optional
+	Rollback *RollbackStatus `json:"rollback,omitempty"`
+
+	// lagging lists clusters of the rollout that do not run the known-good while the rollout rests
+	// (Completed or RolledBack), and why; each is brought to it when it can be, and leaves the list
+	// once it is Ready there (at most 100; laggingCount has the total).
+	// +optional
+	Lagging []LaggingCluster `json:"lagging,omitempty"`
+
+	// laggingCount is how many clusters lag.
+	// +optional
+	LaggingCount int32 `json:"laggingCount,omitempty"`
+
+	// writeFailures lists clusters whose Kustomization could not be written, with the error; they
+	// are retried with backoff and the others are written meanwhile (at most 100; writeFailureCount
+	// has the total).
+	// +optional
+	WriteFailures []WriteFailure `json:"writeFailures,omitempty"`
+
+	// writeFailureCount is how many clusters' Kustomizations could not be written.
+	// +optional
+	WriteFailureCount int32 `json:"writeFailureCount,omitempty"`
 
 	// lastHandledRollbackRequest is the last spec.rollback.request acted on.
 	// +optional
@@ -450,6 +487,80 @@ type FleetRolloutStatus struct {
 
 	meta.ReconcileRequestStatus `json:",inline"`
 }
+
+// RollbackStatus records a rollback to the known-good.
+type RollbackStatus struct {
+	// to is the known-good revision rolled back to.
+	// +required
+	To string `json:"to"`
+
+	// startedAt is when the rollback started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// deadline is when the rollback ends whatever it confirmed: startedAt + spec.rollback.timeout.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+
+	// finishedAt is when the rollout became RolledBack.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+
+	// confirmed are the clusters seen Ready at the known-good, sorted.
+	// +optional
+	// +listType=set
+	Confirmed []string `json:"confirmed,omitempty"`
+
+	// unconfirmed are the clusters sent back whose readiness at the known-good was not seen by the
+	// deadline, sorted. Their Kustomizations point at the known-good; one seen Ready there later
+	// moves to confirmed.
+	// +optional
+	// +listType=set
+	Unconfirmed []string `json:"unconfirmed,omitempty"`
+}
+
+// LaggingCluster is a cluster that does not run the known-good yet.
+type LaggingCluster struct {
+	// cluster is the FleetCluster's name.
+	// +required
+	Cluster string `json:"cluster"`
+
+	// reason says why, in at most 256 bytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
+}
+
+// WriteFailure is a cluster whose Kustomization could not be written.
+type WriteFailure struct {
+	// cluster is the FleetCluster's name.
+	// +required
+	Cluster string `json:"cluster"`
+
+	// reason classifies the failure: Refused (the hub refused the object: invalid, forbidden, denied
+	// by an admission policy) and NameTaken (an object of that name exists that this rollout does
+	// not own) need a fix and count as failed in the cluster's wave; Failed (anything else: the hub
+	// unavailable, a timeout, a conflict) is only retried.
+	// +required
+	// +kubebuilder:validation:Enum=Refused;NameTaken;Failed
+	Reason string `json:"reason"`
+
+	// message is the error and what fixes it, in at most 512 bytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+
+	// since is when the writes began to fail.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+}
+
+// Reasons of a WriteFailure.
+const (
+	WriteRefused   = "Refused"
+	WriteNameTaken = "NameTaken"
+	WriteFailed    = "Failed"
+)
 
 // RevisionStatus names a revision and the artifact it was pinned to.
 type RevisionStatus struct {

@@ -20,20 +20,25 @@ import (
 
 // statusView is what `status` shows of a rollout; -o json and -o yaml print it as it is.
 type statusView struct {
-	Namespace     string                      `json:"namespace"`
-	Name          string                      `json:"name"`
-	Phase         string                      `json:"phase"`
-	CurrentWave   string                      `json:"currentWave"`
-	Candidate     *v1alpha1.RevisionStatus    `json:"candidate,omitempty"`
-	LastKnownGood *v1alpha1.RevisionStatus    `json:"lastKnownGood,omitempty"`
-	Ready         conditionView               `json:"ready"`
-	Hold          *v1alpha1.Hold              `json:"hold,omitempty"`
-	Suspended     bool                        `json:"suspended"`
-	Skipped       []v1alpha1.SkippedCluster   `json:"skipped,omitempty"`
-	SkippedCount  int32                       `json:"skippedCount,omitempty"`
-	LateJoiners   []string                    `json:"lateJoiners,omitempty"`
-	Rejected      []v1alpha1.RejectedRevision `json:"rejected,omitempty"`
-	Waves         []waveView                  `json:"waves"`
+	Namespace         string                      `json:"namespace"`
+	Name              string                      `json:"name"`
+	Phase             string                      `json:"phase"`
+	CurrentWave       string                      `json:"currentWave"`
+	Candidate         *v1alpha1.RevisionStatus    `json:"candidate,omitempty"`
+	LastKnownGood     *v1alpha1.RevisionStatus    `json:"lastKnownGood,omitempty"`
+	Ready             conditionView               `json:"ready"`
+	Hold              *v1alpha1.Hold              `json:"hold,omitempty"`
+	Suspended         bool                        `json:"suspended"`
+	Skipped           []v1alpha1.SkippedCluster   `json:"skipped,omitempty"`
+	SkippedCount      int32                       `json:"skippedCount,omitempty"`
+	LateJoiners       []string                    `json:"lateJoiners,omitempty"`
+	Rejected          []v1alpha1.RejectedRevision `json:"rejected,omitempty"`
+	Rollback          *v1alpha1.RollbackStatus    `json:"rollback,omitempty"`
+	Lagging           []v1alpha1.LaggingCluster   `json:"lagging,omitempty"`
+	LaggingCount      int32                       `json:"laggingCount,omitempty"`
+	WriteFailures     []v1alpha1.WriteFailure     `json:"writeFailures,omitempty"`
+	WriteFailureCount int32                       `json:"writeFailureCount,omitempty"`
+	Waves             []waveView                  `json:"waves"`
 }
 
 type conditionView struct {
@@ -215,11 +220,31 @@ func printStatus(w io.Writer, output string, now time.Time, fr *v1alpha1.FleetRo
 		for _, sk := range v.Skipped {
 			s = append(s, fmt.Sprintf("%s (%s)", sk.Name, sk.Reason))
 		}
-		line := strings.Join(s, ", ")
-		if n := int(v.SkippedCount) - len(v.Skipped); n > 0 {
-			line += fmt.Sprintf(" and %d more", n)
+		lines = append(lines, [2]string{"skipped", listOf(s, v.SkippedCount)})
+	}
+	if rb := v.Rollback; rb != nil {
+		line := fmt.Sprintf("to %s: %d confirmed", rb.To, len(rb.Confirmed))
+		if len(rb.Unconfirmed) > 0 {
+			line += fmt.Sprintf(", %d unconfirmed: %s", len(rb.Unconfirmed), strings.Join(rb.Unconfirmed, ", "))
 		}
-		lines = append(lines, [2]string{"skipped", line})
+		if rb.FinishedAt == nil && rb.Deadline != nil {
+			line += ", at most until " + rb.Deadline.UTC().Format(time.RFC3339)
+		}
+		lines = append(lines, [2]string{"rollback", line})
+	}
+	if len(v.Lagging) > 0 {
+		var s []string
+		for _, l := range v.Lagging {
+			s = append(s, fmt.Sprintf("%s (%s)", l.Cluster, l.Reason))
+		}
+		lines = append(lines, [2]string{"lagging", listOf(s, v.LaggingCount)})
+	}
+	if len(v.WriteFailures) > 0 {
+		var s []string
+		for _, f := range v.WriteFailures {
+			s = append(s, fmt.Sprintf("%s (%s: %s)", f.Cluster, f.Reason, f.Message))
+		}
+		lines = append(lines, [2]string{"write failures", listOf(s, v.WriteFailureCount)})
 	}
 	if len(v.LateJoiners) > 0 {
 		lines = append(lines, [2]string{"late joiners", strings.Join(v.LateJoiners, ", ")})
@@ -326,22 +351,36 @@ func waitingCell(now time.Time, w *waiting) string {
 	return s
 }
 
+// listOf joins items, and says how many of total are not listed.
+func listOf(items []string, total int32) string {
+	line := strings.Join(items, ", ")
+	if n := int(total) - len(items); n > 0 {
+		line += fmt.Sprintf(" and %d more", n)
+	}
+	return line
+}
+
 func toStatusView(fr *v1alpha1.FleetRollout) statusView {
 	v := statusView{
-		Namespace:     fr.Namespace,
-		Name:          fr.Name,
-		Phase:         fr.Status.Phase,
-		CurrentWave:   fr.Status.CurrentWave,
-		Candidate:     fr.Status.Candidate,
-		LastKnownGood: fr.Status.LastKnownGood,
-		Ready:         conditionView{Status: string(metav1.ConditionUnknown)},
-		Hold:          fr.Spec.Hold,
-		Suspended:     fr.Spec.Suspend,
-		Skipped:       fr.Status.Skipped,
-		SkippedCount:  fr.Status.SkippedCount,
-		LateJoiners:   fr.Status.LateJoiners,
-		Rejected:      fr.Status.Rejected,
-		Waves:         []waveView{},
+		Namespace:         fr.Namespace,
+		Name:              fr.Name,
+		Phase:             fr.Status.Phase,
+		CurrentWave:       fr.Status.CurrentWave,
+		Candidate:         fr.Status.Candidate,
+		LastKnownGood:     fr.Status.LastKnownGood,
+		Ready:             conditionView{Status: string(metav1.ConditionUnknown)},
+		Hold:              fr.Spec.Hold,
+		Suspended:         fr.Spec.Suspend,
+		Skipped:           fr.Status.Skipped,
+		SkippedCount:      fr.Status.SkippedCount,
+		LateJoiners:       fr.Status.LateJoiners,
+		Rejected:          fr.Status.Rejected,
+		Rollback:          fr.Status.Rollback,
+		Lagging:           fr.Status.Lagging,
+		LaggingCount:      fr.Status.LaggingCount,
+		WriteFailures:     fr.Status.WriteFailures,
+		WriteFailureCount: fr.Status.WriteFailureCount,
+		Waves:             []waveView{},
 	}
 	if c := condition(fr.Status.Conditions, v1alpha1.ReadyCondition); c != nil {
 		v.Ready = conditionView{Status: string(c.Status), Reason: c.Reason, Message: c.Message, LastTransitionTime: &c.LastTransitionTime}

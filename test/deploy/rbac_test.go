@@ -61,6 +61,7 @@ var allowed = []access{
 	{"tidegate.dev", "gatereceipts", "", "watch", "", "informer"},
 	{"tidegate.dev", "gatereceipts", "", "create", fleetNS, "WriteReceipt: one receipt per gate decision"},
 	{"tidegate.dev", "gatereceipts", "", "delete", fleetNS, "pruneReceipts: beyond 200 receipts per rollout"},
+	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "get", fleetNS, "writeKustomization: before a cluster's first write, whether its name is taken by a Kustomization the rollout does not own (uncached)"},
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "list", "", "informer (labelled tidegate.dev/rollout): Owns, the FleetCluster index"},
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "watch", "", "informer"},
 	{"kustomize.toolkit.fluxcd.io", "kustomizations", "", "patch", fleetNS, "applyKustomization: server-side apply"},

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,12 +99,19 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 // change of spec makes, so that the next one is an hour away.
 func (s *fleetSetup) probeRarely(ctx context.Context, t *testing.T, cluster string) {
 	t.Helper()
+	s.probeEvery(ctx, t, cluster, time.Hour)
+}
+
+// probeEvery sets the FleetCluster's probe interval and waits for the probe that the change of spec
+// makes.
+func (s *fleetSetup) probeEvery(ctx context.Context, t *testing.T, cluster string, interval time.Duration) {
+	t.Helper()
 	var fc v1alpha1.FleetCluster
 	key := types.NamespacedName{Namespace: s.ns, Name: cluster}
 	if err := s.f.Hub.Get(ctx, key, &fc); err != nil {
 		t.Fatal(err)
 	}
-	fc.Spec.Interval = &metav1.Duration{Duration: time.Hour}
+	fc.Spec.Interval = &metav1.Duration{Duration: interval}
 	if err := s.f.Hub.Update(ctx, &fc); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +124,19 @@ func (s *fleetSetup) probeRarely(ctx context.Context, t *testing.T, cluster stri
 	})
 }
 
+// waitReachable waits until the FleetCluster's Reachable condition has status.
+func (s *fleetSetup) waitReachable(ctx context.Context, t *testing.T, cluster string, status metav1.ConditionStatus) {
+	t.Helper()
+	eventually(ctx, t, "FleetCluster "+cluster+" Reachable="+string(status), func() (bool, string) {
+		var fc v1alpha1.FleetCluster
+		if err := s.f.Hub.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: cluster}, &fc); err != nil {
+			return false, err.Error()
+		}
+		c := findConditionOf(fc.Status.Conditions, v1alpha1.ReachableCondition)
+		return c != nil && c.Status == status, fmt.Sprintf("%+v", c)
+	})
+}
+
 func findConditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
 	for i := range conds {
 		if conds[i].Type == typ {
@@ -123,4 +144,96 @@ func findConditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
 		}
 	}
 	return nil
+}
+
+// Stable waves, with five members: member-5 is blackholed and Reachable=False before v2, so v2 is
+// planned without it (canary member-1, ring 40 % of four: member-2 and member-3, rest member-4).
+// Once the ring has started, member-2 is blackholed too and becomes Reachable=False; a hold keeps
+// the rollout after the ring. The ring keeps member-2 (its budget of one failure counts it), no
+// cluster moves into the ring's place in the plan and none is reported as a late joiner (a plan of
+// the three reachable clusters would put member-4 in the ring). The rollout completes without
+// member-5, which is listed as lagging; when both proxies heal, member-5 is brought to v2 and
+// member-2 converges, and the lag clears.
+func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
+	startTidegate(t, s.f, controllers.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	one := int32(1)
+	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Waves[1].MaxFailures = &one })
+	for _, c := range []string{"member-2", "member-5"} {
+		s.probeEvery(ctx, t, c, 5*time.Second)
+	}
+	s.f.Member("member-5").Faults.Set(faultproxy.Blackhole())
+	s.waitReachable(ctx, t, "member-5", metav1.ConditionFalse)
+
+	rev2 := s.commitVersion(t, "v2")
+	eventually(ctx, t, "the ring started", func() (bool, string) {
+		fr := s.rollout(t, "web")
+		return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev2 && len(fr.Status.Waves) == 3 &&
+			fr.Status.Waves[1].StartedAt != nil, describe(fr)
+	})
+	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Hold = &v1alpha1.Hold{Reason: "look at the ring"} })
+	s.f.Member("member-2").Faults.Set(faultproxy.Blackhole())
+	s.waitReachable(ctx, t, "member-2", metav1.ConditionFalse)
+
+	held := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
+	eventually(ctx, t, "the ring decided, the rollout held before the rest", func() (bool, string) {
+		held = s.rollout(t, "web")
+		return held.Status.Waves[1].Phase == v1alpha1.WaveSucceeded && held.Status.Phase == v1alpha1.PhaseHeld, describe(held)
+	})
+	// More passes while member-2 is Reachable=False (the rollout's interval is 10s): each derives
+	// the late joiners and the skipped clusters again.
+	time.Sleep(12 * time.Second)
+	held = s.rollout(t, "web")
+	if late := held.Status.LateJoiners; len(late) > 0 {
+		t.Errorf("late joiners %v: every cluster was in the fleet from the start", late)
+	}
+	if ring := held.Status.Waves[1].Clusters; !slices.Equal(ring, []string{"member-2", "member-3"}) {
+		t.Errorf("the ring = %v, want member-2 and member-3 as planned", ring)
+	}
+	for _, sk := range held.Status.Skipped {
+		if sk.Name == "member-2" {
+			t.Errorf("member-2 is in the ring and not skipped: %+v", held.Status.Skipped)
+		}
+	}
+
+	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Hold = nil })
+	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
+	for i, want := range [][]string{{"member-1"}, {"member-2", "member-3"}, {"member-4"}} {
+		if got := done.Status.Waves[i].Clusters; !slices.Equal(got, want) {
+			t.Errorf("wave %s = %v, want %v", done.Status.Waves[i].Name, got, want)
+		}
+	}
+	eventually(ctx, t, "member-5 listed as lagging", func() (bool, string) {
+		done = s.rollout(t, "web")
+		for _, l := range done.Status.Lagging {
+			if l.Cluster == "member-5" && strings.Contains(l.Reason, "unreachable") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", done.Status.Lagging)
+	})
+	if ready := findCondition(done, "Ready"); ready == nil || ready.Status != metav1.ConditionTrue || !strings.Contains(ready.Message, "behind "+rev2) {
+		t.Errorf("Ready should say which clusters lag: %+v", ready)
+	}
+	if ks := s.kustomization(t, "web", "member-5"); ks == nil || ks.Spec.SourceRef.Name == done.Status.LastKnownGood.Source {
+		t.Errorf("member-5 is unreachable: its Kustomization is not switched while it is: %+v", ks)
+	}
+
+	s.f.Member("member-2").Faults.Clear()
+	s.f.Member("member-5").Faults.Clear()
+	eventually(ctx, t, "every member runs v2 and none lags", func() (bool, string) {
+		fr := s.rollout(t, "web")
+		var versions []string
+		for _, m := range s.f.Members {
+			versions = append(versions, s.memberVersion(ctx, m.Name))
+		}
+		return !slices.ContainsFunc(versions, func(v string) bool { return v != "v2" }) && fr.Status.LaggingCount == 0 && len(fr.Status.Lagging) == 0,
+			fmt.Sprintf("%v %+v", versions, fr.Status.Lagging)
+	})
+	if fr := s.rollout(t, "web"); fr.Status.Phase != v1alpha1.PhaseCompleted || fr.Status.LastKnownGood.Revision != rev2 {
+		t.Errorf("the rollout moved: %s", describe(fr))
+	}
 }

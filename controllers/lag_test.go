@@ -1,0 +1,216 @@
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/fleets"
+)
+
+func (s *sim) setReachability(cluster string, r fleets.Reachability) {
+	for i := range s.inv {
+		if s.inv[i].Name == cluster {
+			s.inv[i].Reachability = r
+		}
+	}
+}
+
+func laggingNames(st *v1alpha1.FleetRolloutStatus) []string {
+	var out []string
+	for _, l := range st.Lagging {
+		out = append(out, l.Cluster)
+	}
+	return out
+}
+
+// A rollback does not wait for ever on a member that does not answer: at its deadline the rollout
+// is RolledBack with that member unconfirmed (its Kustomization points at the known-good), Ready
+// says so, and it lags; when it answers again Flux converges it, it is confirmed and the lag clears.
+func TestRollbackEndsAtItsDeadline(t *testing.T) {
+	s := newSim(t, "a", "b", "c")
+	s.fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+	s.fr.Spec.Rollback.Timeout = &metav1.Duration{Duration: time.Minute}
+	s.run("r1", v1alpha1.PhaseCompleted)
+	// The canary stops answering as r2 goes out: its wave fails, and it cannot go back either.
+	s.frozen["a"] = true
+	s.run("r2", v1alpha1.PhaseRolledBack)
+
+	st := &s.fr.Status
+	rb := st.Rollback
+	if rb == nil || rb.To != "r1" || !slices.Equal(rb.Confirmed, []string{"b", "c"}) || !slices.Equal(rb.Unconfirmed, []string{"a"}) {
+		t.Fatalf("rollback = %+v, want b and c confirmed, a unconfirmed", rb)
+	}
+	if !rb.Deadline.Time.Equal(rb.StartedAt.Add(time.Minute)) || rb.FinishedAt.Before(rb.Deadline) {
+		t.Errorf("the rollback should end at startedAt + spec.rollback.timeout: %+v", rb)
+	}
+	if s.applied["a"].Source != v1alpha1.PinnedSourceName("web", "r1") {
+		t.Errorf("a's Kustomization should point at the known-good: %+v", s.applied["a"])
+	}
+	if !s.fr.IsRejected("r2") {
+		t.Errorf("r2 should be rejected: %+v", st.Rejected)
+	}
+	setConditions(s.fr, outcome{kind: done}, "")
+	ready := conditions.Get(s.fr, meta.ReadyCondition)
+	if ready == nil || ready.Reason != v1alpha1.RolledBackReason || !strings.Contains(ready.Message, "rolled back to r1: 2 confirmed, 1 unconfirmed: a") {
+		t.Errorf("Ready = %+v, want it to name the unconfirmed member", ready)
+	}
+	if got := laggingNames(st); !slices.Equal(got, []string{"a"}) || st.LaggingCount != 1 {
+		t.Errorf("lagging = %+v, want a", st.Lagging)
+	}
+
+	s.frozen["a"] = false
+	for range 5 {
+		s.once("r2")
+	}
+	if !slices.Equal(rb.Confirmed, []string{"a", "b", "c"}) || len(rb.Unconfirmed) != 0 || len(st.Lagging) != 0 || st.LaggingCount != 0 {
+		t.Fatalf("once a answers it should be confirmed and lag no more: %+v lagging %+v", rb, st.Lagging)
+	}
+	if st.Phase != v1alpha1.PhaseRolledBack || s.ks["a"].LastApplied != "r1" {
+		t.Errorf("phase %s, a at %s", st.Phase, s.ks["a"].LastApplied)
+	}
+	setConditions(s.fr, outcome{kind: done}, "")
+	if ready := conditions.Get(s.fr, meta.ReadyCondition); !strings.Contains(ready.Message, "3 confirmed") || strings.Contains(ready.Message, "unconfirmed") {
+		t.Errorf("Ready = %q", ready.Message)
+	}
+}
+
+// A cluster that was unreachable while a revision went out is skipped, listed as lagging once the
+// revision completes, and brought to the known-good when it is reachable again.
+func TestAClusterBackAfterARevisionCompletedIsBroughtToIt(t *testing.T) {
+	s := newSim(t, "a", "b", "c")
+	s.run("r1", v1alpha1.PhaseCompleted)
+	s.setReachability("c", fleets.Unreachable)
+	s.frozen["c"] = true
+	s.run("r2", v1alpha1.PhaseCompleted)
+	st := &s.fr.Status
+	if got := st.Waves[1].Clusters; !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("the rest wave = %v, want b alone (c is unreachable)", got)
+	}
+	if len(st.Lagging) != 1 || st.Lagging[0].Cluster != "c" || !strings.Contains(st.Lagging[0].Reason, "unreachable") {
+		t.Fatalf("lagging = %+v, want c, unreachable", st.Lagging)
+	}
+	setConditions(s.fr, outcome{kind: done}, "")
+	if ready := conditions.Get(s.fr, meta.ReadyCondition); ready.Status != metav1.ConditionTrue || !strings.Contains(ready.Message, "1 cluster lags behind r2: c") {
+		t.Errorf("Ready = %+v", ready)
+	}
+	for range 5 {
+		s.once("r2")
+	}
+	if s.ks["c"].LastApplied != "r1" {
+		t.Fatalf("an unreachable cluster is not written to: %+v", s.ks["c"])
+	}
+	s.setReachability("c", fleets.Reachable)
+	s.frozen["c"] = false
+	for range 5 {
+		s.once("r2")
+	}
+	if s.ks["c"].LastApplied != "r2" || len(st.Lagging) != 0 || st.LaggingCount != 0 {
+		t.Fatalf("c should run r2 once it is back, and lag no more: %+v %+v", s.ks["c"], st.Lagging)
+	}
+	if st.Phase != v1alpha1.PhaseCompleted || st.LastKnownGood.Revision != "r2" {
+		t.Errorf("status moved: %s %+v", st.Phase, st.LastKnownGood)
+	}
+}
+
+// A member that becomes unreachable while its wave runs stays in it, and the plan of the others does
+// not shift: no cluster is reported late, and the next wave takes the clusters it was planned to.
+func TestAWaveKeepsAMemberThatBecomesUnreachable(t *testing.T) {
+	s := newSim(t, "a", "b", "c", "d")
+	one := int32(1)
+	soak := &metav1.Duration{Duration: 10 * time.Second}
+	s.fr.Spec.Waves = []v1alpha1.Wave{
+		{Name: "canary", Count: &one, Soak: soak},
+		{Name: "ring", Count: &one, Soak: soak},
+		{Name: "rest", Selector: &metav1.LabelSelector{}, Soak: soak},
+	}
+	s.run("r1", v1alpha1.PhaseCompleted)
+	s.untilWave("r2", 0, v1alpha1.WaveSoaking)
+	s.setReachability("a", fleets.Unreachable)
+	for turn := 0; turn < 200 && s.fr.Status.Phase != v1alpha1.PhaseCompleted; turn++ {
+		s.once("r2")
+		setLateJoiners(s.fr, s.plan)
+		if late := s.fr.Status.LateJoiners; len(late) > 0 {
+			t.Fatalf("late joiners %v: every cluster was in the fleet from the start", late)
+		}
+		if len(s.plan.Skipped) > 0 {
+			t.Fatalf("a member of a started wave is not skipped: %+v", s.plan.Skipped)
+		}
+	}
+	st := s.fr.Status
+	for i, want := range [][]string{{"a"}, {"b"}, {"c", "d"}} {
+		if got := st.Waves[i].Clusters; !slices.Equal(got, want) {
+			t.Errorf("wave %s = %v, want %v", st.Waves[i].Name, got, want)
+		}
+	}
+}
+
+// A cluster whose Kustomization the hub refuses counts as failed in its wave, so the wave is
+// decided at once (beyond its budget) instead of waiting for its deadline; a transient failure
+// is only retried.
+func TestARefusedWriteCountsAsFailed(t *testing.T) {
+	for _, tc := range []struct {
+		reason  string
+		decided bool
+	}{{v1alpha1.WriteRefused, true}, {v1alpha1.WriteNameTaken, true}, {v1alpha1.WriteFailed, false}} {
+		t.Run(tc.reason, func(t *testing.T) {
+			s := newSim(t, "a", "b")
+			s.run("r1", v1alpha1.PhaseCompleted)
+			s.untilWave("r2", 0, v1alpha1.WaveProgressing)
+			s.frozen["a"] = true // its Kustomization keeps what it had: the write did not go through
+			s.ks["a"] = s.ks["b"]
+			s.fr.Status.WriteFailures = []v1alpha1.WriteFailure{{Cluster: "a", Reason: tc.reason, Message: "cluster a: ..."}}
+			res, _ := s.turn("r2")
+			if got := res.GateWave == 0; got != tc.decided {
+				t.Errorf("decided = %v, want %v: %+v", got, tc.decided, res)
+			}
+		})
+	}
+}
+
+// A rollback of 1,000 clusters whose names are as long as they may be keeps both lists in status,
+// well within what an object may hold, and Ready names a few of the unconfirmed.
+func TestARollbackOfAThousandClustersFitsInStatus(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	kg := &v1alpha1.RevisionStatus{Revision: "main@sha1:1", Source: "web-1"}
+	now := time.Unix(1_000_000, 0)
+	start, deadline := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-time.Minute))
+	fr.Status = v1alpha1.FleetRolloutStatus{Phase: v1alpha1.PhaseRollingBack, LastKnownGood: kg,
+		Candidate: &v1alpha1.RevisionStatus{Revision: "main@sha1:2", Source: "web-2"},
+		Rollback:  &v1alpha1.RollbackStatus{To: kg.Revision, StartedAt: &start, Deadline: &deadline}}
+	w := &world{Rollout: fr, Now: now, Kustomizations: map[string]collector.Observation{}}
+	for i := range 1000 {
+		c := fmt.Sprintf("%s-%04d", strings.Repeat("c", 58), i)
+		w.Inventory = append(w.Inventory, fleets.Cluster{Name: c})
+		o := collector.Observation{Exists: true, Source: kg.Source, Current: true, ReadyCurrent: true, Ready: metav1.ConditionTrue, LastApplied: kg.Revision}
+		if i%100 == 0 {
+			o.Ready, o.Reason = metav1.ConditionFalse, "ReconciliationFailed"
+		}
+		w.Kustomizations[c] = o
+	}
+	step(w)
+	rb := fr.Status.Rollback
+	if fr.Status.Phase != v1alpha1.PhaseRolledBack || len(rb.Confirmed) != 990 || len(rb.Unconfirmed) != 10 {
+		t.Fatalf("phase %s, %d confirmed, %d unconfirmed", fr.Status.Phase, len(rb.Confirmed), len(rb.Unconfirmed))
+	}
+	b, err := json.Marshal(fr.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 128<<10 {
+		t.Errorf("the status of a 1,000-cluster rollback is %d bytes", len(b))
+	}
+	setConditions(fr, outcome{kind: done}, "")
+	if msg := conditions.Get(fr, meta.ReadyCondition).Message; len(msg) > maxConditionMessage || !strings.Contains(msg, "990 confirmed, 10 unconfirmed") || !strings.Contains(msg, "and 5 more") {
+		t.Errorf("Ready = %q", msg)
+	}
+}
