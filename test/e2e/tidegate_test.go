@@ -28,6 +28,8 @@ import (
 type controllerHandle struct {
 	cancel context.CancelFunc
 	done   chan error
+	// elected is closed once the manager leads (at once without leader election).
+	elected <-chan struct{}
 }
 
 func (h *controllerHandle) Stop(t *testing.T) {
@@ -48,9 +50,16 @@ var setLoggerOnce sync.Once
 // startTidegate runs tidegate's controllers in-process against the fleet's hub, wired as the manager binary wires them.
 func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) *controllerHandle {
 	t.Helper()
+	return startTidegateWith(t, f, controllers.ManagerConfig{}, opts)
+}
+
+// startTidegateWith is startTidegate with a manager configured by cfg (its Logger is set here).
+func startTidegateWith(t *testing.T, f *localfleet.Fleet, cfg controllers.ManagerConfig, opts controllers.Options) *controllerHandle {
+	t.Helper()
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
 	setLoggerOnce.Do(func() { ctrl.SetLogger(logger) })
-	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(controllers.ManagerConfig{Logger: logger}))
+	cfg.Logger = logger
+	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +68,7 @@ func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &controllerHandle{cancel: cancel, done: make(chan error, 1)}
+	h := &controllerHandle{cancel: cancel, done: make(chan error, 1), elected: mgr.Elected()}
 	go func() { h.done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
