@@ -27,7 +27,9 @@ import (
 // restart of the controller would.
 type controllerHandle struct {
 	cancel context.CancelFunc
-	done   chan error
+	// done is closed when the manager has stopped, with err what it returned.
+	done chan struct{}
+	err  error
 	// elected is closed once the manager leads (at once without leader election).
 	elected <-chan struct{}
 }
@@ -36,9 +38,9 @@ func (h *controllerHandle) Stop(t *testing.T) {
 	t.Helper()
 	h.cancel()
 	select {
-	case err := <-h.done:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("tidegate manager stopped with error: %v", err)
+	case <-h.done:
+		if h.err != nil && !errors.Is(h.err, context.Canceled) {
+			t.Errorf("tidegate manager stopped with error: %v", h.err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Errorf("tidegate manager did not stop within 30s")
@@ -68,8 +70,8 @@ func startTidegateWith(t *testing.T, f *localfleet.Fleet, cfg controllers.Manage
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &controllerHandle{cancel: cancel, done: make(chan error, 1), elected: mgr.Elected()}
-	go func() { h.done <- mgr.Start(ctx) }()
+	h := &controllerHandle{cancel: cancel, done: make(chan struct{}), elected: mgr.Elected()}
+	go func() { h.err = mgr.Start(ctx); close(h.done) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
