@@ -127,7 +127,7 @@ var (
 
 // The controller is stopped at every point of a rollout from its creation to the prune after it,
 // one after the other, and a fresh one is started each time: before the finalizer is added, before
-// a new candidate is recorded, before its pinned source is created, before a gate's receipt is
+// the known-good's lost pinned source is created again, before a new candidate is recorded, before its pinned source is created, before a gate's receipt is
 // written, between writing receipts and recording them (before and after the wave's start, and after
 // a soak), before a wave's start, a soak's start, a wave's success and a wait for an approval are
 // recorded, halfway through a wave's switches, in the middle of a soak, before the completion is
@@ -172,6 +172,11 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 	})
 	h.Stop(t)
 	gen1 := s.generations(t, "web")
+	// While the controller is down the known-good's pinned source is lost, and a new revision comes.
+	if err := s.f.Hub.Delete(ctx, &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: v1alpha1.PinnedSourceName("web", rev1)}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the known-good's pinned source gone", func() (bool, string) { return !s.pinExists(ctx, t, rev1), "still there" })
 	rev2 := s.commitVersion(t, "v2")
 	receipts := func(want int) func() {
 		return func() {
@@ -196,7 +201,15 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 		}
 	}
 	s.crashThrough(ctx, t,
+		crashPoint{point: "pin:" + rev1, atCrash: func() {
+			if got := s.rollout(t, "web"); got.Status.Candidate.Revision != rev1 || s.pinExists(ctx, t, rev1) {
+				t.Fatalf("at the crash the known-good's pin should still be missing and no new candidate recorded: %s", describe(got))
+			}
+		}},
 		crashPoint{point: "status:candidate", atCrash: func() {
+			if !s.pinExists(ctx, t, rev1) {
+				t.Fatalf("the known-good's pinned source was not created again")
+			}
 			if got := s.rollout(t, "web"); got.Status.Candidate.Revision != rev1 {
 				t.Fatalf("the new candidate was recorded before the crash point: %s", describe(got))
 			}
