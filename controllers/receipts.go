@@ -179,25 +179,21 @@ func sortedUnique(in []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(in)))
 }
 
-// unrecordedDecision is the decision of gate for wave i whose receipt was written but that status
-// does not record (the controller stopped between the two, or a later write of the pass failed),
-// or nil: the receipt is the decision, so it is recorded as it was made, never made again, which
-// would write a second receipt over other evidence. The receipts come from the manager's cache,
-// which a restarted manager syncs before its first reconcile. A deploySafe receipt whose evidence
-// is kept in parts is not taken up (the controller reads no ConfigMap): that gate is decided again.
-func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass, i int, gate string) (*decidedGate, error) {
-	fr := p.Rollout
-	var list v1alpha1.GateReceiptList
-	if err := r.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing gate receipts of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
-	}
+// unrecordedDecision is the decision of gate for wave i, among the rollout's receipts, whose
+// receipt was written but that status does not record (the controller stopped between the two, or
+// a later write of the pass failed), or nil: the receipt is the decision, so it is recorded as it
+// was made, never made again, which would write a second receipt over other evidence. The receipts
+// come from the manager's cache, which a restarted manager syncs before its first reconcile. A
+// deploySafe receipt whose evidence is kept in parts is not taken up (the controller reads no
+// ConfigMap): that gate is decided again.
+func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1.GateReceipt, i int, gate string) *decidedGate {
 	freshness := collector.DefaultFreshness
 	if r.Evidence != nil && r.Evidence.Freshness > 0 {
 		freshness = r.Evidence.Freshness
 	}
-	rc := unrecordedReceipt(list.Items, fr, i, gate, p.Now, freshness)
+	rc := unrecordedReceipt(receipts, p.Rollout, i, gate, p.Now, freshness)
 	if rc == nil {
-		return nil, nil
+		return nil
 	}
 	d := GateDecision{Result: rc.Spec.Result, Reasons: slices.Clone(rc.Spec.Reasons), Limits: slices.Clone(rc.Spec.Limits), PolicyDigest: rc.Spec.PolicyDigest}
 	if gate == v1alpha1.GateDeploySafe {
@@ -205,11 +201,21 @@ func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass
 		raw, err := rc.Spec.StoredEvidence(nil)
 		var ds tgcue.DeploySafeEvidence
 		if err != nil || json.Unmarshal(raw, &ds) != nil {
-			return nil, nil
+			return nil
 		}
 		d.Evidence = ds
 	}
-	return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}, nil
+	return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}
+}
+
+// rolloutReceipts lists the rollout's receipts from the manager's cache, shared with it: they are
+// only read.
+func (r *FleetRolloutReconciler) rolloutReceipts(ctx context.Context, fr *v1alpha1.FleetRollout) ([]v1alpha1.GateReceipt, error) {
+	var list v1alpha1.GateReceiptList
+	if err := r.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing gate receipts of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
+	}
+	return list.Items, nil
 }
 
 // unrecordedReceipt picks, of the rollout's receipts, the latest one of gate for wave i of the
