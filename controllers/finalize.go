@@ -49,6 +49,9 @@ func (r *FleetRolloutReconciler) ensureFinalizer(ctx context.Context, fr *v1alph
 	if controllerutil.ContainsFinalizer(fr, v1alpha1.Finalizer) {
 		return nil
 	}
+	if err := r.hook("finalizer:add"); err != nil {
+		return err
+	}
 	patch := client.MergeFromWithOptions(fr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(fr, v1alpha1.Finalizer)
 	if err := r.Patch(ctx, fr, patch, client.FieldOwner(v1alpha1.FieldManager)); err != nil {
@@ -69,6 +72,11 @@ func (r *FleetRolloutReconciler) finalize(ctx context.Context, fr *v1alpha1.Flee
 		return reconcile.Result{}, err
 	}
 	for _, ks := range owned {
+		if ks.Spec.DeletionPolicy != policy {
+			if err := r.hook("finalize:" + ks.Labels[v1alpha1.ClusterLabel]); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		if err := setDeletionPolicy(ctx, r.Client, ks, policy); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -80,6 +88,9 @@ func (r *FleetRolloutReconciler) finalize(ctx context.Context, fr *v1alpha1.Flee
 			if !ks.DeletionTimestamp.IsZero() {
 				continue
 			}
+			if err := r.hook("finalize:" + ks.Labels[v1alpha1.ClusterLabel]); err != nil {
+				return reconcile.Result{}, err
+			}
 			if err := r.Delete(ctx, ks, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 				return reconcile.Result{}, fmt.Errorf("deleting kustomization %s/%s of fleetrollout %s (deletionPolicy Delete): %w", ks.Namespace, ks.Name, fr.Name, err)
 			}
@@ -88,6 +99,9 @@ func (r *FleetRolloutReconciler) finalize(ctx context.Context, fr *v1alpha1.Flee
 		return reconcile.Result{RequeueAfter: deletionRequeue}, nil
 	}
 
+	if err := r.hook("finalizer:remove"); err != nil {
+		return reconcile.Result{}, err
+	}
 	patch := client.MergeFromWithOptions(fr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(fr, v1alpha1.Finalizer)
 	if err := r.Patch(ctx, fr, patch, client.FieldOwner(v1alpha1.FieldManager)); err != nil {

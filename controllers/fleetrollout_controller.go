@@ -44,8 +44,24 @@ type FleetRolloutReconciler struct {
 	Gates GateEvaluator
 	// Now returns the time; nil means time.Now.
 	Now func() time.Time
-	// TestHook, when set, is called before each write with its name ("pin:<revision>",
-	// "switch:<cluster>", "rollback:<cluster>"); an error aborts the reconcile there, as a crash would.
+	// TestHook, when set, is called with the name of each point of the state machine where a crash
+	// would leave the hub half-written; an error aborts the reconcile there, as a crash would (the
+	// write it precedes and every write after it in the pass are not made). The points:
+	//
+	//   - "finalizer:add", "finalizer:remove": before the finalizer is added to a new rollout, and
+	//     before it is removed from a deleted one; "finalize:<cluster>": before a deleted rollout's
+	//     Kustomization of cluster is set to its deletion policy (or deleted, for Delete).
+	//   - "pin:<revision>": before the pinned source of the candidate or the known-good is created.
+	//   - "switch:<cluster>", "rollback:<cluster>": before cluster's Kustomization is written,
+	//     forward (or in a rehearsal) or in a rollback.
+	//   - "receipt:<gate>:<wave>": before a gate's receipt is created; "decided:<gate>:<wave>":
+	//     after it was created, before status records the decision.
+	//   - "status:candidate", "status:phase:<phase>", "status:wave:<wave>:<phase>",
+	//     "status:rehearsal:<wave>:<phase>", then "status": before the status patch that records a new
+	//     candidate, a phase of the rollout, of a wave (Progressing is its start, Soaking its
+	//     soak's start, AwaitingApproval its wait for an approval) or of a rehearsal; "status" comes
+	//     before every status patch.
+	//   - "prune:<name>": before an unused pinned source or an old receipt is deleted.
 	TestHook func(point string) error
 
 	// writes keeps the backoff of the Kustomization writes that failed.
@@ -95,10 +111,13 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		out    outcome
 		onFail string
 	)
+	before := r.statusMarks(fr)
 	defer func() {
 		setConditions(fr, out, onFail)
 		result, retErr = out.result()
-		if err := r.finalizeStatus(ctx, fr, patcher); err != nil {
+		if err := r.hooks(statusPoints(before, fr)); err != nil {
+			retErr = errors.Join(retErr, err)
+		} else if err := r.finalizeStatus(ctx, fr, patcher); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
 		if r.Metrics != nil {
@@ -216,10 +235,8 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 		if rev == nil {
 			continue
 		}
-		if err := r.hook("pin:" + rev.Revision); err != nil {
-			return retryable(err)
-		}
-		if err := ensurePinnedSource(ctx, r.Client, fr, p.Tracked, rev.Revision); err != nil {
+		pin := func() error { return r.hook("pin:" + rev.Revision) }
+		if err := ensurePinnedSource(ctx, r.Client, fr, p.Tracked, rev.Revision, pin); err != nil {
 			return retryable(err)
 		}
 	}
@@ -360,20 +377,23 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 	return proceeding()
 }
 
-// prune deletes the pinned sources and receipts nothing needs, once the rollout rests.
+// prune deletes the pinned sources and receipts nothing needs, once the rollout rests. A pass that
+// just came to rest prunes nothing: what it lets go (the old known-good's pin) goes on the next
+// pass, once status recorded the rest, as every write follows a recorded intent.
 func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 	fr := p.Rollout
-	if fr.Status.Phase != v1alpha1.PhaseCompleted && fr.Status.Phase != v1alpha1.PhaseRolledBack {
+	if fr.Status.Phase != v1alpha1.PhaseCompleted && fr.Status.Phase != v1alpha1.PhaseRolledBack || p.res.Next {
 		return proceeding()
 	}
 	inUse := map[string]bool{}
 	for _, ks := range p.Objects {
 		inUse[ks.Spec.SourceRef.Name] = true
 	}
-	if err := prunePinnedSources(ctx, r.Client, fr, fr.Spec.SourceRef.Kind, inUse); err != nil {
+	prune := func(name string) error { return r.hook("prune:" + name) }
+	if err := prunePinnedSources(ctx, r.Client, fr, fr.Spec.SourceRef.Kind, inUse, prune); err != nil {
 		return retryable(err)
 	}
-	if err := pruneReceipts(ctx, r.Client, fr); err != nil {
+	if err := pruneReceipts(ctx, r.Client, fr, prune); err != nil {
 		return retryable(err)
 	}
 	return proceeding()

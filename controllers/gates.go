@@ -98,8 +98,20 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 	if evaluator == nil {
 		evaluator = CUEGates{}
 	}
+	receipts, err := r.rolloutReceipts(ctx, fr)
+	if err != nil {
+		return nil, err
+	}
 	decided := make([]decidedGate, 0, len(gates))
 	for _, gate := range gates {
+		// A decision whose receipt was written but that status never recorded (the controller
+		// stopped in between) is recorded as it was made, not made again.
+		if prior := r.unrecordedDecision(p, receipts, i, gate); prior != nil {
+			decided = append(decided, *prior)
+			r.event(fr, corev1.EventTypeNormal, "DecisionRecorded", "%s %s for wave %s of %s: recorded from receipt %s, which an earlier reconcile wrote and did not record",
+				gate, prior.Decision.Result, wv.Name, fr.Status.Candidate.Revision, prior.Receipt)
+			continue
+		}
 		ev, err := r.Evidence.Collect(ctx, p.world, gate, i)
 		var d GateDecision
 		if err != nil {
@@ -129,7 +141,13 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		if err != nil {
 			return nil, err
 		}
+		if err := r.hook("receipt:" + gate + ":" + wv.Name); err != nil {
+			return nil, err
+		}
 		if err := WriteReceipt(ctx, r.Client, rc); err != nil {
+			return nil, err
+		}
+		if err := r.hook("decided:" + gate + ":" + wv.Name); err != nil {
 			return nil, err
 		}
 		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: ev.Evidence})

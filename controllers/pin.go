@@ -68,8 +68,8 @@ func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, revision str
 // source is left as it is: its ref already names the revision. c is the manager's client, so the
 // existence check reads the cache and a pass over pins that exist makes no API call; a Create is
 // tried only when the cache has none, and AlreadyExists then (the cache lagging a create of a moment
-// ago) is as good as done.
-func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, tracked client.Object, revision string) error {
+// ago) is as good as done. beforeCreate, when set, runs just before the create (the crash-point hook).
+func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, tracked client.Object, revision string, beforeCreate func() error) error {
 	pin, err := pinnedSource(fr, tracked, revision)
 	if err != nil {
 		return err
@@ -87,6 +87,11 @@ func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 	if err := controllerutil.SetControllerReference(fr, pin, c.Scheme()); err != nil {
 		return err
 	}
+	if beforeCreate != nil {
+		if err := beforeCreate(); err != nil {
+			return err
+		}
+	}
 	err = c.Create(ctx, pin, client.FieldOwner(v1alpha1.FieldManager))
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating pinned source %s/%s for revision %s: %w", fr.Namespace, pin.GetName(), revision, err)
@@ -96,7 +101,8 @@ func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 
 // prunePinnedSources deletes the rollout's pinned sources that nothing needs: not the candidate's,
 // not the known-good's, not one a Kustomization still uses, and not among the newest historyLimit others.
-func prunePinnedSources(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, kind string, inUse map[string]bool) error {
+// beforeDelete, when set, runs just before each delete (the crash-point hook).
+func prunePinnedSources(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, kind string, inUse map[string]bool, beforeDelete func(name string) error) error {
 	list, err := listPinned(ctx, c, fr.Namespace, fr.Name, kind)
 	if err != nil {
 		return err
@@ -122,6 +128,11 @@ func prunePinnedSources(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 		if history < fr.HistoryLimit() {
 			history++
 			continue
+		}
+		if beforeDelete != nil {
+			if err := beforeDelete(o.GetName()); err != nil {
+				return err
+			}
 		}
 		if err := c.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pruning pinned source %s/%s: %w", o.GetNamespace(), o.GetName(), err)

@@ -83,7 +83,7 @@ func TestPrunePinnedSourcesKeepsWhatIsNeeded(t *testing.T) {
 		Labels: map[string]string{v1alpha1.RolloutLabel: "api"}}})
 	c := fake.NewClientBuilder().WithScheme(sch).WithObjects(objs...).Build()
 	// web-2 is still used by a Kustomization (a cluster not yet reached by a wave).
-	if err := prunePinnedSources(context.Background(), c, fr, sourcev1.GitRepositoryKind, map[string]bool{"web-2": true}); err != nil {
+	if err := prunePinnedSources(context.Background(), c, fr, sourcev1.GitRepositoryKind, map[string]bool{"web-2": true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var list sourcev1.GitRepositoryList
@@ -112,7 +112,7 @@ func TestEnsurePinnedSourceCreatesOnlyWhenMissing(t *testing.T) {
 	const revision = "main@sha1:0123456789abcdef0123456789abcdef01234567"
 	c := mgr.GetClient()
 
-	if err := ensurePinnedSource(ctx, c, fr, git, revision); err != nil {
+	if err := ensurePinnedSource(ctx, c, fr, git, revision, nil); err != nil {
 		t.Fatal(err)
 	}
 	name := v1alpha1.PinnedSourceName(fr.Name, revision)
@@ -122,7 +122,7 @@ func TestEnsurePinnedSourceCreatesOnlyWhenMissing(t *testing.T) {
 	})
 	before := requests.snapshot()
 	for range 5 {
-		if err := ensurePinnedSource(ctx, c, fr, git, revision); err != nil {
+		if err := ensurePinnedSource(ctx, c, fr, git, revision, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,7 +139,7 @@ func TestEnsurePinnedSourceCreatesOnlyWhenMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the pinned source created again", func() (bool, string) {
-		if err := ensurePinnedSource(ctx, c, fr, git, revision); err != nil {
+		if err := ensurePinnedSource(ctx, c, fr, git, revision, nil); err != nil {
 			return false, err.Error()
 		}
 		err := hub.admin.Get(ctx, client.ObjectKey{Namespace: fr.Namespace, Name: name}, &sourcev1.GitRepository{})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/collector"
 )
 
 // maxReceiptsPerRollout bounds how many receipts a rollout keeps; the oldest are pruned.
@@ -68,8 +71,14 @@ func BuildReceipt(fr *v1alpha1.FleetRollout, wave *v1alpha1.WaveStatus, targets 
 	if err != nil {
 		return nil, fmt.Errorf("%s receipt for fleetrollout %s/%s: %w", gate, fr.Namespace, fr.Name, err)
 	}
+	rc.Annotations[ReceiptGenerationAnnotation] = strconv.FormatInt(fr.Generation, 10)
 	return &ReceiptObjects{GateReceipt: rc, Parts: parts}, nil
 }
+
+// ReceiptGenerationAnnotation holds the rollout's metadata.generation when the receipt's decision
+// was made: a decision written but not recorded in status is taken up after a restart only while
+// the spec is the one it was made for (unrecordedReceipt).
+const ReceiptGenerationAnnotation = "tidegate.dev/rollout-generation"
 
 // ReceiptDigestAnnotation holds the content digest a receipt was named after; `tidegate receipts verify` recomputes it.
 const ReceiptDigestAnnotation = v1alpha1.ContentDigestAnnotation
@@ -110,8 +119,9 @@ func WriteReceipt(ctx context.Context, c client.Client, ro *ReceiptObjects) erro
 }
 
 // pruneReceipts deletes the oldest receipts of the rollout past maxReceiptsPerRollout, never one
-// the rollout's status still references.
-func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout) error {
+// the rollout's status still references. beforeDelete, when set, runs just before each delete (the
+// crash-point hook).
+func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, beforeDelete func(name string) error) error {
 	var list v1alpha1.GateReceiptList
 	if err := c.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
 		return err
@@ -133,6 +143,11 @@ func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollo
 		rc := &list.Items[i]
 		if referenced[rc.Name] {
 			continue
+		}
+		if beforeDelete != nil {
+			if err := beforeDelete(rc.Name); err != nil {
+				return err
+			}
 		}
 		if err := c.Delete(ctx, rc); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pruning gate receipt %s/%s: %w", rc.Namespace, rc.Name, err)
@@ -162,4 +177,95 @@ func capList(in []string) []string {
 // sortedUnique returns a sorted copy of in without repeats.
 func sortedUnique(in []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(in)))
+}
+
+// unrecordedDecision is the decision of gate for wave i, among the rollout's receipts, whose
+// receipt was written but that status does not record (the controller stopped between the two, or
+// a later write of the pass failed), or nil: the receipt is the decision, so it is recorded as it
+// was made, never made again, which would write a second receipt over other evidence. The receipts
+// come from the manager's cache, which a restarted manager syncs before its first reconcile. A
+// deploySafe receipt whose evidence is kept in parts is not taken up (the controller reads no
+// ConfigMap): that gate is decided again.
+func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1.GateReceipt, i int, gate string) *decidedGate {
+	freshness := collector.DefaultFreshness
+	if r.Evidence != nil && r.Evidence.Freshness > 0 {
+		freshness = r.Evidence.Freshness
+	}
+	rc := unrecordedReceipt(receipts, p.Rollout, i, gate, p.Now, freshness)
+	if rc == nil {
+		return nil
+	}
+	d := GateDecision{Result: rc.Spec.Result, Reasons: slices.Clone(rc.Spec.Reasons), Limits: slices.Clone(rc.Spec.Limits), PolicyDigest: rc.Spec.PolicyDigest}
+	if gate == v1alpha1.GateDeploySafe {
+		// Its evidence names the targets to hold back.
+		raw, err := rc.Spec.StoredEvidence(nil)
+		var ds tgcue.DeploySafeEvidence
+		if err != nil || json.Unmarshal(raw, &ds) != nil {
+			return nil
+		}
+		d.Evidence = ds
+	}
+	return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}
+}
+
+// rolloutReceipts lists the rollout's receipts from the manager's cache, shared with it: they are
+// only read.
+func (r *FleetRolloutReconciler) rolloutReceipts(ctx context.Context, fr *v1alpha1.FleetRollout) ([]v1alpha1.GateReceipt, error) {
+	var list v1alpha1.GateReceiptList
+	if err := r.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing gate receipts of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
+	}
+	return list.Items, nil
+}
+
+// unrecordedReceipt picks, of the rollout's receipts, the latest one of gate for wave i of the
+// candidate over the wave's members that status does not record and that was made for the decision
+// due now: after the gate's last recorded decision on the wave; for a wave that started, since its
+// start (a rehearsal's decision, since the rehearsal's start); for a wave not started yet (pre-wave
+// gates), at the rollout's current generation and at most freshness old, as evidence gathered ahead
+// may be. nil when there is none.
+func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, i int, gate string, now time.Time, freshness time.Duration) *v1alpha1.GateReceipt {
+	st := &fr.Status
+	if st.Candidate == nil || i < 0 || i >= len(st.Waves) {
+		return nil
+	}
+	wv := &st.Waves[i]
+	recorded := map[string]bool{}
+	for _, w := range st.Waves {
+		for _, g := range w.Gates {
+			recorded[g.Receipt] = true
+		}
+	}
+	prev := gateOutcome(wv, gate)
+	preWave := wv.Phase == v1alpha1.WavePending || wv.Phase == v1alpha1.WaveAwaiting
+	var since *metav1.Time
+	switch {
+	case wv.Phase == v1alpha1.WaveRehearsing && wv.Rehearsal != nil:
+		since = wv.Rehearsal.BackStartedAt
+	case !preWave:
+		since = wv.StartedAt
+	}
+	generation := strconv.FormatInt(fr.Generation, 10)
+	targets := slices.Sorted(slices.Values(wv.Clusters))
+	var best *v1alpha1.GateReceipt
+	for k := range items {
+		rc := &items[k]
+		s := &rc.Spec
+		at := s.EvaluatedAt.Time
+		switch {
+		case recorded[rc.Name], s.Rollout != fr.Name, s.Gate != gate, s.Wave != wv.Name,
+			s.Candidate.Revision != st.Candidate.Revision, !slices.Equal(s.Targets, targets):
+			continue
+		case prev != nil && prev.DecidedAt != nil && !at.After(prev.DecidedAt.Time):
+			continue
+		case since != nil && at.Before(since.Time):
+			continue
+		case preWave && (rc.Annotations[ReceiptGenerationAnnotation] != generation || now.Sub(at) > freshness):
+			continue
+		}
+		if best == nil || at.After(best.Spec.EvaluatedAt.Time) {
+			best = rc
+		}
+	}
+	return best
 }

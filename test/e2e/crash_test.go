@@ -9,7 +9,6 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/simulator"
 )
 
 // crashAt makes the engine fail at one write point, once, and reports when it did: the test then
@@ -123,54 +122,6 @@ func TestE2ECrashPointsDuringWaves(t *testing.T) {
 		if v := s.memberVersion(ctx, c); v != "v2" {
 			t.Errorf("%s runs %q, want v2", c, v)
 		}
-	}
-}
-
-// The controller is stopped halfway through a rollback and a fresh one finishes it: every cluster
-// ends at the known-good revision, switched back once.
-func TestE2ECrashPointDuringRollback(t *testing.T) {
-	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	h := startTidegate(t, s.f, controllers.Options{})
-	one := int32(1)
-	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {
-		fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
-		fr.Spec.Waves[1].MaxFailures = &one
-	})
-	h.Stop(t)
-	gen1 := s.generations(t, "web")
-
-	// v2 is broken on both ring members (member-2, member-3): the canary passes, the ring fails beyond
-	// its budget of one failure, and the rollback is cut after member-1 went back.
-	s.sim.SetFault("member-2", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
-	s.sim.SetFault("member-3", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
-	crash := newCrashAt("rollback:member-2")
-	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
-	rev2 := s.commitVersion(t, "v2")
-	crash.wait(ctx, t)
-	h.Stop(t)
-	if got := s.rollout(t, "web"); got.Status.Phase != v1alpha1.PhaseRollingBack {
-		t.Fatalf("at the crash the rollback should be recorded: %s", describe(got))
-	}
-
-	startTidegate(t, s.f, controllers.Options{})
-	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev2)
-	gen2 := s.generations(t, "web")
-	for c, g := range gen1 {
-		want := g
-		if c == "member-1" || c == "member-2" || c == "member-3" {
-			want = g + 2 // to v2, then back to v1
-		}
-		if gen2[c] != want {
-			t.Errorf("%s's Kustomization generation %d → %d, want %d", c, g, gen2[c], want)
-		}
-		if v := s.memberVersion(ctx, c); v != "v1" {
-			t.Errorf("%s runs %q after the rollback, want v1", c, v)
-		}
-	}
-	if !got.IsRejected(rev2) {
-		t.Errorf("the rolled back revision should be rejected: %+v", got.Status.Rejected)
 	}
 }
 

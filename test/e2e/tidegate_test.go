@@ -27,16 +27,20 @@ import (
 // restart of the controller would.
 type controllerHandle struct {
 	cancel context.CancelFunc
-	done   chan error
+	// done is closed when the manager has stopped, with err what it returned.
+	done chan struct{}
+	err  error
+	// elected is closed once the manager leads (at once without leader election).
+	elected <-chan struct{}
 }
 
 func (h *controllerHandle) Stop(t *testing.T) {
 	t.Helper()
 	h.cancel()
 	select {
-	case err := <-h.done:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("tidegate manager stopped with error: %v", err)
+	case <-h.done:
+		if h.err != nil && !errors.Is(h.err, context.Canceled) {
+			t.Errorf("tidegate manager stopped with error: %v", h.err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Errorf("tidegate manager did not stop within 30s")
@@ -48,9 +52,16 @@ var setLoggerOnce sync.Once
 // startTidegate runs tidegate's controllers in-process against the fleet's hub, wired as the manager binary wires them.
 func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) *controllerHandle {
 	t.Helper()
+	return startTidegateWith(t, f, controllers.ManagerConfig{}, opts)
+}
+
+// startTidegateWith is startTidegate with a manager configured by cfg (its Logger is set here).
+func startTidegateWith(t *testing.T, f *localfleet.Fleet, cfg controllers.ManagerConfig, opts controllers.Options) *controllerHandle {
+	t.Helper()
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
 	setLoggerOnce.Do(func() { ctrl.SetLogger(logger) })
-	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(controllers.ManagerConfig{Logger: logger}))
+	cfg.Logger = logger
+	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +70,8 @@ func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &controllerHandle{cancel: cancel, done: make(chan error, 1)}
-	go func() { h.done <- mgr.Start(ctx) }()
+	h := &controllerHandle{cancel: cancel, done: make(chan struct{}), elected: mgr.Elected()}
+	go func() { h.err = mgr.Start(ctx); close(h.done) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
