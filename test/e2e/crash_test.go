@@ -62,6 +62,7 @@ func (s *fleetSetup) generations(t *testing.T, rollout string) map[string]int64 
 // set while it is down is honoured. The rollout converges to the same outcome: every cluster switched
 // exactly once (one generation per Kustomization), wave snapshots and start times unchanged.
 func TestE2ECrashPointsDuringWaves(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -129,6 +130,7 @@ func TestE2ECrashPointsDuringWaves(t *testing.T) {
 // The controller is stopped halfway through a rollback and a fresh one finishes it: every cluster
 // ends at the known-good revision, switched back once.
 func TestE2ECrashPointDuringRollback(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -24,6 +24,7 @@ import (
 // and nothing is switched: no Kustomization points at the revision and every member runs the old
 // version. Cleared, the member answers again and the rollout goes on to complete everywhere.
 func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
