@@ -102,11 +102,18 @@ func (s *fleetSetup) receiptsConsistent(ctx context.Context, t *testing.T, fr *v
 
 // rolledOutThroughHubProxy starts three members and a hub behind a fault proxy, the controller
 // reaching the hub through it, and rolls v1 out; it returns the Kustomizations' generations then.
+// Each wave soaks for two of the default policy's sample intervals (5 s): a failed status write of
+// a wave's start of soak moves the readyAt recorded, and the samples are counted from it, so a
+// soak shorter than the interval could end with no sample in it.
 func rolledOutThroughHubProxy(ctx context.Context, t *testing.T) (*fleetSetup, map[string]int64) {
 	t.Helper()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"hub"}})
 	startTidegateThroughHubProxy(t, s.f, controllers.Options{})
-	s.rollOutFirst(ctx, t, first, nil)
+	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {
+		for i := range fr.Spec.Waves {
+			fr.Spec.Waves[i].Soak = &metav1.Duration{Duration: 10 * time.Second}
+		}
+	})
 	return s, s.generations(t, "web")
 }
 
