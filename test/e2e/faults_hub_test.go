@@ -100,18 +100,21 @@ func (s *fleetSetup) receiptsConsistent(ctx context.Context, t *testing.T, fr *v
 	}
 }
 
+// soakOfTwoSamples is the soak of the waves whose noDisruption the fault scenarios need decided
+// over samples: two of the default policy's sample intervals (5 s). The samples count from the
+// readyAt recorded, which a failed status write or a loaded machine moves later than the soak
+// loop's first sample, so a soak shorter than the interval (testSoak) can end with none in it.
+const soakOfTwoSamples = 10 * time.Second
+
 // rolledOutThroughHubProxy starts three members and a hub behind a fault proxy, the controller
 // reaching the hub through it, and rolls v1 out; it returns the Kustomizations' generations then.
-// Each wave soaks for two of the default policy's sample intervals (5 s): a failed status write of
-// a wave's start of soak moves the readyAt recorded, and the samples are counted from it, so a
-// soak shorter than the interval could end with no sample in it.
 func rolledOutThroughHubProxy(ctx context.Context, t *testing.T) (*fleetSetup, map[string]int64) {
 	t.Helper()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"hub"}})
 	startTidegateThroughHubProxy(t, s.f, controllers.Options{})
 	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {
 		for i := range fr.Spec.Waves {
-			fr.Spec.Waves[i].Soak = &metav1.Duration{Duration: 10 * time.Second}
+			fr.Spec.Waves[i].Soak = &metav1.Duration{Duration: soakOfTwoSamples}
 		}
 	})
 	return s, s.generations(t, "web")
@@ -227,6 +230,7 @@ func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 	one := int32(1)
 	fr := twoWaveRollout(s.ns)
 	fr.Spec.Waves[1].MaxFailures = &one
+	fr.Spec.Waves[0].Soak.Duration = soakOfTwoSamples
 	fr.Spec.Waves[1].Soak.Duration = 15 * time.Second
 	s.createRollout(ctx, t, fr, s.repo.Revision(first), nil)
 	before := s.generations(t, "web")
@@ -273,6 +277,7 @@ func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
 		fr.Spec.Waves[0].Soak.Duration = 15 * time.Second
+		fr.Spec.Waves[1].Soak.Duration = soakOfTwoSamples
 	})
 	fr := s.rollout(t, "web")
 	canary := fr.Status.Waves[0].Clusters[0]
@@ -293,6 +298,15 @@ func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 	t.Logf("source-controller restarted with its storage emptied during %s", describe(fr))
 
 	fr = s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev2)
+	// The canary, whose Kustomization waited for its artifact while it soaked, passed; the last
+	// wave failed on its broken workload.
+	receipts := s.receiptsOf(ctx, t, "web", rev2)
+	if rc := latestReceipt(receipts, v1alpha1.GateNoDisruption, "canary"); rc == nil || rc.Spec.Result != v1alpha1.ResultPass {
+		t.Errorf("the canary's noDisruption should pass: %+v", rc)
+	}
+	if rc := latestReceipt(receipts, v1alpha1.GateNoDisruption, "rest"); rc == nil || rc.Spec.Result != v1alpha1.ResultFail {
+		t.Errorf("the last wave's noDisruption should fail: %+v", rc)
+	}
 	if !fr.IsRejected(rev2) {
 		t.Errorf("the rolled back revision should be rejected: %+v", fr.Status.Rejected)
 	}
@@ -344,6 +358,7 @@ func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Waves[0].Soak.Duration = 20 * time.Second
+		fr.Spec.Waves[1].Soak.Duration = soakOfTwoSamples
 	})
 	fr := s.rollout(t, "web")
 	canary, other := fr.Status.Waves[0].Clusters[0], ""
