@@ -8,6 +8,10 @@ CONTROLLER_GEN := $(TESTBIN)/bin/controller-gen
 export TIDEGATE_TESTBIN := $(TESTBIN)
 export KUBEBUILDER_ASSETS := $(TESTBIN)/bin
 GO_TEST_FLAGS ?=
+# E2E_PARALLEL is how many end-to-end tests (test/e2e, each on a fleet of its own, mostly waiting)
+# run at once; no other package's tests call t.Parallel, so -parallel changes only test/e2e
+# (docs/testing.md: the measurement that chose it).
+E2E_PARALLEL ?= 4
 
 .PHONY: help
 help: ## List the targets.
@@ -82,7 +86,7 @@ fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing inpu
 
 .PHONY: test
 test: testbin vet fuzz-short ## Run every test: the fuzz targets briefly (fuzz-short), unit, envtest and end to end, then RACE_PKGS under -race (builds the test binaries first when missing).
-	{ go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m ./...; all=$$?; \
+	{ go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -parallel $(E2E_PARALLEL) ./...; all=$$?; \
 		echo "=== again under the race detector: $(RACE_PKGS)"; \
 		go test -json -race $(GO_TEST_FLAGS) -count=1 -timeout 30m $(RACE_PKGS); race=$$?; \
 		exit $$((all | race)); } 2>&1 | tee bin/test.json | go run ./hack/testsummary
@@ -101,7 +105,7 @@ undeploy: ## Uninstall the controller from the cluster of the current kubeconfig
 
 .PHONY: test-e2e
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
-	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
+	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -parallel $(E2E_PARALLEL) -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
 
 # BENCH_SCALE_ARGS go to hack/bench/scale, e.g. BENCH_SCALE_ARGS='-runs standin:1000' for one run
 # (flags: go run ./hack/bench/scale -h; docs/benchmarks.md).

@@ -79,6 +79,9 @@ type pass struct {
 	progress string
 	// retryWritesAfter is when a Kustomization write that failed is due again; zero when none is.
 	retryWritesAfter time.Duration
+	// afterStatus runs once the status this pass leaves is written, and only then: what may be
+	// dropped only when the decision that ends its use is recorded (a decided wave's samples).
+	afterStatus []func()
 }
 
 // Reconcile reads as the decision list of a Flux controller: get, deletion, finalizer, suspend,
@@ -108,8 +111,9 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 
 	patcher := patch.NewSerialPatcher(fr, r.Client)
 	var (
-		out    outcome
-		onFail string
+		out         outcome
+		onFail      string
+		afterStatus []func()
 	)
 	before := r.statusMarks(fr)
 	defer func() {
@@ -119,19 +123,24 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 			retErr = errors.Join(retErr, err)
 		} else if err := r.finalizeStatus(ctx, fr, patcher); err != nil {
 			retErr = errors.Join(retErr, err)
+		} else {
+			for _, f := range afterStatus {
+				f()
+			}
 		}
 		if r.Metrics != nil {
 			r.Metrics.RecordDuration(ctx, fr, start)
 		}
 	}()
-	out, onFail = r.reconcile(ctx, fr)
+	out, onFail, afterStatus = r.reconcile(ctx, fr)
 	return result, retErr
 }
 
 // reconcile runs the pipeline: each sub-step reads what the ones before it left in the pass and
 // returns an outcome; any outcome but proceeding ends the pass.
-// It also returns the policy's onFail, which Ready's message mentions.
-func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.FleetRollout) (outcome, string) {
+// It also returns the policy's onFail, which Ready's message mentions, and what to do once the
+// status is written (pass.afterStatus).
+func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.FleetRollout) (outcome, string, []func()) {
 	p := &pass{world: &world{Rollout: fr, Now: r.now()}}
 	for _, sub := range []func(context.Context, *pass) outcome{
 		r.resolveTarget,
@@ -145,10 +154,10 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		r.prune,
 	} {
 		if o := sub(ctx, p); o.kind != proceed {
-			return o, p.Settings.OnFail
+			return o, p.Settings.OnFail, p.afterStatus
 		}
 	}
-	return r.settle(p), p.Settings.OnFail
+	return r.settle(p), p.Settings.OnFail, p.afterStatus
 }
 
 // resolveTarget reads the tracked source: the revision wanted is spec.revision, else its artifact's.
@@ -371,7 +380,11 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 	p.res = advance(p.world, p.res, decided)
 	p.res.Next = p.res.Next || progressOf(&p.Rollout.Status) != p.progress
 	if i := p.res.Decided; i >= 0 {
-		r.Evidence.Forget(p.world, i)
+		// The wave's samples go once the decision is recorded: a status write that fails (a
+		// conflict, an unavailable hub) leaves the wave soaking, and the next pass decides it again
+		// over the same samples, not over none. Its soak record goes with the decision.
+		w := p.world
+		p.afterStatus = append(p.afterStatus, func() { r.Evidence.Forget(w, i) })
 		p.Rollout.Status.Waves[i].Soaked = nil
 	}
 	return proceeding()

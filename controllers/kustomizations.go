@@ -12,6 +12,7 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -76,7 +77,10 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 }
 
 // applyKustomization writes ks with server-side apply under tidegate's field manager, unless the
-// existing object already carries the same content hash. beforeWrite runs just before a write (the
+// existing object already carries the same content hash and still has the spec tidegate gave it.
+// A spec field tidegate sets that someone else changed (spec.path, spec.interval, …) is written
+// back, as kustomize-controller corrects drift in what it applies; a field tidegate leaves unset,
+// spec.suspend among them, stays the other writer's. beforeWrite runs just before a write (the
 // crash-point hook). It reports whether it wrote.
 func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ks, existing *kustomizev1.Kustomization, beforeWrite func() error) (bool, error) {
 	hash, err := contentHash(ks.Labels, ks.Annotations, ks.Spec)
@@ -84,7 +88,10 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 		return false, err
 	}
 	if existing != nil && existing.Annotations[specHashAnnotation] == hash {
-		return false, nil
+		kept, err := specKept(ks, existing)
+		if err != nil || kept {
+			return false, err
+		}
 	}
 	if err := beforeWrite(); err != nil {
 		return false, err
@@ -275,6 +282,50 @@ func (b *writeBackoff) nextRetry(fr *v1alpha1.FleetRollout, now time.Time) time.
 		}
 	}
 	return next
+}
+
+// specKept reports whether existing's spec still has every field desired sets, as desired sets it
+// (fields the API server defaulted, such as a substituteFrom's optional, are not desired's).
+func specKept(desired, existing *kustomizev1.Kustomization) (bool, error) {
+	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&desired.Spec)
+	if err != nil {
+		return false, err
+	}
+	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&existing.Spec)
+	if err != nil {
+		return false, err
+	}
+	return within(want, have), nil
+}
+
+// within reports whether want is in have: every key of a map with a value within have's, lists
+// of the same length item by item, anything else equal.
+func within(want, have any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		h, ok := have.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range w {
+			if !within(v, h[k]) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		h, ok := have.([]any)
+		if !ok || len(h) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !within(w[i], h[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return equality.Semantic.DeepEqual(want, have)
 }
 
 func contentHash(parts ...any) (string, error) {

@@ -89,3 +89,35 @@ func TestTheEvidenceRendersWhatTheKustomizationBuilds(t *testing.T) {
 		t.Errorf("the Kustomization builds with\n%+v\nthe evidence renders with\n%+v", got, want)
 	}
 }
+
+// A Kustomization keeps tidegate's spec while every field tidegate sets is as it set it: fields
+// tidegate does not apply (spec.suspend, a spec.force the template leaves false) do not count; a changed
+// spec.path or spec.interval, or a dropped health check, does, so it is written back.
+func TestSpecKept(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	fr.Spec.SourceRef = v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}
+	fr.Spec.Path = "./app"
+	fr.Spec.Template.HealthChecks = []meta.NamespacedObjectKindReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Namespace: "demo"}}
+	fr.Spec.Template.PostBuild = &kustomizev1.PostBuild{SubstituteFrom: []kustomizev1.SubstituteReference{{Kind: "ConfigMap", Name: "vars"}}}
+	desired := desiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}, "web-abc", "main@sha1:abc", "canary")
+	for _, tc := range []struct {
+		name string
+		edit func(*kustomizev1.Kustomization)
+		kept bool
+	}{
+		{"as written", func(*kustomizev1.Kustomization) {}, true},
+		{"a field tidegate does not apply set", func(ks *kustomizev1.Kustomization) { ks.Spec.Force = true }, true},
+		{"suspended", func(ks *kustomizev1.Kustomization) { ks.Spec.Suspend = true }, true},
+		{"path changed", func(ks *kustomizev1.Kustomization) { ks.Spec.Path = "./elsewhere" }, false},
+		{"interval changed", func(ks *kustomizev1.Kustomization) { ks.Spec.Interval.Duration *= 7 }, false},
+		{"health check dropped", func(ks *kustomizev1.Kustomization) { ks.Spec.HealthChecks = nil }, false},
+		{"source changed", func(ks *kustomizev1.Kustomization) { ks.Spec.SourceRef.Name = "web-def" }, false},
+	} {
+		existing := desired.DeepCopy()
+		tc.edit(existing)
+		kept, err := specKept(desired, existing)
+		if err != nil || kept != tc.kept {
+			t.Errorf("%s: kept %v (%v), want %v", tc.name, kept, err, tc.kept)
+		}
+	}
+}

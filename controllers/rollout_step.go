@@ -255,7 +255,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	held := heldBack(wv)
 	refused := refusedWrites(st)
 	var updated, healthy, failed, retrying int32
-	var unsettled []string
+	var unsettled, pending []string
 	soaking := wv.Phase == v1alpha1.WaveSoaking
 	for _, c := range wv.Clusters {
 		if held[c] {
@@ -279,6 +279,8 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		case soaking && o.RetryingAt(cand.Source, cand.Revision):
 			// A retried failure of the revision it had applied: not judged before the soak ends.
 			retrying++
+		default:
+			pending = append(pending, c)
 		}
 		if soaking && o.Unsettled(cand.Source, cand.Revision) {
 			unsettled = append(unsettled, c)
@@ -325,11 +327,35 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 			res.GateWave = i
 		}
 	default:
+		// A member's Kustomization suspended by someone else (flux suspend kustomization) is theirs
+		// to resume: kustomize-controller applies nothing there meanwhile, so the wave waits, with
+		// no deadline (no until), and says what to do. Once resumed, the deadline counts again from
+		// then.
+		prev, since := st.WaitingFor, wv.StartedAt
+		resumed := prev != nil && prev.Reason == v1alpha1.WaitingForMembers && prev.Wave == wv.Name && prev.Until == nil
+		if names := suspended(w, pending); len(names) > 0 {
+			if resumed && prev.Since != nil {
+				since = prev.Since
+			} else {
+				since = &now
+			}
+			res.waitFor(v1alpha1.WaitingForMembers, wv.Name, since, nil,
+				"wave %s: %d/%d clusters Ready at %s; the Kustomization of %s is suspended (spec.suspend) and applies nothing: the wave waits until it is resumed (flux resume kustomization %s -n %s)",
+				wv.Name, healthy, total, cand.Revision, strings.Join(names, ", "), v1alpha1.KustomizationName(fr.Name, names[0]), fr.Namespace)
+			res.RequeueAfter = fr.GetRequeueAfter()
+			return res
+		}
+		switch {
+		case resumed:
+			since = &now
+		case prev != nil && prev.Reason == v1alpha1.WaitingForMembers && prev.Wave == wv.Name && prev.Since != nil && prev.Since.After(since.Time):
+			since = prev.Since
+		}
 		deadline := waveDeadline(fr, wv)
-		if w.Now.Sub(wv.StartedAt.Time) > deadline {
+		if w.Now.Sub(since.Time) > deadline {
 			res.GateWave = i
 		} else {
-			res.waitFor(v1alpha1.WaitingForMembers, wv.Name, wv.StartedAt, &metav1.Time{Time: wv.StartedAt.Add(deadline)},
+			res.waitFor(v1alpha1.WaitingForMembers, wv.Name, since, &metav1.Time{Time: since.Add(deadline)},
 				"wave %s: %d/%d clusters Ready at %s", wv.Name, healthy, total, cand.Revision)
 		}
 	}
@@ -337,6 +363,17 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		res.GateWave = -1
 	}
 	return res
+}
+
+// suspended are the clusters whose Kustomization is suspended.
+func suspended(w *world, clusters []string) []string {
+	var out []string
+	for _, c := range clusters {
+		if ks := w.Objects[c]; ks != nil && ks.Spec.Suspend {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // preWaveGates are decided before a wave switches anything: deploySafe for every wave (its preflight

@@ -56,7 +56,7 @@ func NewMemberClients(mgr ctrl.Manager, hubConfig *rest.Config, o MemberOptions)
 // Setup registers the FleetRollout and FleetCluster controllers with mgr, with one Flux event
 // recorder for both and Flux's metrics. The manager binary and the tests use this same wiring.
 func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
-	recorder, err := fluxevents.NewRecorder(ctrl.Log.WithName("events"), "", controllerName, fluxevents.WithManager(mgr))
+	recorder, err := fluxevents.NewRecorder(mgr.GetLogger().WithName("events"), "", controllerName, fluxevents.WithManager(mgr))
 	if err != nil {
 		return fmt.Errorf("creating event recorder: %w", err)
 	}

@@ -51,6 +51,19 @@ func TestObservations(t *testing.T) {
 	if waiting.FailedAt("web-2", "main@sha1:2") {
 		t.Errorf("waiting on a dependency is not a failure of the revision")
 	}
+	// kustomize-controller's words (v1.9) for a source it waits for, and for a path the revision lacks.
+	for msg, want := range map[string]bool{
+		`unable to get source 'GitRepository/fleet/web-2': gitrepositories.source.toolkit.fluxcd.io "web-2" not found`: false,
+		"Source artifact not found, retrying in 2s":                                              false,
+		"Source is not ready, artifact not found, retrying in 2s":                                false,
+		"kustomization path not found: stat /tmp/kustomization-1/app: no such file or directory": true,
+	} {
+		k := ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.ArtifactFailedReason, 2)
+		k.Status.Conditions[0].Message = msg
+		if got := Observe(k).FailedAt("web-2", "main@sha1:2"); got != want {
+			t.Errorf("ArtifactFailed %q: failed %v, want %v", msg, got, want)
+		}
+	}
 	// Mid-soak, kustomize-controller re-reconciles the same revision and marks Ready Unknown.
 	ok := ks(2, "web-2", "main@sha1:2", metav1.ConditionUnknown, meta.ProgressingReason, 2)
 	ok.Status.ObservedGeneration = 2

@@ -250,6 +250,16 @@ func (o Observation) RetryingAt(source, revision string) bool {
 		o.Current && SameRevision(o.LastApplied, revision) && retried(o.Reason)
 }
 
+// waitingForSource tells whether kustomize-controller waits for the source rather than failed the
+// revision (ArtifactFailed is both): the source not found (its cache may not hold a pinned source
+// just created yet), the source without an artifact yet, or the artifact's file not in
+// source-controller's storage (not yet, or no more after a restart that lost it); it retries each
+// after --requeue-dependency. A wait that lasts is judged at the wave's deadline.
+func (o Observation) waitingForSource() bool {
+	return o.Reason == meta.ArtifactFailedReason && (strings.HasPrefix(o.Message, "unable to get source ") ||
+		strings.HasPrefix(o.Message, "Source artifact not found") || strings.HasPrefix(o.Message, "Source is not ready, artifact not found"))
+}
+
 // retried tells the reasons kustomize-controller fails a reconcile for that a retry of the same
 // revision and spec may clear: the apply (a member's API server that did not answer, say), the
 // artifact's fetch, the garbage collection of stale objects.
@@ -356,7 +366,8 @@ func SameRevision(a, b string) bool {
 // observedGeneration; the pinned source's name is unique to the revision, so the spec points at
 // nothing else.
 func (o Observation) FailedAt(source, revision string) bool {
-	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse || o.RetryingAt(source, revision) {
+	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse || o.RetryingAt(source, revision) ||
+		o.waitingForSource() {
 		return false
 	}
 	switch o.Reason {

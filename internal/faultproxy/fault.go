@@ -29,7 +29,7 @@ const (
 type Matcher func(*http.Request) bool
 
 // Fault is one fault a proxy injects. Build one with Latency, TooManyRequests, ServerError,
-// ResetConnections or Blackhole, and scope it with Only and Every.
+// Conflict, ResetConnections or Blackhole, and scope it with Only and Every.
 type Fault struct {
 	Kind Kind
 	// Delay is how long KindLatency holds each request.
@@ -57,6 +57,10 @@ func TooManyRequests(retryAfter time.Duration) Fault {
 
 // ServerError answers every request with code (500, 502, 503, 504) and no Retry-After.
 func ServerError(code int) Fault { return Fault{Kind: KindStatus, Code: code} }
+
+// Conflict answers every request 409 Conflict, as the API server answers a write made over an
+// object that changed since it was read.
+func Conflict() Fault { return Fault{Kind: KindStatus, Code: http.StatusConflict} }
 
 // ResetConnections resets every connection to the proxy, open or new.
 func ResetConnections() Fault { return Fault{Kind: KindReset} }

@@ -353,6 +353,8 @@ func reasonFor(code int) metav1.StatusReason {
 		return metav1.StatusReasonTimeout
 	case http.StatusUnauthorized:
 		return metav1.StatusReasonUnauthorized
+	case http.StatusConflict:
+		return metav1.StatusReasonConflict
 	}
 	return metav1.StatusReasonUnknown
 }

@@ -328,8 +328,10 @@ func (f *Fleet) EnsureNamespace(ctx context.Context, ns string) error {
 	return nil
 }
 
+func (f *Fleet) sourceStorage() string { return filepath.Join(f.Dir, "source-storage") }
+
 func (f *Fleet) startFlux(ctx context.Context, bin string, opts Options) error {
-	storage := filepath.Join(f.Dir, "source-storage")
+	storage := f.sourceStorage()
 	if err := os.MkdirAll(storage, 0o755); err != nil {
 		return err
 	}
@@ -381,11 +383,8 @@ func (f *Fleet) startController(ctx context.Context, name, bin string, env []str
 		if err != nil {
 			return err
 		}
-		err = proc.waitHTTP200(ctx, "http://"+addr(ports.ports[1])+"/readyz")
-		if err == nil {
-			err = proc.waitListening(ctx, ports.ports)
-		}
-		if err == nil {
+		proc.ports = ports.ports
+		if err = proc.waitReady(ctx); err == nil {
 			f.processes = append(f.processes, proc)
 			return nil
 		}
@@ -395,6 +394,38 @@ func (f *Fleet) startController(ctx context.Context, name, bin string, env []str
 		}
 		_ = os.Rename(logPath, fmt.Sprintf("%s.%d", logPath, attempt))
 	}
+}
+
+// RestartSourceController stops source-controller and starts it again with the same flags and
+// ports, as a restarted pod would be. With loseStorage its storage directory is emptied in between,
+// as a pod without a persistent volume comes back: every artifact it served is gone until it
+// builds them again. The log of the first run is kept as source-controller.log.before-restart.
+func (f *Fleet) RestartSourceController(ctx context.Context, loseStorage bool) error {
+	i := slices.IndexFunc(f.processes, func(p *process) bool { return p.name == "source-controller" })
+	if i < 0 {
+		return errors.New("localfleet: this fleet runs no source-controller")
+	}
+	old := f.processes[i]
+	old.stop()
+	if loseStorage {
+		if err := os.RemoveAll(f.sourceStorage()); err != nil {
+			return fmt.Errorf("emptying source-controller's storage: %w", err)
+		}
+		if err := os.MkdirAll(f.sourceStorage(), 0o755); err != nil {
+			return err
+		}
+	}
+	_ = os.Rename(old.logPath, old.logPath+".before-restart")
+	f.addLogFile(old.logPath + ".before-restart")
+	proc, err := startProcess(old.name, old.logPath, old.env, old.bin, old.args...)
+	if err != nil {
+		return err
+	}
+	proc.ports = old.ports
+	f.processes[i] = proc
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return proc.waitReady(ctx)
 }
 
 // Stop stops every process and API server and removes the fleet's directory. Safe to call twice.

@@ -23,6 +23,21 @@ type process struct {
 	logFile *os.File
 	done    chan struct{}
 	err     error
+	// env, bin and args are what it was started with, so it can be started again the same way.
+	env  []string
+	bin  string
+	args []string
+	// ports are the ports it was given: metrics, health, and any others.
+	ports []int
+}
+
+// waitReady waits until the controller answers on its health port (ports[1]) and listens on all
+// its ports.
+func (p *process) waitReady(ctx context.Context) error {
+	if err := p.waitHTTP200(ctx, "http://"+addr(p.ports[1])+"/readyz"); err != nil {
+		return err
+	}
+	return p.waitListening(ctx, p.ports)
 }
 
 func startProcess(name, logPath string, env []string, bin string, args ...string) (*process, error) {
@@ -38,7 +53,7 @@ func startProcess(name, logPath string, env []string, bin string, args ...string
 		f.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, logFile: f, done: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, logPath: logPath, logFile: f, done: make(chan struct{}), env: env, bin: bin, args: args}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)

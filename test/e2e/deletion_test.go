@@ -33,6 +33,7 @@ import (
 //
 // The rollouts' GateReceipts outlive them either way.
 func TestE2EDeletingARollout(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

@@ -26,7 +26,7 @@ func TestE2ELeaderFailoverMidSoak(t *testing.T) {
 		LeaderElection: true, LeaderElectionNamespace: s.ns,
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 	}
-	leader := startTidegateWith(t, s.f, cfg, controllers.Options{})
+	leader := startTidegateWith(t, s.f, s.f.HubConfig, cfg, controllers.Options{})
 	select {
 	case <-leader.elected:
 	case <-ctx.Done():
@@ -48,7 +48,7 @@ func TestE2ELeaderFailoverMidSoak(t *testing.T) {
 		}
 		return nil
 	}
-	standby := startTidegateWith(t, s.f, cfg, controllers.Options{TestHook: watchWrites})
+	standby := startTidegateWith(t, s.f, s.f.HubConfig, cfg, controllers.Options{TestHook: watchWrites})
 	mu.Lock()
 	elected = standby.elected
 	mu.Unlock()

@@ -27,6 +27,7 @@ import (
 // revision and every member runs the old version. Cleared, the member answers again, the gate is
 // decided again within a sample interval, passes, and the rollout completes everywhere.
 func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

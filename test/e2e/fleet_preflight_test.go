@@ -58,6 +58,7 @@ func (s *fleetSetup) installServiceMonitorCRD(ctx context.Context, t *testing.T,
 // rollout completes: that member is held back at the known-good, listed in the wave's status and in
 // the receipts' evidence, and never switched; the last wave's own deploySafe checked it again.
 func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

@@ -30,7 +30,8 @@ data:
 // The fleet harness works end to end: a commit on the Git server reaches two member API servers through
 // Flux Kustomizations on the hub that use the members' kubeconfig Secrets, and a second commit updates both.
 func TestE2EFluxAppliesCommitsToMembers(t *testing.T) {
-	f := localfleet.StartForTest(t, localfleet.Options{Members: 2})
+	t.Parallel()
+	f := startFleet(t, localfleet.Options{Members: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

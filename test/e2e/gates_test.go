@@ -258,6 +258,7 @@ func reasonsContain(rc *v1alpha1.GateReceipt, parts ...string) bool {
 // built-in policy (onFail Hold) the rollout holds; a policy from Git saying onFail Rollback then
 // rolls the canary back.
 func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s.f, controllers.Options{})
@@ -322,6 +323,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 // rollbackSafe before the first wave: nothing is applied anywhere until an approval of that
 // revision's irreversible changes is added; then it rolls out, and the receipt records the approval.
 func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, withFiles("v1", map[string]string{"app/pvc.yaml": pvcYAML, "app/db.yaml": statefulSetYAML("1Gi")}))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -375,6 +377,7 @@ func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
 // A revision with a migration Job the package marks irreversible needs an approval; with it the
 // rollout proceeds, and the receipt records the approval and the finding.
 func TestE2EIrreversibleMigrationNeedsApproval(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -420,6 +423,7 @@ spec:
 // The known-good's pinned source no longer serves its artifact (storage lost it): rollbackSucceeds
 // fails closed before the first wave, and nothing of the candidate is applied.
 func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -452,6 +456,7 @@ func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
 // A policy that requires verified provenance, with a source that verifies nothing: deploySafe fails
 // and nothing is applied.
 func TestE2EDeploySafeRequiresProvenance(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{
 		"policy/policy.cue": defaultPolicy(t),
@@ -486,6 +491,7 @@ deploySafe: source: verified: true | error("the candidate's provenance must be v
 // Install-time values checked against the package's tidegate/install.cue: an unknown key, then a
 // protected one, fail deploySafe naming the key; allowed values pass.
 func TestE2EDeploySafeChecksInstallValues(t *testing.T) {
+	t.Parallel()
 	schema := `package install
 
 values: {
@@ -527,6 +533,7 @@ protected: ["image"]
 // A policy edit with a CUE syntax error stalls the rollout with the error and nothing advances;
 // the commit that fixes it resumes the rollout.
 func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s.f, controllers.Options{})
@@ -566,6 +573,7 @@ func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
 // With the policy's rehearsal on, after the first wave the canary is rolled back to the known-good
 // and forward again; the rollbackSucceeds receipt has both legs' health and timings.
 func TestE2ERehearsal(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t, "rehearsal:      false", "rehearsal:      true")})
 	startTidegate(t, s.f, controllers.Options{})

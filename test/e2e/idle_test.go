@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
 // TestE2EIdleRolloutCostsNothing: a completed rollout on a fleet where real kustomize-controller
@@ -27,7 +28,10 @@ import (
 // write, no create attempt and no Secret read on the hub, and reconciles the rollout about once per
 // spec.interval, not once per Flux status write.
 func TestE2EIdleRolloutCostsNothing(t *testing.T) {
-	s, first := newFleetSetup(t, 3, demoPackage("v1"))
+	t.Parallel()
+	// A namespace of its own tells this test's rollout apart in the process-wide metrics registry,
+	// which the managers of the tests running beside it share.
+	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{Namespace: "idle"})
 	var requests hubRequests
 	s.f.HubConfig = requests.wrap(s.f.HubConfig) // the manager's requests, not the test's
 	startTidegate(t, s.f, controllers.Options{})
@@ -72,9 +76,9 @@ func TestE2EIdleRolloutCostsNothing(t *testing.T) {
 	}()
 
 	const window = 3 * rolloutInterval
-	before, quiet := reconciles(t), requests.snapshot()
+	before, quiet := reconciles(t, s.ns, "web"), requests.snapshot()
 	time.Sleep(window)
-	got, during := reconciles(t)-before, requests.since(quiet)
+	got, during := reconciles(t, s.ns, "web")-before, requests.since(quiet)
 	w.Stop()
 	<-done
 
@@ -100,23 +104,28 @@ func TestE2EIdleRolloutCostsNothing(t *testing.T) {
 	}
 }
 
-// reconciles is controller_runtime_reconcile_total of the fleetrollout controller, all results.
-func reconciles(t *testing.T) int {
+// reconciles is how many reconciles of the FleetRollout ns/name were recorded: the sample count of
+// Flux's gotk_reconcile_duration_seconds for it, which the controller records at the end of every
+// reconcile. controller_runtime_reconcile_total would count every manager's FleetRollout
+// controller in this process, the other tests' too.
+func reconciles(t *testing.T, ns, name string) int {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0.0
+	total := uint64(0)
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
+		if f.GetName() != "gotk_reconcile_duration_seconds" {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "fleetrollout" {
-					total += m.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == v1alpha1.FleetRolloutKind && labels["namespace"] == ns && labels["name"] == name {
+				total += m.GetHistogram().GetSampleCount()
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 // real Flux CLI (v2.9, built by `make testbin`), and `flux get kustomizations` with the rollout's
 // label shows what each member cluster applied.
 func TestE2EFluxPlugin(t *testing.T) {
+	t.Parallel()
 	flux, err := testbin.FluxCLI()
 	if err != nil {
 		t.Fatal(err)

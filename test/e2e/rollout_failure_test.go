@@ -52,6 +52,7 @@ func (w *versionWatch) everRan(cluster, version string) bool {
 // rollback Hold the rollout holds with a reason naming the gate, the wave and the receipt; the other
 // clusters never see v2.
 func TestE2EBrokenCanaryHolds(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -115,6 +116,7 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 // With rollback: Rollback, the broken canary goes back to the known-good revision, the rollout reports
 // RolledBack, the candidate is rejected, and the other clusters never see the bad revision.
 func TestE2EBrokenCanaryRollsBack(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)

@@ -17,6 +17,7 @@ import (
 // Rollback still works after the tracked branch moved on and source-controller garbage-collected the
 // tracked source's old artifacts: the known-good pinned source keeps serving the known-good revision.
 func TestE2ERollbackAfterArtifactGC(t *testing.T) {
+	t.Parallel()
 	// Keep one artifact per source and collect stale ones after a second, so the tracked source's
 	// artifact of v1 is gone from storage by the time the rollback needs v1.
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{

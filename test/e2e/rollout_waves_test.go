@@ -54,6 +54,7 @@ func (s *fleetSetup) memberVersion(ctx context.Context, cluster string) string {
 // Kustomization ends with lastAppliedRevision at the revision its cluster should run; clusters of
 // later waves keep the old revision while an earlier wave soaks; each wave leaves a receipt.
 func TestE2ERolloutWaves(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)

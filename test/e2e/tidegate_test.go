@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -47,26 +47,33 @@ func (h *controllerHandle) Stop(t *testing.T) {
 	}
 }
 
-var setLoggerOnce sync.Once
-
-// startTidegate runs tidegate's controllers in-process against the fleet's hub, wired as the manager binary wires them.
+// startTidegate runs tidegate's controllers in-process against the fleet's hub, wired as the manager
+// binary wires them. Each manager logs to its own fleet's tidegate-controller.log (the tests run in
+// parallel, each on its own fleet); the process-wide logger discards (TestMain).
 func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) *controllerHandle {
 	t.Helper()
-	return startTidegateWith(t, f, controllers.ManagerConfig{}, opts)
+	return startTidegateWith(t, f, f.HubConfig, controllers.ManagerConfig{}, opts)
 }
 
-// startTidegateWith is startTidegate with a manager configured by cfg (its Logger is set here).
-func startTidegateWith(t *testing.T, f *localfleet.Fleet, cfg controllers.ManagerConfig, opts controllers.Options) *controllerHandle {
+// startTidegateOn is startTidegate with the controller reaching the hub through cfg, such as the
+// hub's fault proxy (f.HubProxyConfig).
+func startTidegateOn(t *testing.T, f *localfleet.Fleet, cfg *rest.Config, opts controllers.Options) *controllerHandle {
+	t.Helper()
+	return startTidegateWith(t, f, cfg, controllers.ManagerConfig{}, opts)
+}
+
+// startTidegateWith is startTidegate reaching the hub through hub, with a manager configured by cfg
+// (its Logger is set here).
+func startTidegateWith(t *testing.T, f *localfleet.Fleet, hub *rest.Config, cfg controllers.ManagerConfig, opts controllers.Options) *controllerHandle {
 	t.Helper()
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
-	setLoggerOnce.Do(func() { ctrl.SetLogger(logger) })
 	cfg.Logger = logger
-	mgr, err := ctrl.NewManager(f.HubConfig, controllers.ManagerOptions(cfg))
+	mgr, err := ctrl.NewManager(hub, controllers.ManagerOptions(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts.SkipNameValidation = true // every test starts its own manager in this one process
-	if err := controllers.Setup(mgr, f.HubConfig, opts); err != nil {
+	if err := controllers.Setup(mgr, hub, opts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,7 +105,7 @@ func newFleetSetup(t *testing.T, members int, files map[string]string) (*fleetSe
 func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts localfleet.Options) (*fleetSetup, string) {
 	t.Helper()
 	opts.Members = members
-	f := localfleet.StartForTest(t, opts)
+	f := startFleet(t, opts)
 	ctx := context.Background()
 	repo, sha, err := f.NewRepo("fleet", files)
 	if err != nil {

@@ -53,6 +53,7 @@ func (s *fleetSetup) tenantConfig(ctx context.Context, member, ns string) map[st
 // package's install.cue refuses fails deploySafe for its wave of the next revision, which names
 // it, and that wave does not start.
 func TestE2EClusterValues(t *testing.T) {
+	t.Parallel()
 	s, first := newFleetSetup(t, 1, tenantPackage("v1"))
 	member := s.f.Members[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
