@@ -53,7 +53,7 @@ func TestHealthySamplesShowFullAvailability(t *testing.T) {
 	got := s.Summary(cl, at(0), at(20))
 	want := ClusterSummary{
 		Cluster: cl, Since: at(0), Until: at(20), Interval: 5 * time.Second, Samples: 5,
-		MinAvailableRatio: 1, FirstSample: at(0), LastSample: at(20), MaxGap: 5 * time.Second, Workloads: 2,
+		MinAvailableRatio: 1, FirstSample: at(0), LastSample: at(20), MaxGap: 5 * time.Second, Workloads: 2, Observed: 5,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("summary\n got %+v\nwant %+v", got, want)

@@ -81,7 +81,7 @@ func (s *fleetSetup) receiptsConsistent(ctx context.Context, t *testing.T, fr *v
 	}
 	named := map[string]bool{}
 	for _, w := range fr.Status.Waves {
-		if len(w.Gates) == 0 {
+		if len(w.Gates) == 0 && w.Phase != v1alpha1.WaveSkipped {
 			t.Errorf("wave %s of %s recorded no gate: %s", w.Name, rev, describe(fr))
 		}
 		for _, g := range w.Gates {

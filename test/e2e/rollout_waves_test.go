@@ -230,6 +230,9 @@ func equalMaps(a, b map[string]string) bool {
 func checkWaveOrder(t *testing.T, fr *v1alpha1.FleetRollout) {
 	t.Helper()
 	for i, w := range fr.Status.Waves {
+		if w.Phase == v1alpha1.WaveSkipped && len(w.Clusters) == 0 && w.StartedAt == nil {
+			continue // a trailing wave the fleet has no cluster left for
+		}
 		if w.Phase != v1alpha1.WaveSucceeded || w.StartedAt == nil || w.ReadyAt == nil || w.FinishedAt == nil {
 			t.Errorf("wave %s: %+v, want Succeeded with start, ready and finish times", w.Name, w)
 			continue
