@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/collector"
 )
 
 // GateRequest is one gate to decide: the policy and the evidence the engine collected for it.
@@ -114,11 +115,15 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		}
 		ev, err := r.Evidence.Collect(ctx, p.world, gate, i)
 		var d GateDecision
-		if err != nil {
+		switch {
+		case errors.Is(err, collector.ErrUnobserved):
 			d = GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{tgcue.WholeGate},
 				Reasons:  []string{gate + ": inconclusive: collecting the evidence failed: " + err.Error()},
 				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
-		} else {
+		case err != nil:
+			d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": collecting the evidence failed: " + err.Error()},
+				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
+		default:
 			d, err = safeEvaluate(ctx, evaluator, GateRequest{Gate: gate, Rollout: fr, Wave: wv, Policy: pol.Policy, Evidence: ev.Evidence})
 			var perr *tgcue.PolicyError
 			if errors.As(err, &perr) {

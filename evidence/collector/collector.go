@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path"
@@ -123,10 +124,15 @@ func (c *Collector) collect(ctx context.Context, sc *Scope, gate string, i int) 
 		return out, fmt.Errorf("no collector for gate %q", gate)
 	}
 	if err == nil && ctx.Err() != nil {
-		err = fmt.Errorf("collecting the evidence took longer than %s", Timeout)
+		err = fmt.Errorf("%w: collecting the evidence took longer than %s", ErrUnobserved, Timeout)
 	}
 	return out, err
 }
+
+// ErrUnobserved marks a collection error that is about evidence that could not be gathered (a
+// fetch that failed, a timeout): the gate is Inconclusive. Other collection errors (a package that
+// does not render) are findings: the gate fails.
+var ErrUnobserved = errors.New("not observed")
 
 // renderedPackage is one revision of the package, fetched and built once for the rollout's
 // Kustomizations (v1alpha1.FleetRollout.BuildSpec), before each cluster's postBuild substitution.
@@ -330,7 +336,7 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 	ev := tgcue.RollbackSafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	cand, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
 	if err != nil {
-		return ev, nil, fmt.Errorf("the candidate: %w", err)
+		return ev, nil, fmt.Errorf("%w: the candidate: %w", ErrUnobserved, err)
 	}
 	if cand.RenderErr != nil {
 		return ev, nil, fmt.Errorf("the candidate does not render: %w", cand.RenderErr)
@@ -339,7 +345,7 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 	if kg := fr.Status.LastKnownGood; kg != nil {
 		pkg, err := c.renderRevision(ctx, fr, sc.KnownGood, kg.Digest, false)
 		if err != nil {
-			return ev, nil, fmt.Errorf("the known-good %s: %w", kg.Revision, err)
+			return ev, nil, fmt.Errorf("%w: the known-good %s: %w", ErrUnobserved, kg.Revision, err)
 		}
 		if pkg.RenderErr != nil {
 			return ev, nil, fmt.Errorf("the known-good %s does not render: %w", kg.Revision, pkg.RenderErr)
