@@ -11,7 +11,7 @@ GO_TEST_FLAGS ?=
 # E2E_PARALLEL is how many end-to-end tests (test/e2e, each on a fleet of its own, mostly waiting)
 # run at once; no other package's tests call t.Parallel, so -parallel changes only test/e2e
 # (docs/testing.md: the measurement that chose it).
-E2E_PARALLEL ?= 4
+E2E_PARALLEL ?= 3
 
 .PHONY: help
 help: ## List the targets.
