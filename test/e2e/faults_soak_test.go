@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
@@ -59,15 +62,13 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	if len(ev.Unobserved) != 1 || ev.Unobserved[0].Name != canary {
 		t.Errorf("the evidence should list %s as unobserved: %+v", canary, ev.Unobserved)
 	}
-	// It stays so while the member is down: nothing rolls back.
-	time.Sleep(15 * time.Second)
-	fr = s.rollout(t, "web")
-	if fr.Status.Phase != v1alpha1.PhaseProgressing {
-		t.Fatalf("an unobservable member started a rollback or a hold: %s", describe(fr))
-	}
-	if ks := s.kustomization(t, "web", canary); ks == nil || ks.Annotations[v1alpha1.RevisionAnnotation] != rev2 {
-		t.Fatalf("%s's Kustomization should stay at the candidate %s", canary, rev2)
-	}
+	// It stays so while the member is down: nothing rolls back or holds, the canary's
+	// Kustomization stays at the candidate.
+	consistently(ctx, t, "the rollout waiting on the unobservable "+canary, 15*time.Second, func() (bool, string) {
+		fr := s.rollout(t, "web")
+		ks := s.kustomization(t, "web", canary)
+		return fr.Status.Phase == v1alpha1.PhaseProgressing && ks != nil && ks.Annotations[v1alpha1.RevisionAnnotation] == rev2, describe(fr)
+	})
 
 	s.f.Member(canary).Faults.Clear()
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
@@ -183,7 +184,18 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 	if atStop.Status.Waves[0].Phase != v1alpha1.WaveSoaking {
 		t.Fatalf("the canary should still soak when the controller stops: %s", describe(atStop))
 	}
-	time.Sleep(5 * time.Second) // the workload recovers while no controller runs
+	// The workload recovers while no controller runs.
+	eventually(ctx, t, "the canary's workload available again", func() (bool, string) {
+		var d appsv1.Deployment
+		if err := s.f.Member(canary).Client.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "web"}, &d); err != nil {
+			return false, err.Error()
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		return d.Status.AvailableReplicas >= want, fmt.Sprintf("%d/%d available", d.Status.AvailableReplicas, want)
+	})
 
 	startTidegate(t, s.f, controllers.Options{})
 	held := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)

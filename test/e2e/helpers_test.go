@@ -12,6 +12,27 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
+// consistently polls cond for d and fails the test, with what and the observation, the first time
+// it is false: something that must not happen for a while, checked throughout rather than once
+// after a sleep.
+func consistently(ctx context.Context, t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		if ok, seen := cond(); !ok {
+			t.Fatalf("%s no longer holds: %s", what, seen)
+		}
+		if !time.Now().Before(end) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("context ended while checking that %s", what)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // eventually polls cond until it is true or ctx ends; on timeout the test fails with what and the last observation.
 func eventually(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
