@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // Unobserved is #Unobserved: a target whose evidence could not be collected in full, or, without a
@@ -137,13 +136,4 @@ func assumeHealthy(e map[string]any, candidate string, expected any) {
 		e["revision"] = candidate
 	}
 	delete(e, "transient")
-}
-
-// FirstUnobserved names the first few of an inconclusive decision's unobserved targets for a
-// message.
-func FirstUnobserved(names []string, n int) string {
-	if len(names) <= n {
-		return strings.Join(names, ", ")
-	}
-	return strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more", len(names)-n)
 }
