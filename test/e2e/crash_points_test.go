@@ -137,7 +137,7 @@ var (
 func TestE2ECrashPointsAlongARollout(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := testContext(15 * time.Minute)
 	defer cancel()
 
 	fr := threeWaveRollout(s.ns, "web")
@@ -304,7 +304,7 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 func TestE2ECrashPointsAlongARollback(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	h := startTidegate(t, s.f, controllers.Options{})
 	one := int32(1)

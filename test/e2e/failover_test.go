@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +19,7 @@ import (
 func TestE2ELeaderFailoverMidSoak(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	cfg := controllers.ManagerConfig{
 		LeaderElection: true, LeaderElectionNamespace: s.ns,

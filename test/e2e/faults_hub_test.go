@@ -126,7 +126,7 @@ func rolledOutThroughHubProxy(ctx context.Context, t *testing.T) (*fleetSetup, m
 // once with one passing receipt.
 func TestE2EFaultHubStorm(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	s, before := rolledOutThroughHubProxy(ctx, t)
 
@@ -159,7 +159,7 @@ func TestE2EFaultHubStorm(t *testing.T) {
 // cluster switched once, and the other writer's last annotation still there.
 func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	s, before := rolledOutThroughHubProxy(ctx, t)
 
@@ -225,7 +225,7 @@ func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	one := int32(1)
 	fr := twoWaveRollout(s.ns)
@@ -271,7 +271,7 @@ func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
@@ -354,7 +354,7 @@ func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Waves[0].Soak.Duration = 20 * time.Second

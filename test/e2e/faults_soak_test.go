@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -28,7 +27,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
@@ -107,7 +106,7 @@ func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"member-3"}})
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	one := int32(1)
@@ -156,7 +155,7 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	h := startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {

@@ -61,7 +61,7 @@ func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)

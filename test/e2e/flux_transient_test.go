@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +25,7 @@ func TestE2ETransientFluxStatesAreNotFailures(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Template.Interval = &metav1.Duration{Duration: 2 * time.Second}

@@ -12,6 +12,18 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
+// guardFactor stretches every test's deadline beyond what the test takes alone. The deadlines only
+// catch a wedge (nothing in these tests asserts a wall-clock time); make test runs the e2e tests
+// three at a time beside the other packages' API servers on as few as two cores, where a test that
+// takes five minutes alone has been seen to take ten.
+const guardFactor = 2
+
+// testContext is the deadline of one test: d, what the test needs alone with room to spare, times
+// guardFactor.
+func testContext(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), guardFactor*d)
+}
+
 // consistently polls cond for d and fails the test, with what and the observation, the first time
 // it is false: something that must not happen for a while, checked throughout rather than once
 // after a sleep.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -35,7 +34,7 @@ func TestE2EIdleRolloutCostsNothing(t *testing.T) {
 	var requests hubRequests
 	s.f.HubConfig = requests.wrap(s.f.HubConfig) // the manager's requests, not the test's
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	const fluxInterval, rolloutInterval = 5 * time.Second, 10 * time.Second
 	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {

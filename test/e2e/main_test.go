@@ -26,8 +26,9 @@ func TestMain(m *testing.M) {
 // fleetStarts bounds how many fleets start at once. The tests run in parallel (go test -parallel,
 // set in the Makefile) and mostly wait, but starting a fleet (a hub and up to five members, each a
 // kube-apiserver and an etcd, and the Flux controllers) is CPU-bound for a few seconds: started
-// all at once on a small machine, their start-up would run past envtest's timeouts.
-var fleetStarts = make(chan struct{}, 2)
+// two at once on a two-core machine beside running fleets, their start-up has run past its
+// deadline (each start has a hub and five members to start in parallel already).
+var fleetStarts = make(chan struct{}, 1)
 
 // startFleet starts a local fleet for t, no more than cap(fleetStarts) of them at the same time.
 func startFleet(t *testing.T, opts localfleet.Options) *localfleet.Fleet {

@@ -32,7 +32,7 @@ func TestE2EFluxPlugin(t *testing.T) {
 
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)

@@ -55,7 +55,7 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureHold })
 
@@ -119,7 +119,7 @@ func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
 	s.breakVersion("v2")

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +23,7 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 		SourceControllerArgs: []string{"--artifact-retention-ttl=1s", "--artifact-retention-records=1"},
 	})
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
 	var tracked sourcev1.GitRepository

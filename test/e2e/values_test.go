@@ -56,7 +56,7 @@ func TestE2EClusterValues(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 1, tenantPackage("v1"))
 	member := s.f.Members[0]
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	tenant := func(name, ring string, values map[string]string) {
 		t.Helper()
