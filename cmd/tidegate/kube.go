@@ -15,12 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/scheme"
 )
 
 // cliFieldManager is the field manager of every write of the command line; the controller's is
 // v1alpha1.FieldManager ("tidegate").
-const cliFieldManager = "tidegate-cli"
+const cliFieldManager = ops.FieldManager
 
 // kubeOptions holds the flags that say how to reach the hub cluster, as kubectl and flux have them.
 type kubeOptions struct {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // Output formats of the read commands.
@@ -123,6 +124,4 @@ func readyOf(conds []metav1.Condition) (status, reason, message string) {
 }
 
 // oneLine keeps a message on one table row.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
-}
+func oneLine(s string) string { return ops.OneLine(s) }

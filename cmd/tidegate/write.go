@@ -5,82 +5,133 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
-// mutation changes a rollout's spec or annotations in place and says what it changed; changed
-// false means there is nothing to write.
-type mutation func(fr *v1alpha1.FleetRollout) (msg string, changed bool, err error)
-
-// patchRollout reads the rollout, applies m and writes what changed as a JSON merge patch of the
-// rollout (never of its status) with field manager tidegate-cli. The patch carries the
-// resourceVersion read, so a concurrent change makes it fail with a conflict; it is then read and
-// applied again.
-func patchRollout(ctx context.Context, c client.Client, ns, name string, m mutation) (*v1alpha1.FleetRollout, string, error) {
-	what := fmt.Sprintf("fleetrollout %s/%s", ns, name)
-	var (
-		fr  *v1alpha1.FleetRollout
-		msg string
-	)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var err error
-		if fr, err = getRollout(ctx, c, ns, name); err != nil {
-			return err
-		}
-		before := fr.DeepCopy()
-		var changed bool
-		if msg, changed, err = m(fr); err != nil || !changed {
-			return err
-		}
-		return c.Patch(ctx, fr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(cliFieldManager))
-	})
-	if err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return nil, "", err
-		}
-		if apierrors.IsInvalid(err) {
-			return nil, "", &exitError{code: exitUsage, err: fmt.Errorf("%s: the API server refused the change: %w", what, err)}
-		}
-		return nil, "", apiError(err, what)
+// cliError turns an *ops.Error into the command line's exit code: 1 for a wait that timed out
+// (the answer is no: not settled in time), 2 for everything else (the question could not be asked).
+func cliError(err error) error {
+	var oe *ops.Error
+	if !errors.As(err, &oe) {
+		return err
 	}
-	return fr, fmt.Sprintf("%s: %s", what, msg), nil
+	code := exitUsage
+	if oe.Code == ops.CodeTimeout {
+		code = exitNo
+	}
+	return &exitError{code: code, err: err}
 }
 
-// writeCommand is a command that changes one rollout.
-func writeCommand(k *kubeOptions, use, short, long, example string, m func(cmd *cobra.Command, fr *v1alpha1.FleetRollout) (string, bool, error)) *cobra.Command {
-	return &cobra.Command{
+// writeOptions are the flags every write has: -o, --wait and --timeout.
+type writeOptions struct {
+	output  string
+	wait    bool
+	timeout time.Duration
+}
+
+func (o *writeOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json prints the change and the job handle (and, with --wait, where the job ended)")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait until the controller has acted on the change and the rollout settled (or paused for an approval), printing a line as it moves")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long --wait waits")
+}
+
+// writeResult is what a write prints with -o json.
+type writeResult struct {
+	Change ops.Change     `json:"change"`
+	Job    ops.Job        `json:"job"`
+	Status *ops.JobStatus `json:"status,omitempty"`
+}
+
+// applyWrite applies m to rollout args[0], prints what it changed (stderr: its notes and warning),
+// and with --wait follows the job until it is done.
+func (o *writeOptions) applyWrite(cmd *cobra.Command, k *kubeOptions, name string, m ops.Mutation) error {
+	if o.output != "" && o.output != "json" {
+		return usageError("unknown output format %q: use json", o.output)
+	}
+	c, ns, err := k.client()
+	if err != nil {
+		return err
+	}
+	_, ch, job, err := ops.Apply(cmd.Context(), c, ns, name, m)
+	if err != nil {
+		return cliError(err)
+	}
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	for _, n := range ch.Notes {
+		fmt.Fprintln(errOut, n)
+	}
+	if o.output == "" {
+		fmt.Fprintf(out, "%s: %s\n", job.Rollout, ch.Message)
+	}
+	if ch.Warning != "" {
+		fmt.Fprintln(errOut, ch.Warning)
+	}
+	res := writeResult{Change: ch, Job: job}
+	if o.wait {
+		ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+		defer cancel()
+		st, err := ops.Follow(ctx, c, job, k.env.pollInterval, func(s ops.JobStatus) {
+			if o.output == "" {
+				fmt.Fprintln(errOut, progressLine(s))
+			}
+		})
+		res.Status = &st
+		if err != nil {
+			if o.output == "json" {
+				_ = writeJSON(out, res)
+			}
+			return cliError(err)
+		}
+	}
+	if o.output == "json" {
+		return writeJSON(out, res)
+	}
+	return nil
+}
+
+// progressLine is one line of a job's progress, as --wait prints it.
+func progressLine(s ops.JobStatus) string {
+	line := fmt.Sprintf("◎ %s: %s", s.Job.Rollout, s.State)
+	if s.Phase != "" {
+		line += ", phase " + s.Phase
+	}
+	if w := s.WaitingFor; w != nil {
+		line += ", waiting for " + w.Reason
+		if w.Wave != "" {
+			line += " (wave " + w.Wave + ")"
+		}
+	}
+	if s.Ready.Message != "" {
+		line += ": " + ops.OneLine(s.Ready.Message)
+	}
+	return line
+}
+
+// writeCommand is a command that changes one rollout with the mutation m builds.
+func writeCommand(k *kubeOptions, use, short, long, example string, m func() (ops.Mutation, error)) *cobra.Command {
+	var o writeOptions
+	cmd := &cobra.Command{
 		Use:     use,
 		Short:   short,
 		Long:    long,
 		Example: example,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := k.client()
+			mut, err := m()
 			if err != nil {
 				return err
 			}
-			_, msg, err := patchRollout(cmd.Context(), c, ns, args[0], func(fr *v1alpha1.FleetRollout) (string, bool, error) {
-				return m(cmd, fr)
-			})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), msg)
-			return nil
+			return o.applyWrite(cmd, k, args[0], mut)
 		},
 	}
+	o.addFlags(cmd)
+	return cmd
 }
 
 func newHoldCommand(k *kubeOptions) *cobra.Command {
@@ -90,25 +141,12 @@ func newHoldCommand(k *kubeOptions) *cobra.Command {
 applied stays applied, a wave already started completes and is judged, a rollback in progress
 continues. tidegate resume clears it.`,
 		`  tidegate hold web --reason "change freeze until Monday"`,
-		func(cmd *cobra.Command, fr *v1alpha1.FleetRollout) (string, bool, error) {
-			switch {
-			case fr.Spec.Hold != nil && fr.Spec.Hold.Reason == reason:
-				return fmt.Sprintf("spec.hold already set (reason: %s); nothing changed", reason), false, nil
-			case fr.Spec.Hold != nil:
-				old := fr.Spec.Hold.Reason
-				fr.Spec.Hold.Reason = reason
-				return fmt.Sprintf("spec.hold set (reason: %s; was: %s)", reason, old), true, nil
+		func() (ops.Mutation, error) {
+			if strings.TrimSpace(reason) == "" {
+				return nil, usageError("--reason is required: it tells whoever resumes the rollout why it was held")
 			}
-			fr.Spec.Hold = &v1alpha1.Hold{Reason: reason}
-			return fmt.Sprintf("spec.hold set (reason: %s)", reason), true, nil
+			return ops.Hold(reason), nil
 		})
-	pre := cmd.RunE
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if strings.TrimSpace(reason) == "" {
-			return usageError("--reason is required: it tells whoever resumes the rollout why it was held")
-		}
-		return pre(cmd, args)
-	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why the rollout is held (required)")
 	return cmd
 }
@@ -121,23 +159,7 @@ revision, retry (tidegate retry) or roll back (tidegate rollback); before a wave
 judged (Ready reason InvalidWave), change what Ready's message names in the spec or the fleet; with
 every wave passed but no cluster Ready at the candidate, it completes once one is.`,
 		`  tidegate resume web`,
-		func(cmd *cobra.Command, fr *v1alpha1.FleetRollout) (string, bool, error) {
-			var cleared []string
-			if fr.Spec.Hold != nil {
-				cleared = append(cleared, fmt.Sprintf("spec.hold cleared (was: %s)", fr.Spec.Hold.Reason))
-				fr.Spec.Hold = nil
-			}
-			if fr.Spec.Suspend {
-				cleared = append(cleared, "spec.suspend cleared")
-				fr.Spec.Suspend = false
-			}
-			if len(cleared) == 0 {
-				msg := "neither spec.hold nor spec.suspend is set; nothing changed"
-				msg += heldWithoutHold(fr)
-				return msg, false, nil
-			}
-			return strings.Join(cleared, ", "), true, nil
-		})
+		func() (ops.Mutation, error) { return ops.Resume(), nil })
 }
 
 func newSuspendCommand(k *kubeOptions) *cobra.Command {
@@ -145,17 +167,14 @@ func newSuspendCommand(k *kubeOptions) *cobra.Command {
 		`suspend sets spec.suspend: tidegate writes nothing at all for the rollout, not even its status;
 kustomize-controller keeps the clusters at what their Kustomizations name. tidegate resume clears it.`,
 		`  tidegate suspend web`,
-		func(cmd *cobra.Command, fr *v1alpha1.FleetRollout) (string, bool, error) {
-			if fr.Spec.Suspend {
-				return "spec.suspend already true; nothing changed", false, nil
-			}
-			fr.Spec.Suspend = true
-			return "spec.suspend set to true", true, nil
-		})
+		func() (ops.Mutation, error) { return ops.Suspend(), nil })
 }
 
 func newApproveCommand(k *kubeOptions) *cobra.Command {
-	var a v1alpha1.Approval
+	var (
+		a v1alpha1.Approval
+		o writeOptions
+	)
 	cmd := &cobra.Command{
 		Use:   "approve ROLLOUT --revision REVISION",
 		Short: "Approve a revision for a wave, or its irreversible changes (spec.approvals)",
@@ -168,11 +187,11 @@ changes the rollbackSafe gate flagged as irreversible. An identical entry is not
   tidegate approve web --revision 4f2c0d9e81aa --irreversible --by alice --reason "migration reviewed"`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ns, err := k.client()
-			if err != nil {
-				return err
-			}
 			if a.Revision == "" {
+				c, ns, err := k.client()
+				if err != nil {
+					return err
+				}
 				fr, err := getRollout(cmd.Context(), c, ns, args[0])
 				if err != nil {
 					return err
@@ -183,44 +202,7 @@ changes the rollbackSafe gate flagged as irreversible. An identical entry is not
 				}
 				return usageError("--revision is required, as status.candidate.revision shows it (%s)", hint)
 			}
-			var notes []string
-			_, msg, err := patchRollout(cmd.Context(), c, ns, args[0], func(fr *v1alpha1.FleetRollout) (string, bool, error) {
-				notes = nil
-				entry := a
-				if cand := fr.Status.Candidate; cand != nil && entry.Revision != cand.Revision {
-					if expandsTo(entry.Revision, cand.Revision) {
-						notes = append(notes, fmt.Sprintf("%s expanded to the candidate %s", entry.Revision, cand.Revision))
-						entry.Revision = cand.Revision
-					} else {
-						notes = append(notes, fmt.Sprintf("warning: %s is not the candidate (%s): the approval applies only once it is", entry.Revision, cand.Revision))
-					}
-				}
-				if entry.Wave != "" {
-					waves := []string{"all"}
-					if len(fr.Spec.Waves) > 0 {
-						waves = nil
-						for _, w := range fr.Spec.Waves {
-							waves = append(waves, w.Name)
-						}
-					}
-					if !slices.Contains(waves, entry.Wave) {
-						return "", false, usageError("fleetrollout %s/%s has no wave %q; its waves are %s", ns, args[0], entry.Wave, strings.Join(waves, ", "))
-					}
-				}
-				if slices.Contains(fr.Spec.Approvals, entry) {
-					return "spec.approvals already has " + approvalString(entry) + "; nothing changed", false, nil
-				}
-				fr.Spec.Approvals = append(fr.Spec.Approvals, entry)
-				return "spec.approvals += " + approvalString(entry), true, nil
-			})
-			if err != nil {
-				return err
-			}
-			for _, n := range notes {
-				fmt.Fprintln(cmd.ErrOrStderr(), n)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), msg)
-			return nil
+			return o.applyWrite(cmd, k, args[0], ops.Approve(a))
 		},
 	}
 	cmd.Flags().StringVar(&a.Revision, "revision", "", "revision to approve, as status.candidate.revision shows it (required)")
@@ -228,113 +210,27 @@ changes the rollbackSafe gate flagged as irreversible. An identical entry is not
 	cmd.Flags().BoolVar(&a.Irreversible, "irreversible", false, "approve the changes the rollbackSafe gate flagged as irreversible")
 	cmd.Flags().StringVar(&a.By, "by", "", "who approves (recorded in the rollout and on the rollbackSafe receipt)")
 	cmd.Flags().StringVar(&a.Reason, "reason", "", "why")
+	o.addFlags(cmd)
 	return cmd
 }
 
-// expandsTo tells whether short is the first 7 or more characters of the commit or digest of revision.
-func expandsTo(short, revision string) bool {
-	hex := revision[strings.LastIndex(revision, ":")+1:]
-	return len(short) >= 7 && strings.HasPrefix(hex, short)
-}
-
-func approvalString(a v1alpha1.Approval) string {
-	parts := []string{"revision: " + a.Revision}
-	if a.Wave != "" {
-		parts = append(parts, "wave: "+a.Wave)
-	}
-	if a.Irreversible {
-		parts = append(parts, "irreversible: true")
-	}
-	if a.By != "" {
-		parts = append(parts, "by: "+a.By)
-	}
-	if a.Reason != "" {
-		parts = append(parts, "reason: "+strconv.Quote(a.Reason))
-	}
-	return "{" + strings.Join(parts, ", ") + "}"
-}
-
-// requestValue is a new value for a request field: the time, unlike the current value and the
-// last one the controller handled (or it would not act).
-func requestValue(now time.Time, taken ...string) string {
-	base := now.UTC().Format(time.RFC3339)
-	v := base
-	for i := 0; slices.Contains(taken, v); i++ {
-		if i == 0 {
-			v = now.UTC().Format(time.RFC3339Nano)
-		} else {
-			v = fmt.Sprintf("%s-%d", base, i)
-		}
-	}
-	return v
-}
-
 func newRollbackCommand(k *kubeOptions) *cobra.Command {
-	var warning string
-	cmd := writeCommand(k, "rollback ROLLOUT", "Roll the candidate back to the known-good revision (spec.rollback.request)",
+	return writeCommand(k, "rollback ROLLOUT", "Roll the candidate back to the known-good revision (spec.rollback.request)",
 		`rollback sets spec.rollback.request to a new value (the current time): every Kustomization of the
 rollout goes back to the known-good revision's pinned source, and the candidate is rejected until
 tidegate retry. It acts while the rollout is Progressing or Held; without a known-good revision the
 controller refuses it (a RequestRefused event).`,
 		`  tidegate rollback web`,
-		func(cmd *cobra.Command, fr *v1alpha1.FleetRollout) (string, bool, error) {
-			warning = ""
-			v := requestValue(k.env.now(), fr.Spec.Rollback.Request, fr.Status.LastHandledRollbackRequest)
-			fr.Spec.Rollback.Request = v
-			msg := "spec.rollback.request set to " + v
-			switch {
-			case fr.Status.LastKnownGood == nil:
-				warning = "warning: there is no known-good revision to go back to; the controller will refuse the request"
-			case fr.Status.Phase != v1alpha1.PhaseProgressing && fr.Status.Phase != v1alpha1.PhaseHeld:
-				warning = fmt.Sprintf("warning: the rollout is %s; a rollback request acts only while it is Progressing or Held", orDash(fr.Status.Phase))
-			default:
-				msg += fmt.Sprintf(" (back from %s to %s)", revisionOf(fr.Status.Candidate), fr.Status.LastKnownGood.Revision)
-			}
-			return msg, true, nil
-		})
-	withWarning(cmd, &warning)
-	return cmd
+		func() (ops.Mutation, error) { return ops.Rollback(k.env.now()), nil })
 }
 
 func newRetryCommand(k *kubeOptions) *cobra.Command {
-	var warning string
-	cmd := writeCommand(k, "retry ROLLOUT", "Let a rejected or failed candidate go again (spec.retry)",
+	return writeCommand(k, "retry ROLLOUT", "Let a rejected or failed candidate go again (spec.retry)",
 		`retry sets spec.retry to a new value (the current time): a rolled-back candidate is no longer
 rejected and is rolled out again from its first wave; a rollout held by a failed wave restarts the
 failed waves.`,
 		`  tidegate retry web`,
-		func(cmd *cobra.Command, fr *v1alpha1.FleetRollout) (string, bool, error) {
-			warning = ""
-			v := requestValue(k.env.now(), fr.Spec.Retry, fr.Status.LastHandledRetry)
-			fr.Spec.Retry = v
-			if p := fr.Status.Phase; p != v1alpha1.PhaseHeld && p != v1alpha1.PhaseRolledBack {
-				warning = fmt.Sprintf("warning: the rollout is %s; a retry acts only on a Held or RolledBack rollout", orDash(p))
-			}
-			return "spec.retry set to " + v, true, nil
-		})
-	withWarning(cmd, &warning)
-	return cmd
-}
-
-// withWarning prints *warning on stderr after a successful write.
-func withWarning(cmd *cobra.Command, warning *string) {
-	run := cmd.RunE
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := run(cmd, args); err != nil {
-			return err
-		}
-		if *warning != "" {
-			fmt.Fprintln(cmd.ErrOrStderr(), *warning)
-		}
-		return nil
-	}
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+		func() (ops.Mutation, error) { return ops.Retry(k.env.now()), nil })
 }
 
 func newReconcileCommand(k *kubeOptions) *cobra.Command {
@@ -358,21 +254,12 @@ or when --timeout passed first (is tidegate-controller running?); 2 when the rol
 			name := args[0]
 			what := fmt.Sprintf("fleetrollout %s/%s", ns, name)
 			value := k.env.now().UTC().Format(time.RFC3339Nano)
-			fr, msg, err := patchRollout(cmd.Context(), c, ns, name, func(fr *v1alpha1.FleetRollout) (string, bool, error) {
-				if fr.Spec.Suspend {
-					return "", false, usageError("%s is suspended: the controller writes nothing for it; run tidegate resume %s first", what, name)
-				}
-				if fr.Annotations == nil {
-					fr.Annotations = map[string]string{}
-				}
-				fr.Annotations[meta.ReconcileRequestAnnotation] = value
-				return "annotation " + meta.ReconcileRequestAnnotation + " set to " + value, true, nil
-			})
+			fr, ch, _, err := ops.Apply(cmd.Context(), c, ns, name, ops.RequestReconcile(value))
 			if err != nil {
-				return err
+				return cliError(err)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintln(out, msg)
+			fmt.Fprintf(out, "%s: %s\n", what, ch.Message)
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			for fr.Status.LastHandledReconcileAt != value {
@@ -404,22 +291,6 @@ or when --timeout passed first (is tidegate-controller running?); 2 when the rol
 
 func printReconciled(w io.Writer, what string, fr *v1alpha1.FleetRollout) {
 	ready, reason, message := readyOf(fr.Status.Conditions)
-	fmt.Fprintf(w, "%s: reconciled: phase %s, Ready %s\n", what, orDash(fr.Status.Phase),
+	fmt.Fprintf(w, "%s: reconciled: phase %s, Ready %s\n", what, ops.OrDash(fr.Status.Phase),
 		readyLine(conditionView{Status: ready, Reason: reason, Message: message}))
-}
-
-// heldWithoutHold says, for resume, why a rollout is Held when spec.hold is not set ("" when it
-// is not Held): Held's condition reason tells a failed wave from a wave that could not be judged.
-func heldWithoutHold(fr *v1alpha1.FleetRollout) string {
-	if fr.Status.Phase != v1alpha1.PhaseHeld {
-		return ""
-	}
-	c := condition(fr.Status.Conditions, v1alpha1.HeldCondition)
-	switch {
-	case c == nil || c.Reason == v1alpha1.GateFailedReason:
-		return " (the rollout is Held because a wave failed: see tidegate retry and tidegate rollback)"
-	case c.Reason == v1alpha1.InvalidWaveReason:
-		return " (the rollout is Held because a wave could not be judged; change what this names: " + oneLine(c.Message) + ")"
-	}
-	return " (the rollout is Held: " + oneLine(c.Message) + ")"
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // writesNS holds the rollouts the write tests change; each test deletes its own.
@@ -296,22 +297,32 @@ func TestRollbackRetry(t *testing.T) {
 // playController plays the controller for the rollouts named: it handles each reconcile request by
 // recording it in status.lastHandledReconcileAt, with Ready set to ready, until ctx ends.
 func playController(ctx context.Context, t *testing.T, ready map[string]metav1.ConditionStatus) *sync.WaitGroup {
+	return playing(ctx, t, func(fr *v1alpha1.FleetRollout) bool {
+		status, ok := ready[fr.Name]
+		v, requested := meta.ReconcileAnnotationValue(fr.Annotations)
+		if !ok || !requested || v == fr.Status.LastHandledReconcileAt {
+			return false
+		}
+		fr.Status.SetLastHandledReconcileRequest(v)
+		fr.Status.Conditions = []metav1.Condition{cond(v1alpha1.ReadyCondition, status, v1alpha1.GateFailedReason, "wave everyone is blocked", at(10, 0))}
+		return true
+	})
+}
+
+// playing plays the controller until ctx ends: every 20ms, each rollout of writesNS that step
+// changes has its status written.
+func playing(ctx context.Context, t *testing.T, step func(fr *v1alpha1.FleetRollout) bool) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			for name, status := range ready {
-				fr := &v1alpha1.FleetRollout{}
-				if err := k8s.Get(ctx, client.ObjectKey{Namespace: writesNS, Name: name}, fr); err != nil {
-					continue
-				}
-				v, ok := meta.ReconcileAnnotationValue(fr.Annotations)
-				if !ok || v == fr.Status.LastHandledReconcileAt {
-					continue
-				}
-				fr.Status.SetLastHandledReconcileRequest(v)
-				fr.Status.Conditions = []metav1.Condition{cond(v1alpha1.ReadyCondition, status, v1alpha1.GateFailedReason, "wave everyone is blocked", at(10, 0))}
-				if err := k8s.Status().Update(ctx, fr); err != nil && ctx.Err() == nil {
-					t.Logf("playing the controller: %v", err)
+			var list v1alpha1.FleetRolloutList
+			if err := k8s.List(ctx, &list, client.InNamespace(writesNS)); err == nil {
+				for i := range list.Items {
+					if fr := &list.Items[i]; step(fr) {
+						if err := k8s.Status().Update(ctx, fr); err != nil && ctx.Err() == nil {
+							t.Logf("playing the controller: %v", err)
+						}
+					}
 				}
 			}
 			select {
@@ -359,7 +370,7 @@ func TestReconcile(t *testing.T) {
 	expectWritten(ctx, t, ignored, nil, annotated)
 
 	r = tidegate(ctx, "-n", writesNS, "reconcile", suspended.Name)
-	expectRun(t, r, exitUsage, "", "error: fleetrollout writes/reconcile-suspended is suspended: the controller writes nothing for it; run tidegate resume reconcile-suspended first\n")
+	expectRun(t, r, exitUsage, "", "error: fleetrollout writes/reconcile-suspended is suspended: the controller writes nothing for it; resume it first (tidegate resume reconcile-suspended)\n")
 	expectUnchanged(ctx, t, suspended)
 }
 
@@ -456,4 +467,70 @@ func diff(a, b any) string {
 	ja, _ := json.MarshalIndent(a, "", "  ")
 	jb, _ := json.MarshalIndent(b, "", "  ")
 	return string(ja) + "\n---\n" + string(jb)
+}
+
+// observeSpec plays the controller for rollout name: once its generation is ahead of what status
+// observed, it records the generation and moves to phase.
+func observeSpec(ctx context.Context, t *testing.T, name, phase string) *sync.WaitGroup {
+	return playing(ctx, t, func(fr *v1alpha1.FleetRollout) bool {
+		if fr.Name != name || fr.Generation <= fr.Status.ObservedGeneration {
+			return false
+		}
+		fr.Status.ObservedGeneration, fr.Status.Phase = fr.Generation, phase
+		return true
+	})
+}
+
+// A write with --wait follows its job: it returns once the controller observed the generation the
+// write produced and the rollout settled, or paused for an approval; with -o json it prints the
+// change, the job handle and where the job ended; a wait that runs out exits 1 with the job's state.
+func TestWriteWait(t *testing.T) {
+	ctx := hub(t)
+	held := newRollout(ctx, t, "wait-hold", nil)
+	pctx, stop := context.WithCancel(ctx)
+	wg := observeSpec(pctx, t, held.Name, v1alpha1.PhaseHeld)
+	r := tidegate(ctx, "-n", writesNS, "hold", held.Name, "--reason", "freeze", "--wait", "-o", "json")
+	stop()
+	wg.Wait()
+	if r.code != exitOK {
+		t.Fatalf("hold --wait: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	var res writeResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("hold -o json: %v: %s", err, r.stdout)
+	}
+	after := get(ctx, t, held.Name)
+	if !res.Change.Changed || res.Job.UID != after.UID || res.Job.Generation != after.Generation || res.Job.Generation == held.Generation ||
+		res.Job.Rollout != (ops.Ref{Kind: "fleetrollout", Namespace: writesNS, Name: held.Name}) || res.Job.Candidate == nil || res.Job.Candidate.Digest != webCandidate.Digest {
+		t.Errorf("job handle %+v, want the rollout's uid %s, its new generation %d and the candidate %s", res.Job, after.UID, after.Generation, webCandidate.Digest)
+	}
+	if res.Status == nil || res.Status.State != ops.JobSettled || res.Status.Phase != v1alpha1.PhaseHeld || res.Status.ObservedGeneration != after.Generation {
+		t.Errorf("status %+v, want Settled in phase Held at generation %d", res.Status, after.Generation)
+	}
+
+	// Without -o, each state the job passes through is a progress line on stderr.
+	paused := newRollout(ctx, t, "wait-approval", func(fr *v1alpha1.FleetRollout) {
+		fr.Spec.Hold = &v1alpha1.Hold{Reason: "x"}
+		fr.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForApproval, Wave: "everyone", Message: "wave everyone needs an approval"}
+	})
+	pctx, stop = context.WithCancel(ctx)
+	wg = observeSpec(pctx, t, paused.Name, v1alpha1.PhaseProgressing)
+	r = tidegate(ctx, "-n", writesNS, "resume", paused.Name, "--wait")
+	stop()
+	wg.Wait()
+	if r.code != exitOK || r.stdout != "fleetrollout writes/wait-approval: spec.hold cleared (was: x)\n" ||
+		!strings.HasSuffix(r.stderr, "◎ fleetrollout writes/wait-approval: AwaitingApproval, phase Progressing, waiting for Approval (wave everyone): wave everyone needs an approval\n") {
+		t.Errorf("resume --wait on a rollout awaiting approval: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	ignored := newRollout(ctx, t, "wait-ignored", nil)
+	r = tidegate(ctx, "-n", writesNS, "retry", ignored.Name, "--wait", "--timeout", "300ms", "-o", "json")
+	res = writeResult{}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("retry -o json: %v: %q", err, r.stdout)
+	}
+	if r.code != exitNo || res.Status == nil || res.Status.State != ops.JobPending ||
+		!strings.Contains(r.stderr, "error: fleetrollout writes/wait-ignored: the job is still Pending (phase Progressing)") {
+		t.Errorf("a wait nobody answers: exit %d, status %+v, stderr %q; want exit 1, Pending", r.code, res.Status, r.stderr)
+	}
 }
