@@ -172,11 +172,7 @@ status) and MESSAGE (its message).`,
 			if len(args) == 1 {
 				list.Items = []v1alpha1.FleetRollout{one}
 			}
-			rows := make([]rolloutRow, 0, len(list.Items))
-			for i := range list.Items {
-				rows = append(rows, toRolloutRow(&list.Items[i]))
-			}
-			slices.SortFunc(rows, byNamespaceName(func(r rolloutRow) (string, string) { return r.Namespace, r.Name }))
+			rows := rolloutRows(list.Items)
 			if o.output != outputTable {
 				return writeData(cmd.OutOrStdout(), o.output, items[rolloutRow]{Items: rows})
 			}
@@ -247,16 +243,7 @@ status is written only when the cluster changes) and MESSAGE (Ready's message).`
 			if len(args) == 1 {
 				list.Items = []v1alpha1.FleetCluster{one}
 			}
-			rows := make([]clusterRow, 0, len(list.Items))
-			for _, fc := range list.Items {
-				ready, reason, message := readyOf(fc.Status.Conditions)
-				rows = append(rows, clusterRow{
-					Namespace: fc.Namespace, Name: fc.Name, ServerVersion: fc.Status.ServerVersion,
-					Ready: ready, Reason: reason, Message: message, LastSeen: fc.Status.LastObservedTime,
-					Suspended: fc.Spec.Suspend,
-				})
-			}
-			slices.SortFunc(rows, byNamespaceName(func(r clusterRow) (string, string) { return r.Namespace, r.Name }))
+			rows := clusterRows(list.Items)
 			if o.output != outputTable {
 				return writeData(cmd.OutOrStdout(), o.output, items[clusterRow]{Items: rows})
 			}
@@ -319,31 +306,7 @@ decision, spec.evaluatedAt). -o json and -o yaml add the targets, policy digest 
 			if len(args) == 1 {
 				list.Items = []v1alpha1.GateReceipt{one}
 			}
-			rows := make([]receiptRow, 0, len(list.Items))
-			for _, rc := range list.Items {
-				// spec.rollout, not the label, says whose receipt it is.
-				if rollout != "" && rc.Spec.Rollout != rollout {
-					continue
-				}
-				rows = append(rows, receiptRow{
-					Namespace: rc.Namespace, Name: rc.Name, Rollout: rc.Spec.Rollout, Gate: rc.Spec.Gate,
-					Wave: rc.Spec.Wave, Result: rc.Spec.Result, Candidate: rc.Spec.Candidate, KnownGood: rc.Spec.KnownGood,
-					Targets: rc.Spec.Targets, PolicyDigest: rc.Spec.PolicyDigest, Reasons: rc.Spec.Reasons, Limits: rc.Spec.Limits,
-					EvaluatedAt: rc.Spec.EvaluatedAt,
-				})
-			}
-			slices.SortFunc(rows, func(a, b receiptRow) int {
-				if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-					return c
-				}
-				if c := strings.Compare(a.Rollout, b.Rollout); c != 0 {
-					return c
-				}
-				if c := a.EvaluatedAt.Compare(b.EvaluatedAt.Time); c != 0 {
-					return c
-				}
-				return strings.Compare(a.Name, b.Name)
-			})
+			rows := receiptRows(list.Items, rollout)
 			if o.output != outputTable {
 				return writeData(cmd.OutOrStdout(), o.output, items[receiptRow]{Items: rows})
 			}
@@ -365,4 +328,59 @@ decision, spec.evaluatedAt). -o json and -o yaml add the targets, policy digest 
 	}
 	cmd.Flags().StringVar(&rollout, "rollout", "", "only the receipts of this FleetRollout")
 	return cmd
+}
+
+// rolloutRows are the rows of rollouts, by namespace and name.
+func rolloutRows(rollouts []v1alpha1.FleetRollout) []rolloutRow {
+	rows := make([]rolloutRow, 0, len(rollouts))
+	for i := range rollouts {
+		rows = append(rows, toRolloutRow(&rollouts[i]))
+	}
+	slices.SortFunc(rows, byNamespaceName(func(r rolloutRow) (string, string) { return r.Namespace, r.Name }))
+	return rows
+}
+
+// clusterRows are the rows of clusters, by namespace and name.
+func clusterRows(clusters []v1alpha1.FleetCluster) []clusterRow {
+	rows := make([]clusterRow, 0, len(clusters))
+	for _, fc := range clusters {
+		ready, reason, message := readyOf(fc.Status.Conditions)
+		rows = append(rows, clusterRow{
+			Namespace: fc.Namespace, Name: fc.Name, ServerVersion: fc.Status.ServerVersion,
+			Ready: ready, Reason: reason, Message: message, LastSeen: fc.Status.LastObservedTime,
+			Suspended: fc.Spec.Suspend,
+		})
+	}
+	slices.SortFunc(rows, byNamespaceName(func(r clusterRow) (string, string) { return r.Namespace, r.Name }))
+	return rows
+}
+
+// receiptRows are the rows of receipts (of rollout only, when it is set), oldest decision first.
+func receiptRows(receipts []v1alpha1.GateReceipt, rollout string) []receiptRow {
+	rows := make([]receiptRow, 0, len(receipts))
+	for _, rc := range receipts {
+		// spec.rollout, not the label, says whose receipt it is.
+		if rollout != "" && rc.Spec.Rollout != rollout {
+			continue
+		}
+		rows = append(rows, receiptRow{
+			Namespace: rc.Namespace, Name: rc.Name, Rollout: rc.Spec.Rollout, Gate: rc.Spec.Gate,
+			Wave: rc.Spec.Wave, Result: rc.Spec.Result, Candidate: rc.Spec.Candidate, KnownGood: rc.Spec.KnownGood,
+			Targets: rc.Spec.Targets, PolicyDigest: rc.Spec.PolicyDigest, Reasons: rc.Spec.Reasons, Limits: rc.Spec.Limits,
+			EvaluatedAt: rc.Spec.EvaluatedAt,
+		})
+	}
+	slices.SortFunc(rows, func(a, b receiptRow) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Rollout, b.Rollout); c != 0 {
+			return c
+		}
+		if c := a.EvaluatedAt.Compare(b.EvaluatedAt.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return rows
 }

@@ -170,6 +170,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newRetryCommand(k),
 		newReconcileCommand(k),
 		newReceiptsCommand(k),
+		newMCPCommand(k),
 		newPolicyCommand(),
 		sandbox.NewCommand(),
 		newDocsCommand(),

@@ -96,16 +96,9 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 			if err != nil {
 				return err
 			}
-			results := make([]receiptVerification, 0, len(receipts))
-			ok := true
-			for i := range receipts {
-				se, err := loadEvidence(cmd.Context(), c, &receipts[i])
-				if err != nil {
-					return err
-				}
-				v := verifyReceipt(&receipts[i], se)
-				ok = ok && v.Verified
-				results = append(results, v)
+			results, ok, err := verifyReceipts(cmd.Context(), c, receipts)
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if output != outputTable {
@@ -158,6 +151,22 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&rollout, "rollout", "", "verify every receipt of this FleetRollout")
 	return cmd
+}
+
+// verifyReceipts verifies each receipt against the evidence it keeps; ok is whether all did.
+func verifyReceipts(ctx context.Context, c client.Client, receipts []v1alpha1.GateReceipt) (results []receiptVerification, ok bool, err error) {
+	results = make([]receiptVerification, 0, len(receipts))
+	ok = true
+	for i := range receipts {
+		se, err := loadEvidence(ctx, c, &receipts[i])
+		if err != nil {
+			return nil, false, err
+		}
+		v := verifyReceipt(&receipts[i], se)
+		ok = ok && v.Verified
+		results = append(results, v)
+	}
+	return results, ok, nil
 }
 
 func plural(n int, one, many string) string {

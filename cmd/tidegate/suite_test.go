@@ -36,11 +36,19 @@ var (
 	envErr     error
 )
 
+// runAsCLI, set to 1 in its environment, makes the test binary run as the command line.
+const runAsCLI = "TIDEGATE_TEST_RUN_AS_CLI"
+
 // fixedNow is the clock of the command line in the tests: ages and request values are computed from it.
 var fixedNow = time.Date(2026, 3, 1, 10, 10, 0, 0, time.UTC)
 
 func TestMain(m *testing.M) {
 	silenceClientLogs() // as main does
+	// The MCP tests start the command line as a subprocess (an MCP client speaks to its stdio): this
+	// test binary, run as the command line.
+	if os.Getenv(runAsCLI) == "1" {
+		os.Exit(runContext(context.Background(), defaultEnv(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	// A fuzz run (its coordinator and each worker) runs only its fuzz target, over no hub.
 	flag.Parse()
 	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/ops"
+)
+
+// mcpServer is tidegate's MCP front end: each tool calls what the matching CLI command calls,
+// with the hub client of the kubeconfig it was started with, so Kubernetes RBAC decides what it
+// may do; tools that change anything exist only with --allow-writes.
+type mcpServer struct {
+	k     *kubeOptions
+	c     client.Client
+	ns    string
+	scope scopeView
+}
+
+// scopeView is the authentication scope the server acts in: the tool result "scope".
+type scopeView struct {
+	Server        string   `json:"server"`
+	Context       string   `json:"context,omitempty"`
+	Namespace     string   `json:"namespace"`
+	Impersonate   string   `json:"impersonate,omitempty"`
+	ImpersonateAs []string `json:"impersonateGroups,omitempty"`
+	// User and Groups are who the API server says the kubeconfig authenticates as (a
+	// SelfSubjectReview); IdentityError says why that could not be asked.
+	User          string   `json:"user,omitempty"`
+	Groups        []string `json:"groups,omitempty"`
+	IdentityError string   `json:"identityError,omitempty"`
+	WritesAllowed bool     `json:"writesAllowed"`
+	Transport     string   `json:"transport"`
+}
+
+func newMCPCommand(k *kubeOptions) *cobra.Command {
+	var (
+		allowWrites bool
+		httpAddr    string
+		tokenFile   string
+	)
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve tidegate to AI assistants and automation over the Model Context Protocol",
+		Long: `mcp serves tidegate's reads and, with --allow-writes, its writes as MCP tools, over stdio (the
+default: an assistant starts it as a subprocess) or over streamable HTTP (--http ADDR).
+
+It acts with the kubeconfig it is given (--kubeconfig, --context, -n, --as and --as-group), so
+Kubernetes RBAC decides what it may read and change; the tool "scope" says who that is. It is
+read-only by default: hold, resume, approve, rollback, retry, reconcile and cancel_job exist only
+with --allow-writes. Every write returns a job handle that job_status follows until the rollout
+settles. Results and errors are JSON; an error has a stable code (NotFound, Forbidden, Invalid,
+Refused, Conflict, APINotServed, Unavailable, Timeout, CannotCancel, Internal) and the object it
+concerns.
+
+Over HTTP it listens on 127.0.0.1 unless told otherwise and requires a bearer token, read from
+--token-file or $TIDEGATE_MCP_TOKEN; the endpoint is http://ADDR/mcp.`,
+		Example: `  tidegate mcp
+  tidegate mcp --allow-writes --as alice
+  TIDEGATE_MCP_TOKEN=$(openssl rand -hex 32) tidegate mcp --http 127.0.0.1:8765`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token := ""
+			if httpAddr != "" {
+				var err error
+				if token, err = mcpToken(tokenFile); err != nil {
+					return err
+				}
+			}
+			c, ns, err := k.client()
+			if err != nil {
+				return err
+			}
+			s := &mcpServer{k: k, c: c, ns: ns}
+			s.scope = s.readScope(cmd.Context(), allowWrites, httpAddr != "")
+			server := s.server(allowWrites)
+			if httpAddr == "" {
+				return server.Run(cmd.Context(), &mcp.StdioTransport{})
+			}
+			return serveMCPHTTP(cmd.Context(), server, httpAddr, token, cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().BoolVar(&allowWrites, "allow-writes", false, "serve the tools that change rollouts (hold, resume, approve, rollback, retry, reconcile, cancel_job)")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "serve streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token HTTP clients must send (else $TIDEGATE_MCP_TOKEN)")
+	return cmd
+}
+
+// mcpToken is the bearer token of the HTTP transport: the content of file, else $TIDEGATE_MCP_TOKEN.
+func mcpToken(file string) (string, error) {
+	token := os.Getenv("TIDEGATE_MCP_TOKEN")
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", usageError("reading --token-file: %v", err)
+		}
+		token = string(b)
+	}
+	token = strings.TrimSpace(token)
+	if len(token) < 16 {
+		return "", usageError("mcp --http requires a bearer token of at least 16 characters, in --token-file or $TIDEGATE_MCP_TOKEN")
+	}
+	return token, nil
+}
+
+// serveMCPHTTP serves server on addr at /mcp, to clients that send token, until ctx ends.
+func serveMCPHTTP(ctx context.Context, server *mcp.Server, addr, token string, log interface{ Write([]byte) (int, error) }) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return usageError("mcp --http: %v", err)
+	}
+	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", auth.RequireBearerToken(verify, nil)(handler))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(log, "tidegate mcp: serving http://%s/mcp\n", ln.Addr())
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// readScope says who the server acts as: the kubeconfig's server, context and namespace, the
+// impersonation asked for, and the identity the API server reports for all that.
+func (s *mcpServer) readScope(ctx context.Context, allowWrites, overHTTP bool) scopeView {
+	v := scopeView{Namespace: s.ns, WritesAllowed: allowWrites, Transport: "stdio"}
+	if overHTTP {
+		v.Transport = "http"
+	}
+	if cfg, err := s.k.flags.ToRESTConfig(); err == nil {
+		v.Server = cfg.Host
+		v.Impersonate, v.ImpersonateAs = cfg.Impersonate.UserName, cfg.Impersonate.Groups
+	}
+	if raw, err := s.k.flags.ToRawKubeConfigLoader().RawConfig(); err == nil {
+		v.Context = raw.CurrentContext
+		if c := s.k.flags.Context; c != nil && *c != "" {
+			v.Context = *c
+		}
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := s.c.Create(ctx, review); err != nil {
+		v.IdentityError = ops.AsError(err, ops.Ref{Kind: "selfsubjectreview"}).Message
+	} else {
+		v.User, v.Groups = review.Status.UserInfo.Username, review.Status.UserInfo.Groups
+	}
+	return v
+}
+
+// Tool inputs.
+type (
+	listInput struct {
+		Namespace     string `json:"namespace,omitempty" jsonschema:"namespace to list in; the server's namespace when empty"`
+		AllNamespaces bool   `json:"allNamespaces,omitempty" jsonschema:"list in every namespace"`
+	}
+	rolloutInput struct {
+		Name      string `json:"name" jsonschema:"the FleetRollout's name"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
+	}
+	receiptsInput struct {
+		Rollout   string `json:"rollout,omitempty" jsonschema:"only the receipts of this FleetRollout"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"namespace; the server's namespace when empty"`
+	}
+	receiptInput struct {
+		Name      string `json:"name" jsonschema:"the GateReceipt's name"`
+		Namespace string `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
+	}
+	verifyInput struct {
+		Names     []string `json:"names,omitempty" jsonschema:"receipts to verify"`
+		Rollout   string   `json:"rollout,omitempty" jsonschema:"verify every receipt of this FleetRollout instead"`
+		Namespace string   `json:"namespace,omitempty" jsonschema:"namespace; the server's namespace when empty"`
+	}
+	jobInput struct {
+		Job         ops.Job `json:"job" jsonschema:"the job handle a write returned"`
+		WaitSeconds int     `json:"waitSeconds,omitempty" jsonschema:"wait up to this many seconds (at most 300) for the job to settle or pause for an approval"`
+	}
+	holdInput struct {
+		rolloutInput
+		Reason string `json:"reason" jsonschema:"why the rollout is held (required)"`
+	}
+	approveInput struct {
+		rolloutInput
+		Revision     string `json:"revision" jsonschema:"the revision to approve, as status.candidate.revision shows it, or 7 or more characters of its commit or digest"`
+		Wave         string `json:"wave,omitempty" jsonschema:"the wave to approve; every wave of the revision when empty"`
+		Irreversible bool   `json:"irreversible,omitempty" jsonschema:"approve the changes the rollbackSafe gate flagged as irreversible"`
+		By           string `json:"by,omitempty" jsonschema:"who approves"`
+		Reason       string `json:"reason,omitempty" jsonschema:"why"`
+	}
+	cancelInput struct {
+		Job    ops.Job `json:"job" jsonschema:"the job handle to cancel"`
+		Mode   string  `json:"mode" jsonschema:"hold (always possible: nothing is undone) or rollback (to the known-good revision)"`
+		Reason string  `json:"reason,omitempty" jsonschema:"the hold's reason"`
+	}
+)
+
+func (s *mcpServer) namespace(ns string) string {
+	if ns == "" {
+		return s.ns
+	}
+	return ns
+}
+
+// server builds the MCP server: the read tools, and the write tools when allowWrites.
+func (s *mcpServer) server(allowWrites bool) *mcp.Server {
+	server := mcp.NewServer(&mcp.Implementation{Name: "tidegate", Version: version()}, nil)
+	tool(server, "scope", "Who this server acts as: the API server, kubeconfig context, namespace, impersonation, the identity the API server reports, and whether writes are allowed.",
+		true, func(ctx context.Context, _ struct{}) (any, error) { return s.scope, nil })
+	tool(server, "list_rollouts", "List FleetRollouts: phase, current wave, candidate and known-good (revisions and digests), Ready.",
+		true, func(ctx context.Context, in listInput) (any, error) {
+			var list v1alpha1.FleetRolloutList
+			if err := s.c.List(ctx, &list, s.listScope(in)...); err != nil {
+				return nil, ops.AsError(err, ops.Ref{Kind: "fleetrollouts", Namespace: s.listNamespace(in)})
+			}
+			return items[rolloutRow]{Items: rolloutRows(list.Items)}, nil
+		})
+	tool(server, "list_clusters", "List FleetClusters: member API server version, Ready, when last seen.",
+		true, func(ctx context.Context, in listInput) (any, error) {
+			var list v1alpha1.FleetClusterList
+			if err := s.c.List(ctx, &list, s.listScope(in)...); err != nil {
+				return nil, ops.AsError(err, ops.Ref{Kind: "fleetclusters", Namespace: s.listNamespace(in)})
+			}
+			return items[clusterRow]{Items: clusterRows(list.Items)}, nil
+		})
+	tool(server, "get_rollout", "A FleetRollout's status as tidegate status shows it: waves, gates and their receipts, what it waits for, the candidate and known-good with digests, rollback, lagging and skipped clusters.",
+		true, func(ctx context.Context, in rolloutInput) (any, error) {
+			ns := s.namespace(in.Namespace)
+			fr := &v1alpha1.FleetRollout{}
+			if err := s.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: in.Name}, fr); err != nil {
+				return nil, ops.AsError(err, ops.RolloutRef(ns, in.Name))
+			}
+			return toStatusView(fr), nil
+		})
+	tool(server, "list_receipts", "List GateReceipts (of one rollout with rollout), oldest decision first: gate, wave, result, candidate, targets, policy digest, reasons.",
+		true, func(ctx context.Context, in receiptsInput) (any, error) {
+			ns := s.namespace(in.Namespace)
+			var list v1alpha1.GateReceiptList
+			if err := s.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				return nil, ops.AsError(err, ops.Ref{Kind: "gatereceipts", Namespace: ns})
+			}
+			return items[receiptRow]{Items: receiptRows(list.Items, in.Rollout)}, nil
+		})
+	tool(server, "get_receipt", "One GateReceipt as recorded: the decision, its inputs (candidate, known-good, policy digest, approvals, evidence digest) and its reasons.",
+		true, func(ctx context.Context, in receiptInput) (any, error) {
+			ns := s.namespace(in.Namespace)
+			rc := &v1alpha1.GateReceipt{}
+			if err := s.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: in.Name}, rc); err != nil {
+				return nil, ops.AsError(err, ops.Ref{Kind: "gatereceipt", Namespace: ns, Name: in.Name})
+			}
+			rc.ManagedFields = nil
+			return rc, nil
+		})
+	tool(server, "verify_receipts", "Check that receipts still have the content they were named after (as tidegate receipts verify): content digest, name, evidence digest, evidence parts.",
+		true, func(ctx context.Context, in verifyInput) (any, error) {
+			ns := s.namespace(in.Namespace)
+			if (len(in.Names) == 0) == (in.Rollout == "") {
+				return nil, ops.Errorf(ops.CodeInvalid, nil, "name the receipts to verify (names), or give rollout, not both")
+			}
+			receipts, err := receiptsToVerify(ctx, s.c, ns, in.Names, in.Rollout)
+			if err != nil {
+				return nil, mcpError(err, ops.Ref{Kind: "gatereceipts", Namespace: ns})
+			}
+			results, ok, err := verifyReceipts(ctx, s.c, receipts)
+			if err != nil {
+				return nil, mcpError(err, ops.Ref{Kind: "gatereceipts", Namespace: ns})
+			}
+			return struct {
+				Verified bool                  `json:"verified"`
+				Items    []receiptVerification `json:"items"`
+			}{ok, results}, nil
+		})
+	tool(server, "job_status", "Where a write's job stands: Pending (not yet acted on), Running, AwaitingApproval, Settled or Gone, with the rollout's phase, Ready and what it waits for; waitSeconds waits for it to settle.",
+		true, func(ctx context.Context, in jobInput) (any, error) {
+			if in.WaitSeconds <= 0 {
+				return ops.Status(ctx, s.c, in.Job)
+			}
+			ctx, cancel := context.WithTimeout(ctx, time.Duration(min(in.WaitSeconds, 300))*time.Second)
+			defer cancel()
+			return ops.Follow(ctx, s.c, in.Job, s.k.env.pollInterval, nil)
+		})
+	if !allowWrites {
+		return server
+	}
+	write := func(name, desc string, m func(in rolloutInput) ops.Mutation) {
+		tool(server, name, desc, false, func(ctx context.Context, in rolloutInput) (any, error) { return s.apply(ctx, in, m(in)) })
+	}
+	tool(server, "hold", "Hold a rollout where it is (spec.hold): no new wave starts; what is applied stays applied.",
+		false, func(ctx context.Context, in holdInput) (any, error) {
+			return s.apply(ctx, in.rolloutInput, ops.Hold(in.Reason))
+		})
+	write("resume", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func(rolloutInput) ops.Mutation { return ops.Resume() })
+	tool(server, "approve", "Approve a revision for a wave, or its irreversible changes (appends to spec.approvals).",
+		false, func(ctx context.Context, in approveInput) (any, error) {
+			return s.apply(ctx, in.rolloutInput, ops.Approve(v1alpha1.Approval{Revision: in.Revision, Wave: in.Wave, Irreversible: in.Irreversible, By: in.By, Reason: in.Reason}))
+		})
+	write("rollback", "Roll the candidate back to the known-good revision (spec.rollback.request); acts while the rollout is Progressing or Held.",
+		func(rolloutInput) ops.Mutation { return ops.Rollback(s.k.env.now()) })
+	write("retry", "Let a rejected or failed candidate go again (spec.retry).", func(rolloutInput) ops.Mutation { return ops.Retry(s.k.env.now()) })
+	write("reconcile", "Ask the controller to reconcile a rollout now (reconcile.fluxcd.io/requestedAt); job_status says when it has.",
+		func(rolloutInput) ops.Mutation {
+			return ops.RequestReconcile(s.k.env.now().UTC().Format(time.RFC3339Nano))
+		})
+	tool(server, "cancel_job", "Cancel a job: mode hold (always possible, nothing is undone) or rollback (to the known-good); a rollback under way cannot be cancelled (code CannotCancel, with the reason).",
+		false, func(ctx context.Context, in cancelInput) (any, error) {
+			ch, job, err := ops.Cancel(ctx, s.c, in.Job, in.Mode, in.Reason, s.k.env.now())
+			if err != nil {
+				return nil, err
+			}
+			return writeResult{Change: ch, Job: job}, nil
+		})
+	return server
+}
+
+func (s *mcpServer) apply(ctx context.Context, in rolloutInput, m ops.Mutation) (any, error) {
+	_, ch, job, err := ops.Apply(ctx, s.c, s.namespace(in.Namespace), in.Name, m)
+	if err != nil {
+		return nil, err
+	}
+	return writeResult{Change: ch, Job: job}, nil
+}
+
+func (s *mcpServer) listNamespace(in listInput) string {
+	if in.AllNamespaces {
+		return ""
+	}
+	return s.namespace(in.Namespace)
+}
+
+func (s *mcpServer) listScope(in listInput) []client.ListOption {
+	if in.AllNamespaces {
+		return nil
+	}
+	return []client.ListOption{client.InNamespace(s.namespace(in.Namespace))}
+}
+
+// mcpError is err as an *ops.Error: the command line's own errors (an exitError around a message)
+// are Invalid when they are about the request, else classified as API errors about obj.
+func mcpError(err error, obj ops.Ref) *ops.Error {
+	var ee *exitError
+	if errors.As(err, &ee) && ee.err != nil {
+		var oe *ops.Error
+		if errors.As(ee.err, &oe) {
+			return oe
+		}
+		return ops.AsError(errors.Unwrap(ee.err), obj)
+	}
+	return ops.AsError(err, obj)
+}
+
+// tool adds a tool whose handler returns a JSON result or an error: an error is a tool result with
+// isError set and, as content and structured content, {"error": {"code", "message", "object"}}.
+func tool[In any](server *mcp.Server, name, desc string, readOnly bool, h func(context.Context, In) (any, error)) {
+	t := &mcp.Tool{Name: name, Description: desc, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: readOnly}}
+	if !readOnly {
+		destructive := name == "rollback" || name == "cancel_job"
+		t.Annotations.DestructiveHint = &destructive
+	}
+	mcp.AddTool(server, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+		out, err := h(ctx, in)
+		if err == nil {
+			return nil, out, nil
+		}
+		var oe *ops.Error
+		if !errors.As(err, &oe) {
+			oe = ops.AsError(err, ops.Ref{Kind: name})
+		}
+		body := map[string]*ops.Error{"error": oe}
+		text, _ := json.Marshal(body)
+		return &mcp.CallToolResult{IsError: true, StructuredContent: body, Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}, nil, nil
+	})
+}
+
+// version is the module version tidegate was built at ("(devel)" from a work tree).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/ops"
+)
+
+// mcpCommand is `tidegate mcp args...` as a subprocess: this test binary run as the command line,
+// with the test kubeconfig, in writesNS.
+func mcpCommand(ctx context.Context, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"mcp", "--kubeconfig", kubeconfig, "-n", writesNS}, args...)...)
+	cmd.Env = append(append(os.Environ(), runAsCLI+"=1"), env...)
+	return cmd
+}
+
+// mcpStdio connects the SDK's client to `tidegate mcp args...` over its stdio.
+func mcpStdio(ctx context.Context, t *testing.T, args ...string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "tidegate-test", Version: "v0"}, nil)
+	session, err := client.Connect(ctx, &mcp.CommandTransport{Command: mcpCommand(ctx, nil, args...)}, nil)
+	if err != nil {
+		t.Fatalf("connecting to tidegate mcp %v: %v", args, err)
+	}
+	t.Cleanup(func() { _ = session.Close() })
+	return session
+}
+
+func toolNames(ctx context.Context, t *testing.T, s *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := s.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// call calls a tool and decodes its structured content into out; it returns whether the result is an error.
+func call(ctx context.Context, t *testing.T, s *mcp.ClientSession, name string, args any, out any) bool {
+	t.Helper()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("calling %s: %v", name, err)
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("%s: decoding %s: %v", name, b, err)
+	}
+	return res.IsError
+}
+
+type mcpErrorBody struct {
+	Error ops.Error `json:"error"`
+}
+
+// An MCP client (the SDK's own) reads over stdio, is refused a write without --allow-writes (the
+// tool does not exist) and, with it, when RBAC denies the identity it acts as (--as); gets
+// structured errors for a missing object; and over HTTP with the bearer token approves a blocked
+// wave and follows the job until the rollout settled.
+func TestMCP(t *testing.T) {
+	ctx := hub(t)
+	fr := newRollout(ctx, t, "mcp-web", func(fr *v1alpha1.FleetRollout) {
+		fr.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForApproval, Wave: "everyone", Message: "wave everyone needs an approval"}
+	})
+
+	// Read-only by default: no tool that writes is listed, and calling one is refused.
+	ro := mcpStdio(ctx, t)
+	names := toolNames(ctx, t, ro)
+	want := []string{"get_receipt", "get_rollout", "job_status", "list_clusters", "list_receipts", "list_rollouts", "scope", "verify_receipts"}
+	if !slices.Equal(names, want) {
+		t.Errorf("read-only tools %v, want %v", names, want)
+	}
+	if _, err := ro.CallTool(ctx, &mcp.CallToolParams{Name: "approve", Arguments: map[string]any{"name": fr.Name, "revision": webCandidate.Revision}}); err == nil {
+		t.Errorf("approve without --allow-writes was not refused")
+	}
+	var status statusView
+	if call(ctx, t, ro, "get_rollout", map[string]any{"name": fr.Name}, &status) || status.Name != fr.Name ||
+		status.Candidate == nil || status.Candidate.Digest != webCandidate.Digest || status.LastKnownGood == nil || status.LastKnownGood.Digest != webKnownGood.Digest {
+		t.Errorf("get_rollout: %+v, want %s with candidate %s and known-good %s", status, fr.Name, webCandidate.Digest, webKnownGood.Digest)
+	}
+	var missing mcpErrorBody
+	if !call(ctx, t, ro, "get_rollout", map[string]any{"name": "nope"}, &missing) ||
+		missing.Error.Code != ops.CodeNotFound || missing.Error.Object == nil || *missing.Error.Object != ops.RolloutRef(writesNS, "nope") {
+		t.Errorf("get_rollout of a missing rollout: %+v, want NotFound about fleetrollout %s/nope", missing, writesNS)
+	}
+	var scope scopeView
+	if call(ctx, t, ro, "scope", map[string]any{}, &scope) || scope.User != "fleet-admin" || scope.Namespace != writesNS || scope.WritesAllowed || scope.Transport != "stdio" {
+		t.Errorf("scope %+v, want fleet-admin in %s, read-only, over stdio", scope, writesNS)
+	}
+
+	// With writes allowed, acting as a user RBAC lets read and not write: the write is Forbidden.
+	viewerRBAC(ctx, t, "mcp-viewer")
+	as := mcpStdio(ctx, t, "--allow-writes", "--as", "mcp-viewer")
+	if call(ctx, t, as, "scope", map[string]any{}, &scope) || scope.User != "mcp-viewer" || scope.Impersonate != "mcp-viewer" || !scope.WritesAllowed {
+		t.Errorf("scope %+v, want mcp-viewer, impersonated, writes allowed", scope)
+	}
+	if call(ctx, t, as, "get_rollout", map[string]any{"name": fr.Name}, &status) {
+		t.Errorf("mcp-viewer may read the rollout: %+v", status)
+	}
+	var denied mcpErrorBody
+	if !call(ctx, t, as, "approve", map[string]any{"name": fr.Name, "revision": webCandidate.Revision, "wave": "everyone"}, &denied) ||
+		denied.Error.Code != ops.CodeForbidden {
+		t.Errorf("approve as mcp-viewer: %+v, want Forbidden", denied)
+	}
+	expectUnchanged(ctx, t, fr)
+
+	// Over HTTP: a client without the token is turned away; with it, it approves and follows the job.
+	const token = "0123456789abcdef0123456789abcdef"
+	srvCtx, stopSrv := context.WithCancel(ctx)
+	defer stopSrv()
+	cmd := mcpCommand(srvCtx, []string{"TIDEGATE_MCP_TOKEN=" + token}, "--allow-writes", "--http", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopSrv(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	endpoint, ok := strings.CutPrefix(strings.TrimSpace(line), "tidegate mcp: serving ")
+	if err != nil || !ok || !strings.HasPrefix(endpoint, "http://127.0.0.1:") {
+		t.Fatalf("tidegate mcp --http printed %q (%v), want the endpoint on 127.0.0.1", line, err)
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "tidegate-test", Version: "v0"}, nil)
+	if s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil); err == nil {
+		s.Close()
+		t.Errorf("connected over HTTP without the bearer token")
+	}
+	hs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: bearer{token: token}}}, nil)
+	if err != nil {
+		t.Fatalf("connecting over HTTP with the token: %v", err)
+	}
+	defer hs.Close()
+	var written writeResult
+	if call(ctx, t, hs, "approve", map[string]any{"name": fr.Name, "revision": webCandidate.Revision[:len("main@sha1:")+12] + "x", "wave": "everyone"}, &written) {
+		// An abbreviation that is not the candidate's is a warning, not a refusal: it was written.
+		t.Fatalf("approve with a wrong abbreviation: %+v", written)
+	}
+	var approved writeResult
+	short := strings.TrimPrefix(webCandidate.Revision, "main@sha1:")[:12]
+	if call(ctx, t, hs, "approve", map[string]any{"name": fr.Name, "revision": short, "wave": "everyone", "by": "alice"}, &approved) ||
+		!approved.Change.Changed || approved.Job.UID != fr.UID || approved.Job.Candidate == nil || approved.Job.Candidate.Digest != webCandidate.Digest {
+		t.Fatalf("approve over HTTP: %+v", approved)
+	}
+	after := get(ctx, t, fr.Name)
+	if !slices.Contains(after.Spec.Approvals, v1alpha1.Approval{Revision: webCandidate.Revision, Wave: "everyone", By: "alice"}) {
+		t.Errorf("approvals %+v, want the candidate approved for wave everyone by alice", after.Spec.Approvals)
+	}
+	var js ops.JobStatus
+	if call(ctx, t, hs, "job_status", map[string]any{"job": approved.Job}, &js) || js.State != ops.JobPending {
+		t.Errorf("job_status before the controller acted: %+v, want Pending", js)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	wg := playing(pctx, t, func(fr *v1alpha1.FleetRollout) bool {
+		if fr.Name != "mcp-web" || fr.Generation <= fr.Status.ObservedGeneration {
+			return false
+		}
+		fr.Status.ObservedGeneration, fr.Status.Phase, fr.Status.WaitingFor = fr.Generation, v1alpha1.PhaseCompleted, nil
+		return true
+	})
+	defer func() { stop(); wg.Wait() }()
+	if call(ctx, t, hs, "job_status", map[string]any{"job": approved.Job, "waitSeconds": 30}, &js) || js.State != ops.JobSettled || js.Phase != v1alpha1.PhaseCompleted {
+		t.Errorf("job_status followed: %+v, want Settled in Completed", js)
+	}
+	var refused mcpErrorBody
+	if !call(ctx, t, hs, "cancel_job", map[string]any{"job": approved.Job, "mode": "rollback"}, &refused) || refused.Error.Code != ops.CodeCannotCancel {
+		t.Errorf("cancel by rollback of a completed rollout: %+v, want CannotCancel", refused)
+	}
+}
+
+// bearer sends a bearer token with every request.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// viewerRBAC lets user read tidegate's objects in writesNS, and nothing more.
+func viewerRBAC(ctx context.Context, t *testing.T, user string) {
+	t.Helper()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: writesNS},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"fleetrollouts", "fleetclusters", "gatereceipts"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: writesNS},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if err := k8s.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), binding); _ = k8s.Delete(context.Background(), role) })
+	// The API server's RBAC authorizer reads from its informers: wait until it lets user read.
+	for {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: writesNS, Verb: "get", Group: v1alpha1.GroupVersion.Group, Resource: "fleetrollouts"}}}
+		if err := k8s.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("RBAC never let %s read fleetrollouts", user)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
