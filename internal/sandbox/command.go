@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -86,8 +87,48 @@ func defaultDir() string {
 	return filepath.Join(home, ".tidegate", "sandbox")
 }
 
+// invokedAs is how the user's shell runs this binary again, for the hints the sandbox prints: name
+// when name on PATH is this binary, else the path it was started by (bin/tidegate after make demo,
+// which puts nothing on PATH).
+func invokedAs(name string) string {
+	self, err := os.Executable()
+	if err != nil {
+		return name
+	}
+	if p, err := exec.LookPath(name); err == nil && sameFile(p, self) {
+		return name
+	}
+	if strings.ContainsRune(os.Args[0], filepath.Separator) {
+		return os.Args[0]
+	}
+	return self
+}
+
+// fluxCommand is how the user's shell runs the Flux CLI: flux when it is on PATH, else the one
+// make testbin built, else "" (there is none to run).
+func fluxCommand() string {
+	if _, err := exec.LookPath("flux"); err == nil {
+		return "flux"
+	}
+	if p, err := testbin.FluxCLI(); err == nil {
+		return p
+	}
+	return ""
+}
+
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
+}
+
 func addDirFlag(cmd *cobra.Command, dir *string) {
 	cmd.Flags().StringVar(dir, "dir", defaultDir(), "the sandbox's directory: state, kubeconfig, logs")
+	// The help and docs/cli.md say where the default is for whoever reads them, not on this machine.
+	cmd.Flags().Lookup("dir").DefValue = "$HOME/.tidegate/sandbox"
 }
 
 // sandboxCmd is how to run `sandbox sub` on the sandbox in dir, for hints: with --dir unless dir is
@@ -139,7 +180,7 @@ It ends with a table of every gate decision and its receipt.`,
 			}
 			o.dir = dir
 			o.runArgs = commandArgs(run)
-			o.cli = cmd.Root().Name()
+			o.cli = invokedAs(cmd.Root().Name())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			_, err = up(ctx, cmd.OutOrStdout(), o)

@@ -427,15 +427,23 @@ The sandbox runs in the background. Look around (the kubeconfig's namespace is %
   %[1]s status %[2]s --kubeconfig %[4]s
   %[1]s get receipts --kubeconfig %[4]s
   kubectl get fleetclusters,fleetrollouts,gatereceipts -n %[3]s --kubeconfig %[4]s
-  flux get kustomizations -A --kubeconfig %[4]s
-Change it with commits, as a platform team would (see the README.md of each repository):
+%[11]sChange it with commits, as a platform team would (see the README.md of each repository):
   git clone -b main %[5]s      # the package: release a version in app/kustomization.yaml
   git clone -b main %[6]s        # the hub objects: clusters, the rollout, sources
   git clone -b main %[7]s   # the policy
 Logs: %[8]s/ (tidegate-controller, source-controller, kustomize-controller, simulator, API servers)
 %[9]s shows the sandbox, %[10]s stops it.
 `, d.cli, rolloutName, d.st.Namespace, kc, d.st.Git[repoPodinfo], d.st.Git[repoFleet], d.st.Git[repoPolicies], l.logs(),
-		sandboxCmd(d.cli, "status", d.st.Dir), sandboxCmd(d.cli, "down", d.st.Dir))
+		sandboxCmd(d.cli, "status", d.st.Dir), sandboxCmd(d.cli, "down", d.st.Dir), fluxHint(kc))
+}
+
+// fluxHint is the hint line that lists the Kustomizations with the Flux CLI, when there is one to run.
+func fluxHint(kubeconfig string) string {
+	flux := fluxCommand()
+	if flux == "" {
+		return ""
+	}
+	return fmt.Sprintf("  %s get kustomizations -A --kubeconfig %s\n", flux, kubeconfig)
 }
 
 func candidateOf(fr *v1alpha1.FleetRollout) string {

@@ -10,6 +10,7 @@ import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -112,6 +113,7 @@ func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts 
 		t.Fatal(err)
 	}
 	s := &fleetSetup{f: f, repo: repo, ns: f.Namespace}
+	waitMembersServing(t, f)
 	memberClients := map[string]client.Client{}
 	for _, m := range f.Members {
 		memberClients[m.Name] = m.Client
@@ -133,6 +135,22 @@ func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts 
 	}
 	s.gitSource(t, "fleet", repo)
 	return s, sha
+}
+
+// waitMembersServing waits until every member's API server answers a read: the scenarios start from
+// a fleet whose members all serve, and on a loaded machine a member's API server can still be
+// coming up (envtest retries a control plane that was slow to start) when the fleet is handed over.
+func waitMembersServing(t *testing.T, f *localfleet.Fleet) {
+	t.Helper()
+	ctx, cancel := testContext(2 * time.Minute)
+	defer cancel()
+	for _, m := range f.Members {
+		eventually(ctx, t, m.Name+"'s API server serving", func() (bool, string) {
+			var nss corev1.NamespaceList
+			err := m.Client.List(ctx, &nss, client.Limit(1))
+			return err == nil, fmt.Sprint(err)
+		})
+	}
 }
 
 // gitSource creates a GitRepository that tracks repo's branch every 2s.
