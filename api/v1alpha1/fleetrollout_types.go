@@ -294,9 +294,17 @@ type Approval struct {
 	// +optional
 	Irreversible bool `json:"irreversible,omitempty"`
 
-	// by names who approved.
+	// by names who approved, as they gave it (tidegate approve --by).
 	// +optional
 	By string `json:"by,omitempty"`
+
+	// authenticatedAs is the user the API server authenticated the client that wrote this approval
+	// as: the tidegate CLI and MCP server ask it (a SelfSubjectReview) right before they write. It is
+	// written by the client like the rest of the spec, so it is as trustworthy as the RBAC that
+	// decides who may change the rollout; receipts that count the approval record it with by.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	AuthenticatedAs string `json:"authenticatedAs,omitempty"`
 
 	// reason for the approval.
 	// +optional

@@ -16,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -161,11 +160,10 @@ func (s *mcpServer) readScope(ctx context.Context, allowWrites, overHTTP bool) s
 			v.Context = *c
 		}
 	}
-	review := &authenticationv1.SelfSubjectReview{}
-	if err := s.c.Create(ctx, review); err != nil {
-		v.IdentityError = ops.AsError(err, ops.Ref{Kind: "selfsubjectreview"}).Message
+	if id, err := ops.WhoAmI(ctx, s.c); err != nil {
+		v.IdentityError = err.Error()
 	} else {
-		v.User, v.Groups = review.Status.UserInfo.Username, review.Status.UserInfo.Groups
+		v.User, v.Groups = id.User, id.Groups
 	}
 	return v
 }
@@ -313,7 +311,8 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 	write("resume", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func(rolloutInput) ops.Mutation { return ops.Resume() })
 	tool(server, "approve", "Approve a revision for a wave, or its irreversible changes (appends to spec.approvals).",
 		false, func(ctx context.Context, in approveInput) (any, error) {
-			return s.apply(ctx, in.rolloutInput, ops.Approve(v1alpha1.Approval{Revision: in.Revision, Wave: in.Wave, Irreversible: in.Irreversible, By: in.By, Reason: in.Reason}))
+			a := v1alpha1.Approval{Revision: in.Revision, Wave: in.Wave, Irreversible: in.Irreversible, By: in.By, Reason: in.Reason}
+			return s.apply(ctx, in.rolloutInput, ops.ApproveAs(ctx, s.c, a))
 		})
 	write("rollback", "Roll the candidate back to the known-good revision (spec.rollback.request); acts while the rollout is Progressing or Held.",
 		func(rolloutInput) ops.Mutation { return ops.Rollback(s.k.env.now()) })

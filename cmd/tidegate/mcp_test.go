@@ -168,8 +168,8 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("approve over HTTP: %+v", approved)
 	}
 	after := get(ctx, t, fr.Name)
-	if !slices.Contains(after.Spec.Approvals, v1alpha1.Approval{Revision: webCandidate.Revision, Wave: "everyone", By: "alice"}) {
-		t.Errorf("approvals %+v, want the candidate approved for wave everyone by alice", after.Spec.Approvals)
+	if !slices.Contains(after.Spec.Approvals, v1alpha1.Approval{Revision: webCandidate.Revision, Wave: "everyone", By: "alice", AuthenticatedAs: "fleet-admin"}) {
+		t.Errorf("approvals %+v, want the candidate approved for wave everyone by alice, written as fleet-admin", after.Spec.Approvals)
 	}
 	var js ops.JobStatus
 	if call(ctx, t, hs, "job_status", map[string]any{"job": approved.Job}, &js) || js.State != ops.JobPending {

@@ -202,13 +202,17 @@ changes the rollbackSafe gate flagged as irreversible. An identical entry is not
 				}
 				return usageError("--revision is required, as status.candidate.revision shows it (%s)", hint)
 			}
-			return o.applyWrite(cmd, k, args[0], ops.Approve(a))
+			c, _, err := k.client()
+			if err != nil {
+				return err
+			}
+			return o.applyWrite(cmd, k, args[0], ops.ApproveAs(cmd.Context(), c, a))
 		},
 	}
 	cmd.Flags().StringVar(&a.Revision, "revision", "", "revision to approve, as status.candidate.revision shows it (required)")
 	cmd.Flags().StringVar(&a.Wave, "wave", "", "wave to approve; every wave of the revision when empty")
 	cmd.Flags().BoolVar(&a.Irreversible, "irreversible", false, "approve the changes the rollbackSafe gate flagged as irreversible")
-	cmd.Flags().StringVar(&a.By, "by", "", "who approves (recorded in the rollout and on the rollbackSafe receipt)")
+	cmd.Flags().StringVar(&a.By, "by", "", "who approves (recorded in the rollout and on the rollbackSafe receipt, beside the user the API server authenticates this command as)")
 	cmd.Flags().StringVar(&a.Reason, "reason", "", "why")
 	o.addFlags(cmd)
 	return cmd

@@ -235,18 +235,19 @@ func TestApprove(t *testing.T) {
 	expectUnchanged(ctx, t, fr)
 
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "everyone", "--by", "alice", "--reason", "canary looked fine")
-	expectRun(t, r, exitOK, prefix+`spec.approvals += {revision: `+cand+`, wave: everyone, by: alice, reason: "canary looked fine"}`+"\n", "")
-	alice := v1alpha1.Approval{Revision: cand, Wave: "everyone", By: "alice", Reason: "canary looked fine"}
+	expectRun(t, r, exitOK, prefix+`spec.approvals += {revision: `+cand+`, wave: everyone, by: alice, authenticatedAs: fleet-admin, reason: "canary looked fine"}`+"\n", "")
+	// The approval records --by and, beside it, the user the API server authenticated the CLI as.
+	alice := v1alpha1.Approval{Revision: cand, Wave: "everyone", By: "alice", AuthenticatedAs: "fleet-admin", Reason: "canary looked fine"}
 	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, alice) }, nil)
 
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "everyone", "--by", "alice", "--reason", "canary looked fine")
-	expectRun(t, r, exitOK, prefix+`spec.approvals already has {revision: `+cand+`, wave: everyone, by: alice, reason: "canary looked fine"}; nothing changed`+"\n", "")
+	expectRun(t, r, exitOK, prefix+`spec.approvals already has {revision: `+cand+`, wave: everyone, by: alice, authenticatedAs: fleet-admin, reason: "canary looked fine"}; nothing changed`+"\n", "")
 	expectUnchanged(ctx, t, fr)
 
 	short := v1alpha1.ShortRevision(cand)
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", short, "--irreversible", "--by", "bob")
-	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+cand+", irreversible: true, by: bob}\n", short+" expanded to the candidate "+cand+"\n")
-	bob := v1alpha1.Approval{Revision: cand, Irreversible: true, By: "bob"}
+	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+cand+", irreversible: true, by: bob, authenticatedAs: fleet-admin}\n", short+" expanded to the candidate "+cand+"\n")
+	bob := v1alpha1.Approval{Revision: cand, Irreversible: true, By: "bob", AuthenticatedAs: "fleet-admin"}
 	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, bob) }, nil)
 
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "ring-9")
@@ -256,9 +257,9 @@ func TestApprove(t *testing.T) {
 	// A revision that is not the candidate is approved ahead of time, with a warning.
 	next := "main@sha1:" + commit("web v2.5.0")
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", next)
-	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+next+"}\n", "warning: "+next+" is not the candidate ("+cand+"): the approval applies only once it is\n")
+	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+next+", authenticatedAs: fleet-admin}\n", "warning: "+next+" is not the candidate ("+cand+"): the approval applies only once it is\n")
 	expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) {
-		s.Approvals = append(s.Approvals, v1alpha1.Approval{Revision: next})
+		s.Approvals = append(s.Approvals, v1alpha1.Approval{Revision: next, AuthenticatedAs: "fleet-admin"})
 	}, nil)
 }
 

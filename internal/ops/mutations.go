@@ -184,6 +184,9 @@ func ApprovalString(a v1alpha1.Approval) string {
 	if a.By != "" {
 		parts = append(parts, "by: "+a.By)
 	}
+	if a.AuthenticatedAs != "" {
+		parts = append(parts, "authenticatedAs: "+a.AuthenticatedAs)
+	}
 	if a.Reason != "" {
 		parts = append(parts, "reason: "+strconv.Quote(a.Reason))
 	}
