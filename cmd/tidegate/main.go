@@ -128,7 +128,8 @@ func usageError(format string, args ...any) error {
 const rootLong = `tidegate moves one Flux package across a fleet of clusters wave by wave, and lets a wave go only
 when its gates pass (deploySafe, rollbackSafe, rollbackSucceeds, noDisruption). This command line
 reads FleetRollouts, FleetClusters and GateReceipts on the hub cluster, changes a rollout's spec
-the way a Git commit would, verifies receipts, and checks CUE policies.
+the way a Git commit would, verifies receipts, and checks CUE policies; tidegate mcp serves the
+same reads and writes to AI assistants and automation, and tidegate version says what runs where.
 
 It reaches the hub like kubectl and flux do: --kubeconfig (else $KUBECONFIG, else ~/.kube/config),
 --context, and -n/--namespace (else the namespace of the kubeconfig context, else "default").
@@ -137,7 +138,8 @@ Output: tables for people; -o json or -o yaml on every read command for machines
 fields unabbreviated (full revisions, timestamps instead of ages).
 
 Writes (hold, resume, suspend, approve, rollback, retry, reconcile) are merge patches of the
-rollout's spec or annotations, with field manager "tidegate-cli"; they never write status.
+rollout's spec or annotations, with field manager "tidegate-cli"; they never write status. Each
+returns a job handle (-o json); --wait follows it until the rollout settled or waits for an approval.
 
 Exit codes:
   0  success
@@ -171,6 +173,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newReconcileCommand(k),
 		newReceiptsCommand(k),
 		newMCPCommand(k),
+		newVersionCommand(k),
 		newPolicyCommand(),
 		sandbox.NewCommand(),
 		newDocsCommand(),
