@@ -7,8 +7,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -85,7 +83,7 @@ func silenceClientLogs() {
 }
 
 // apiError turns an API error about what (e.g. `fleetrollout fleet/web`) into exit code 2 with a
-// message that says what went wrong.
+// message that says what went wrong, and the error's code (ops.CodeOf) for -o json.
 func apiError(err error, what string) error {
 	if err == nil {
 		return nil
@@ -94,15 +92,6 @@ func apiError(err error, what string) error {
 	if errors.As(err, &ee) {
 		return err
 	}
-	switch {
-	case apierrors.IsNotFound(err):
-		err = fmt.Errorf("%s not found", what)
-	case meta.IsNoMatchError(err):
-		err = fmt.Errorf("%s: the API is not served by this cluster (are the tidegate and Flux CRDs installed?): %w", what, err)
-	case apierrors.IsForbidden(err):
-		err = fmt.Errorf("%s: forbidden: %w", what, err)
-	default:
-		err = fmt.Errorf("%s: %w", what, err)
-	}
-	return &exitError{code: exitUsage, err: err}
+	code := ops.CodeOf(err)
+	return &exitError{code: exitUsage, err: ops.NewError(code, nil, ops.Describe(code, what, err), err)}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/sandbox"
 )
 
@@ -83,7 +84,7 @@ func runContext(ctx context.Context, env *cliEnv, args []string, stdin io.Reader
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -91,6 +92,9 @@ func runContext(ctx context.Context, env *cliEnv, args []string, stdin io.Reader
 	if errors.As(err, &ee) {
 		if ee.err != nil {
 			fmt.Fprintf(stderr, "error: %v\n", ee.err)
+			if jsonOutput(cmd) && !ee.inOutput {
+				writeErrorJSON(stdout, ee)
+			}
 		}
 		return ee.code
 	}
@@ -105,10 +109,35 @@ func runContext(ctx context.Context, env *cliEnv, args []string, stdin io.Reader
 	return exitUsage
 }
 
+// jsonOutput tells whether cmd was asked for -o json (explicitly: a command whose output is JSON
+// anyway, such as receipts evidence, keeps its errors on stderr).
+func jsonOutput(cmd *cobra.Command) bool {
+	f := cmd.Flags().Lookup("output")
+	return f != nil && f.Changed && f.Value.String() == "json"
+}
+
+// writeErrorJSON prints, for a command asked for -o json, the error as {"error": {"code",
+// "message", "object"}} on stdout, where the JSON of a success goes: the code is the error's own
+// (an API error's, a write's), else Invalid for a question that could not be asked (exit code 2)
+// and Unmet for an answer that is no (exit code 1). The message is also on stderr, and the exit code is unchanged.
+func writeErrorJSON(w io.Writer, ee *exitError) {
+	var oe *ops.Error
+	if !errors.As(ee.err, &oe) {
+		code := ops.CodeUnmet
+		if ee.code == exitUsage {
+			code = ops.CodeInvalid
+		}
+		oe = ops.NewError(code, nil, ee.err.Error(), ee.err)
+	}
+	_ = writeJSON(w, map[string]*ops.Error{"error": oe})
+}
+
 // exitError carries an exit code out of a command; err, when set, is printed on stderr.
 type exitError struct {
 	code int
 	err  error
+	// inOutput: the command's -o json document already carries err; it is not printed again.
+	inOutput bool
 }
 
 func (e *exitError) Error() string {
@@ -135,7 +164,9 @@ It reaches the hub like kubectl and flux do: --kubeconfig (else $KUBECONFIG, els
 --context, and -n/--namespace (else the namespace of the kubeconfig context, else "default").
 
 Output: tables for people; -o json or -o yaml on every read command for machines, with the same
-fields unabbreviated (full revisions, timestamps instead of ages).
+fields unabbreviated (full revisions, timestamps instead of ages). Asked for -o json, a command that
+fails also prints {"error": {"code", "message", "object"}} on stdout, the code one of those of
+tidegate mcp (docs/mcp.md) or Unmet for an answer that is no.
 
 Writes (hold, resume, suspend, approve, rollback, retry, reconcile) are merge patches of the
 rollout's spec or annotations, with field manager "tidegate-cli"; they never write status. Each

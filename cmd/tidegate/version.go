@@ -82,7 +82,7 @@ Exit code: 0 when the hub answered, 2 when it could not be asked (the client ver
 				printVersion(out, v)
 			}
 			if err != nil {
-				return &exitError{code: exitUsage, err: v.Error}
+				return &exitError{code: exitUsage, err: v.Error, inOutput: output != outputTable}
 			}
 			return nil
 		},

@@ -63,3 +63,33 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version -o json as nobody: %v: %s", err, r.stdout)
 	}
 }
+
+// Asked for -o json, a command that fails prints {"error": {code, message}} on stdout as well as
+// the message on stderr, with the exit code unchanged.
+func TestErrorsAsJSON(t *testing.T) {
+	ctx := hub(t)
+	for _, tc := range []struct {
+		args []string
+		exit int
+		code ops.Code
+	}{
+		{[]string{"status", "nope", "-o", "json"}, exitUsage, ops.CodeNotFound},
+		{[]string{"--context", "nobody", "get", "rollouts", "-o", "json"}, exitUsage, ops.CodeForbidden},
+		{[]string{"-n", writesNS, "hold", "nope", "--reason", "x", "-o", "json"}, exitUsage, ops.CodeNotFound},
+		{[]string{"-n", writesNS, "hold", "nope", "-o", "json"}, exitUsage, ops.CodeInvalid},
+	} {
+		r := tidegate(ctx, tc.args...)
+		var body struct {
+			Error ops.Error `json:"error"`
+		}
+		err := json.Unmarshal([]byte(r.stdout), &body)
+		if r.code != tc.exit || err != nil || body.Error.Code != tc.code || body.Error.Message == "" ||
+			!strings.Contains(r.stderr, body.Error.Message) {
+			t.Errorf("%v: exit %d, %v\nstdout %s\nstderr %s\nwant exit %d and code %s", tc.args, r.code, err, r.stdout, r.stderr, tc.exit, tc.code)
+		}
+	}
+	// Without -o json the error stays on stderr alone.
+	if r := tidegate(ctx, "status", "nope"); r.stdout != "" || r.code != exitUsage {
+		t.Errorf("status nope: exit %d, stdout %q", r.code, r.stdout)
+	}
+}

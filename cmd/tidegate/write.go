@@ -46,6 +46,8 @@ type writeResult struct {
 	Change ops.Change     `json:"change"`
 	Job    ops.Job        `json:"job"`
 	Status *ops.JobStatus `json:"status,omitempty"`
+	// Error says why --wait ended before the job was done (a Timeout).
+	Error *ops.Error `json:"error,omitempty"`
 }
 
 // applyWrite applies m to rollout args[0], prints what it changed (stderr: its notes and warning),
@@ -83,10 +85,17 @@ func (o *writeOptions) applyWrite(cmd *cobra.Command, k *kubeOptions, name strin
 		})
 		res.Status = &st
 		if err != nil {
-			if o.output == "json" {
-				_ = writeJSON(out, res)
+			if o.output != "json" {
+				return cliError(err)
 			}
-			return cliError(err)
+			res.Error = ops.AsError(err, job.Rollout)
+			_ = writeJSON(out, res)
+			err = cliError(err)
+			var ee *exitError
+			if errors.As(err, &ee) {
+				ee.inOutput = true
+			}
+			return err
 		}
 	}
 	if o.output == "json" {

@@ -40,6 +40,8 @@ const (
 	CodeCannotCancel Code = "CannotCancel"
 	// CodeWritesDisabled: a write was asked of a read-only front end (tidegate mcp without --allow-writes).
 	CodeWritesDisabled Code = "WritesDisabled"
+	// CodeUnmet: the answer is no (the command line's exit code 1): what was asked for does not hold.
+	CodeUnmet Code = "Unmet"
 	// CodeInternal: anything else; the message is the underlying error.
 	CodeInternal Code = "Internal"
 )
@@ -79,8 +81,35 @@ func Errorf(code Code, obj *Ref, format string, args ...any) *Error {
 	return &Error{Code: code, Message: err.Error(), Object: obj, err: errors.Unwrap(err)}
 }
 
+// NewError is an Error of code about obj (nil for none) with message, caused by cause (nil for none).
+func NewError(code Code, obj *Ref, message string, cause error) *Error {
+	return &Error{Code: code, Message: message, Object: obj, err: cause}
+}
+
+// CodeOf classifies err: an *Error's own code, else an API error's by its status, else CodeInternal.
+func CodeOf(err error) Code {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e.Code
+	case apierrors.IsNotFound(err):
+		return CodeNotFound
+	case meta.IsNoMatchError(err):
+		return CodeAPINotServed
+	case apierrors.IsForbidden(err):
+		return CodeForbidden
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return CodeRefused
+	case apierrors.IsConflict(err):
+		return CodeConflict
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err), isConnection(err):
+		return CodeUnavailable
+	}
+	return CodeInternal
+}
+
 // AsError returns err as an *Error: itself when it is one, else an API error classified by its
-// status (about obj), else CodeInternal. nil stays nil.
+// status (CodeOf), about obj. nil stays nil.
 func AsError(err error, obj Ref) *Error {
 	if err == nil {
 		return nil
@@ -89,22 +118,23 @@ func AsError(err error, obj Ref) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	o := &obj
-	switch {
-	case apierrors.IsNotFound(err):
-		return &Error{Code: CodeNotFound, Message: obj.String() + " not found", Object: o, err: err}
-	case meta.IsNoMatchError(err):
-		return &Error{Code: CodeAPINotServed, Message: fmt.Sprintf("%s: the API is not served by this cluster (are the tidegate and Flux CRDs installed?): %v", obj, err), Object: o, err: err}
-	case apierrors.IsForbidden(err):
-		return &Error{Code: CodeForbidden, Message: fmt.Sprintf("%s: forbidden: %v", obj, err), Object: o, err: err}
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		return &Error{Code: CodeRefused, Message: fmt.Sprintf("%s: the API server refused the change: %v", obj, err), Object: o, err: err}
-	case apierrors.IsConflict(err):
-		return &Error{Code: CodeConflict, Message: fmt.Sprintf("%s: %v", obj, err), Object: o, err: err}
-	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err), isConnection(err):
-		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("%s: %v", obj, err), Object: o, err: err}
+	code := CodeOf(err)
+	return &Error{Code: code, Message: Describe(code, obj.String(), err), Object: &obj, err: err}
+}
+
+// Describe is the message of an error err of code about what (e.g. "fleetrollout fleet/web").
+func Describe(code Code, what string, err error) string {
+	switch code {
+	case CodeNotFound:
+		return what + " not found"
+	case CodeAPINotServed:
+		return fmt.Sprintf("%s: the API is not served by this cluster (are the tidegate and Flux CRDs installed?): %v", what, err)
+	case CodeForbidden:
+		return fmt.Sprintf("%s: forbidden: %v", what, err)
+	case CodeRefused:
+		return fmt.Sprintf("%s: the API server refused the change: %v", what, err)
 	}
-	return &Error{Code: CodeInternal, Message: fmt.Sprintf("%s: %v", obj, err), Object: o, err: err}
+	return fmt.Sprintf("%s: %v", what, err)
 }
 
 // isConnection tells an error that never got an answer from the API server (refused, reset, a
