@@ -45,12 +45,18 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	})
 	s.f.Member(canary).Faults.Set(faultproxy.Blackhole())
 
-	fr := s.waitGate(ctx, t, "web", v1alpha1.GateNoDisruption, metav1.ConditionUnknown)
+	// noDisruption reads Unknown before its decision too (the soak runs): wait for the wait itself.
+	var fr *v1alpha1.FleetRollout
+	eventually(ctx, t, "the rollout waiting on the inconclusive gate naming "+canary, func() (bool, string) {
+		fr = s.rollout(t, "web")
+		w := fr.Status.WaitingFor
+		return w != nil && w.Reason == v1alpha1.WaitingForInconclusive && strings.Contains(w.Message, canary), describe(fr)
+	})
+	if c := findCondition(fr, v1alpha1.GateNoDisruption); c == nil || c.Status != metav1.ConditionUnknown {
+		t.Errorf("noDisruption should be Unknown while it is inconclusive: %+v", c)
+	}
 	if fr.Status.Phase != v1alpha1.PhaseProgressing || fr.Status.Waves[0].Phase != v1alpha1.WaveSoaking {
 		t.Fatalf("an inconclusive noDisruption must leave the wave soaking: %s", describe(fr))
-	}
-	if w := fr.Status.WaitingFor; w == nil || w.Reason != v1alpha1.WaitingForInconclusive || !strings.Contains(w.Message, canary) {
-		t.Errorf("the rollout should wait on the inconclusive gate naming %s: %+v", canary, w)
 	}
 	rc := latestReceipt(s.receiptsOf(ctx, t, "web", rev2), v1alpha1.GateNoDisruption, "canary")
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultInconclusive {
