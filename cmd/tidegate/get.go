@@ -9,9 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // getOptions are the flags every `get` subcommand shares.
@@ -19,6 +21,7 @@ type getOptions struct {
 	k             *kubeOptions
 	output        string
 	allNamespaces bool
+	selector      string
 }
 
 func newGetCommand(k *kubeOptions) *cobra.Command {
@@ -34,6 +37,7 @@ or the one named.`,
 	for _, sub := range []*cobra.Command{newGetRolloutsCommand(o), newGetClustersCommand(o), newGetReceiptsCommand(o)} {
 		addOutputFlag(sub, &o.output)
 		sub.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the objects of every namespace")
+		sub.Flags().StringVarP(&o.selector, "selector", "l", "", "list only the objects whose labels match this selector, as kubectl's -l (e.g. -l tidegate.dev/rollout=web)")
 		cmd.AddCommand(sub)
 	}
 	return cmd
@@ -68,6 +72,9 @@ func maxOneArg(cmd *cobra.Command, args []string) error {
 
 // list reads the objects of the namespace, of every namespace with -A, or the one named.
 func (o *getOptions) list(ctx context.Context, c client.Client, ns string, args []string, list client.ObjectList, one client.Object, what string) error {
+	if len(args) == 1 && o.selector != "" {
+		return usageError("a %s is read by name or listed by -l, not both: drop %s or -l", what, args[0])
+	}
 	if len(args) == 1 {
 		if o.allNamespaces {
 			return usageError("a %s cannot be read by name across all namespaces: drop -A, or name its namespace with -n", what)
@@ -77,7 +84,10 @@ func (o *getOptions) list(ctx context.Context, c client.Client, ns string, args 
 		}
 		return nil
 	}
-	var opts []client.ListOption
+	opts, err := selectorOption(o.selector)
+	if err != nil {
+		return err
+	}
 	where := "namespace " + ns
 	if !o.allNamespaces {
 		opts = append(opts, client.InNamespace(ns))
@@ -88,6 +98,18 @@ func (o *getOptions) list(ctx context.Context, c client.Client, ns string, args 
 		return apiError(err, fmt.Sprintf("listing %ss in %s", what, where))
 	}
 	return nil
+}
+
+// selectorOption is the list option of a label selector as kubectl's -l takes it (none when empty).
+func selectorOption(selector string) ([]client.ListOption, error) {
+	if selector == "" {
+		return nil, nil
+	}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: ops.NewError(ops.CodeInvalid, nil, fmt.Sprintf("invalid label selector %q: %v", selector, err), err)}
+	}
+	return []client.ListOption{client.MatchingLabelsSelector{Selector: sel}}, nil
 }
 
 // noneFound says on stderr that a list is empty, as kubectl does.

@@ -173,6 +173,7 @@ type (
 	listInput struct {
 		Namespace     string `json:"namespace,omitempty" jsonschema:"namespace to list in; the server's namespace when empty"`
 		AllNamespaces bool   `json:"allNamespaces,omitempty" jsonschema:"list in every namespace"`
+		Selector      string `json:"selector,omitempty" jsonschema:"a label selector as kubectl -l takes it"`
 	}
 	rolloutInput struct {
 		Name      string `json:"name" jsonschema:"the FleetRollout's name"`
@@ -228,16 +229,24 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 		true, func(ctx context.Context, _ struct{}) (any, error) { return s.scope, nil })
 	tool(server, "list_rollouts", "List FleetRollouts: phase, current wave, candidate and known-good (revisions and digests), Ready.",
 		true, func(ctx context.Context, in listInput) (any, error) {
+			opts, err := s.listScope(in)
+			if err != nil {
+				return nil, err
+			}
 			var list v1alpha1.FleetRolloutList
-			if err := s.c.List(ctx, &list, s.listScope(in)...); err != nil {
+			if err := s.c.List(ctx, &list, opts...); err != nil {
 				return nil, ops.AsError(err, ops.Ref{Kind: "fleetrollouts", Namespace: s.listNamespace(in)})
 			}
 			return items[rolloutRow]{Items: rolloutRows(list.Items)}, nil
 		})
 	tool(server, "list_clusters", "List FleetClusters: member API server version, Ready, when last seen.",
 		true, func(ctx context.Context, in listInput) (any, error) {
+			opts, err := s.listScope(in)
+			if err != nil {
+				return nil, err
+			}
 			var list v1alpha1.FleetClusterList
-			if err := s.c.List(ctx, &list, s.listScope(in)...); err != nil {
+			if err := s.c.List(ctx, &list, opts...); err != nil {
 				return nil, ops.AsError(err, ops.Ref{Kind: "fleetclusters", Namespace: s.listNamespace(in)})
 			}
 			return items[clusterRow]{Items: clusterRows(list.Items)}, nil
@@ -347,11 +356,15 @@ func (s *mcpServer) listNamespace(in listInput) string {
 	return s.namespace(in.Namespace)
 }
 
-func (s *mcpServer) listScope(in listInput) []client.ListOption {
-	if in.AllNamespaces {
-		return nil
+func (s *mcpServer) listScope(in listInput) ([]client.ListOption, error) {
+	opts, err := selectorOption(in.Selector)
+	if err != nil {
+		return nil, mcpError(err, ops.Ref{Kind: "selector"})
 	}
-	return []client.ListOption{client.InNamespace(s.namespace(in.Namespace))}
+	if !in.AllNamespaces {
+		opts = append(opts, client.InNamespace(s.namespace(in.Namespace)))
+	}
+	return opts, nil
 }
 
 // mcpError is err as an *ops.Error: the command line's own errors (an exitError around a message)

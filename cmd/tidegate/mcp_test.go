@@ -101,6 +101,14 @@ func TestMCP(t *testing.T) {
 		status.Candidate == nil || status.Candidate.Digest != webCandidate.Digest || status.LastKnownGood == nil || status.LastKnownGood.Digest != webKnownGood.Digest {
 		t.Errorf("get_rollout: %+v, want %s with candidate %s and known-good %s", status, fr.Name, webCandidate.Digest, webKnownGood.Digest)
 	}
+	var listed items[rolloutRow]
+	if call(ctx, t, ro, "list_rollouts", map[string]any{"selector": "tidegate.dev/none=x"}, &listed) || len(listed.Items) != 0 {
+		t.Errorf("list_rollouts with a selector nothing matches: %+v", listed)
+	}
+	var badSelector mcpErrorBody
+	if !call(ctx, t, ro, "list_rollouts", map[string]any{"selector": "a==b==c"}, &badSelector) || badSelector.Error.Code != ops.CodeInvalid {
+		t.Errorf("list_rollouts with an invalid selector: %+v, want Invalid", badSelector)
+	}
 	var missing mcpErrorBody
 	if !call(ctx, t, ro, "get_rollout", map[string]any{"name": "nope"}, &missing) ||
 		missing.Error.Code != ops.CodeNotFound || missing.Error.Object == nil || *missing.Error.Object != ops.RolloutRef(writesNS, "nope") {
