@@ -36,6 +36,7 @@ or the one named.`,
 	}
 	for _, sub := range []*cobra.Command{newGetRolloutsCommand(o), newGetClustersCommand(o), newGetReceiptsCommand(o)} {
 		addOutputFlag(sub, &o.output)
+		sub.Flags().Lookup("output").Usage = "output format: table, name (kind/name), json, yaml or jsonpath=TEMPLATE (over the json document)"
 		sub.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the objects of every namespace")
 		sub.Flags().StringVarP(&o.selector, "selector", "l", "", "list only the objects whose labels match this selector, as kubectl's -l (e.g. -l tidegate.dev/rollout=web)")
 		cmd.AddCommand(sub)
@@ -98,6 +99,14 @@ func (o *getOptions) list(ctx context.Context, c client.Client, ns string, args 
 		return apiError(err, fmt.Sprintf("listing %ss in %s", what, where))
 	}
 	return nil
+}
+
+func namesOf[T any](rows []T, name func(T) string) []string {
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, name(r))
+	}
+	return out
 }
 
 // selectorOption is the list option of a label selector as kubectl's -l takes it (none when empty).
@@ -179,7 +188,7 @@ status) and MESSAGE (its message).`,
   tidegate get rollouts -A -o json`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkKubeOutput(o.output); err != nil {
+			if err := checkListOutput(o.output); err != nil {
 				return err
 			}
 			c, ns, err := o.k.client()
@@ -195,6 +204,9 @@ status) and MESSAGE (its message).`,
 				list.Items = []v1alpha1.FleetRollout{one}
 			}
 			rows := rolloutRows(list.Items)
+			if o.output == outputName {
+				return writeNames(cmd.OutOrStdout(), "fleetrollout", namesOf(rows, func(r rolloutRow) string { return r.Name }))
+			}
 			if o.output != outputTable {
 				return writeData(cmd.OutOrStdout(), o.output, items[rolloutRow]{Items: rows})
 			}
@@ -250,7 +262,7 @@ status), LAST SEEN (lastObservedTime: how long ago the member API server last an
 status is written only when the cluster changes) and MESSAGE (Ready's message).`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkKubeOutput(o.output); err != nil {
+			if err := checkListOutput(o.output); err != nil {
 				return err
 			}
 			c, ns, err := o.k.client()
@@ -266,6 +278,9 @@ status is written only when the cluster changes) and MESSAGE (Ready's message).`
 				list.Items = []v1alpha1.FleetCluster{one}
 			}
 			rows := clusterRows(list.Items)
+			if o.output == outputName {
+				return writeNames(cmd.OutOrStdout(), "fleetcluster", namesOf(rows, func(r clusterRow) string { return r.Name }))
+			}
 			if o.output != outputTable {
 				return writeData(cmd.OutOrStdout(), o.output, items[clusterRow]{Items: rows})
 			}
@@ -313,7 +328,7 @@ decision, spec.evaluatedAt). -o json and -o yaml add the targets, policy digest 
   tidegate get receipts --rollout web -o json | jq '.items[] | select(.result == "Fail")'`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkKubeOutput(o.output); err != nil {
+			if err := checkListOutput(o.output); err != nil {
 				return err
 			}
 			c, ns, err := o.k.client()
@@ -329,6 +344,9 @@ decision, spec.evaluatedAt). -o json and -o yaml add the targets, policy digest 
 				list.Items = []v1alpha1.GateReceipt{one}
 			}
 			rows := receiptRows(list.Items, rollout)
+			if o.output == outputName {
+				return writeNames(cmd.OutOrStdout(), "gatereceipt", namesOf(rows, func(r receiptRow) string { return r.Name }))
+			}
 			if o.output != outputTable {
 				return writeData(cmd.OutOrStdout(), o.output, items[receiptRow]{Items: rows})
 			}

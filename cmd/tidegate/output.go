@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -10,34 +11,94 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/internal/ops"
 )
 
-// Output formats of the read commands.
+// Output formats of the read commands; get also has outputName.
 const (
 	outputTable = "table"
 	outputJSON  = "json"
 	outputYAML  = "yaml"
+	outputName  = "name"
+	// outputJSONPath prefixes a template, as kubectl's -o jsonpath=TEMPLATE, over the -o json document.
+	outputJSONPath = "jsonpath="
 )
 
-// addOutputFlag adds -o table|json|yaml to cmd.
+// addOutputFlag adds -o table|json|yaml|jsonpath=TEMPLATE to cmd.
 func addOutputFlag(cmd *cobra.Command, output *string) {
-	cmd.Flags().StringVarP(output, "output", "o", outputTable, "output format: table, json or yaml")
+	cmd.Flags().StringVarP(output, "output", "o", outputTable, "output format: table, json, yaml or jsonpath=TEMPLATE (over the json document)")
 }
 
 func checkKubeOutput(o string) error {
-	switch o {
-	case outputTable, outputJSON, outputYAML:
+	switch {
+	case o == outputTable, o == outputJSON, o == outputYAML:
+		return nil
+	case strings.HasPrefix(o, outputJSONPath):
+		if _, err := parseJSONPath(o); err != nil {
+			return err
+		}
 		return nil
 	}
-	return usageError("-o %q: the formats are table, json and yaml", o)
+	return usageError("-o %q: the formats are table, json, yaml and jsonpath=TEMPLATE", o)
 }
 
-// writeData prints v as JSON or YAML.
+// checkListOutput is checkKubeOutput for the get commands, which also print -o name.
+func checkListOutput(o string) error {
+	switch {
+	case o == outputName:
+		return nil
+	case strings.HasPrefix(o, outputJSONPath):
+		return checkKubeOutput(o) // its own error names the template's fault
+	case checkKubeOutput(o) != nil:
+		return usageError("-o %q: the formats are table, name, json, yaml and jsonpath=TEMPLATE", o)
+	}
+	return nil
+}
+
+func parseJSONPath(o string) (*jsonpath.JSONPath, error) {
+	tmpl := strings.TrimPrefix(o, outputJSONPath)
+	jp := jsonpath.New("output").AllowMissingKeys(true)
+	if err := jp.Parse(tmpl); err != nil {
+		return nil, usageError("-o %s: %v", o, err)
+	}
+	return jp, nil
+}
+
+// writeNames prints kind/name for each name, as kubectl's -o name.
+func writeNames(w io.Writer, kind string, names []string) error {
+	for _, n := range names {
+		if _, err := fmt.Fprintf(w, "%s/%s\n", kind, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeData prints v as JSON, YAML or a JSONPath template over its JSON.
 func writeData(w io.Writer, output string, v any) error {
+	if strings.HasPrefix(output, outputJSONPath) {
+		jp, err := parseJSONPath(output)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		var doc any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			return err
+		}
+		if err := jp.Execute(w, doc); err != nil {
+			return &exitError{code: exitUsage, err: fmt.Errorf("-o %s: %w", output, err)}
+		}
+		_, err = fmt.Fprintln(w)
+		return err
+	}
 	if output == outputYAML {
 		b, err := yaml.Marshal(v)
 		if err != nil {

@@ -8,6 +8,33 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
+// -o name prints kind/name per object, as kubectl's; -o jsonpath=TEMPLATE runs a kubectl JSONPath
+// template over the -o json document, of get and of the other read commands.
+func TestOutputNameAndJSONPath(t *testing.T) {
+	ctx := hub(t)
+	newRollout(ctx, t, "out-a", func(fr *v1alpha1.FleetRollout) { fr.Labels = map[string]string{"out": "yes"} })
+	newRollout(ctx, t, "out-b", func(fr *v1alpha1.FleetRollout) { fr.Labels = map[string]string{"out": "yes"} })
+	for _, tc := range []struct {
+		args   []string
+		stdout string
+	}{
+		{[]string{"get", "rollouts", "-l", "out=yes", "-o", "name"}, "fleetrollout/out-a\nfleetrollout/out-b\n"},
+		{[]string{"get", "rollouts", "-l", "out=yes", "-o", "jsonpath={.items[*].name}"}, "out-a out-b\n"},
+		{[]string{"status", "out-a", "-o", "jsonpath={.phase} {.candidate.digest}"}, "Progressing " + webCandidate.Digest + "\n"},
+	} {
+		r := tidegate(ctx, append([]string{"-n", writesNS}, tc.args...)...)
+		expectRun(t, r, exitOK, tc.stdout, "")
+	}
+	r := tidegate(ctx, "-n", writesNS, "get", "rollouts", "-o", "jsonpath={.items[")
+	if r.code != exitUsage || !strings.HasPrefix(r.stderr, "error: -o jsonpath={.items[: ") {
+		t.Errorf("an invalid template: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = tidegate(ctx, "-n", writesNS, "status", "out-a", "-o", "name")
+	if r.code != exitUsage {
+		t.Errorf("status -o name: exit %d, want a usage error (only get prints names)", r.code)
+	}
+}
+
 // get -l lists only the objects whose labels match, as kubectl does; a selector that does not parse,
 // or one given with a NAME, is a usage error.
 func TestGetSelector(t *testing.T) {
