@@ -163,8 +163,9 @@ same reads and writes to AI assistants and automation, and tidegate version says
 It reaches the hub like kubectl and flux do: --kubeconfig (else $KUBECONFIG, else ~/.kube/config),
 --context, and -n/--namespace (else the namespace of the kubeconfig context, else "default").
 
-Output: tables for people; -o json or -o yaml on every read command for machines, with the same
-fields unabbreviated (full revisions, timestamps instead of ages). Asked for -o json, a command that
+Output: tables for people; -o json, -o yaml or -o jsonpath=TEMPLATE on every read command for
+machines, with the same fields unabbreviated (full revisions, timestamps instead of ages); get also
+has -o name and -l SELECTOR. Asked for -o json, a command that
 fails also prints {"error": {"code", "message", "object"}} on stdout, the code one of those of
 tidegate mcp (docs/mcp.md) or Unmet for an answer that is no.
 
