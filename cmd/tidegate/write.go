@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/spf13/cobra"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -247,18 +248,24 @@ failed waves.`,
 }
 
 func newReconcileCommand(k *kubeOptions) *cobra.Command {
-	var timeout time.Duration
+	var (
+		timeout    time.Duration
+		withSource bool
+	)
 	cmd := &cobra.Command{
 		Use:   "reconcile ROLLOUT",
 		Short: "Ask the controller to reconcile a rollout now, and wait until it has",
 		Long: `reconcile sets the annotation reconcile.fluxcd.io/requestedAt to the current time, as flux reconcile
 does, and waits until the controller has handled it (status.lastHandledReconcileAt equals it).
+With --with-source it first sets the same annotation on the GitRepository or OCIRepository the
+rollout tracks and waits until source-controller has handled it, as flux reconcile ks --with-source.
 
 Exit code: 0 when handled and the rollout's Ready is not False; 1 when handled and Ready is False,
 or when --timeout passed first (is tidegate-controller running?); 2 when the rollout is suspended
 (the controller writes nothing for it) or on an API error.`,
-		Example: `  tidegate reconcile web --timeout 5m`,
-		Args:    exactArgs(1),
+		Example: `  tidegate reconcile web --timeout 5m
+  tidegate reconcile web --with-source`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ns, err := k.client()
 			if err != nil {
@@ -267,14 +274,26 @@ or when --timeout passed first (is tidegate-controller running?); 2 when the rol
 			name := args[0]
 			what := fmt.Sprintf("fleetrollout %s/%s", ns, name)
 			value := k.env.now().UTC().Format(time.RFC3339Nano)
+			out := cmd.OutOrStdout()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if withSource {
+				fr, err := getRollout(ctx, c, ns, name)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "%s %s/%s: annotation %s set to %s\n", strings.ToLower(fr.Spec.SourceRef.Kind), ns, fr.Spec.SourceRef.Name, meta.ReconcileRequestAnnotation, value)
+				f, err := ops.ReconcileSource(ctx, c, fr, value, k.env.pollInterval)
+				if err != nil {
+					return cliError(err)
+				}
+				fmt.Fprintf(out, "%s %s/%s: fetched revision %s, Ready %s\n", strings.ToLower(f.Source.Kind), f.Source.Namespace, f.Source.Name, ops.OrDash(f.Revision), f.Ready)
+			}
 			fr, ch, _, err := ops.Apply(cmd.Context(), c, ns, name, ops.RequestReconcile(value))
 			if err != nil {
 				return cliError(err)
 			}
-			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%s: %s\n", what, ch.Message)
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
 			for fr.Status.LastHandledReconcileAt != value {
 				select {
 				case <-ctx.Done():
@@ -298,7 +317,8 @@ or when --timeout passed first (is tidegate-controller running?); 2 when the rol
 			return statusExit(fr)
 		},
 	}
-	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the controller")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the controller (and, with --with-source, for source-controller first)")
+	cmd.Flags().BoolVar(&withSource, "with-source", false, "ask the tracked source to fetch first and wait until it has, as flux reconcile ks --with-source does")
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -534,4 +535,54 @@ func TestWriteWait(t *testing.T) {
 		!strings.Contains(r.stderr, "error: fleetrollout writes/wait-ignored: the job is still Pending (phase Progressing)") {
 		t.Errorf("a wait nobody answers: exit %d, status %+v, stderr %q; want exit 1, Pending", r.code, res.Status, r.stderr)
 	}
+}
+
+// reconcile --with-source asks the tracked source to fetch first and waits for source-controller
+// to have handled it (played here: the test hub runs no source-controller), then the rollout.
+func TestReconcileWithSource(t *testing.T) {
+	ctx := hub(t)
+	fr := newRollout(ctx, t, "reconcile-source", func(fr *v1alpha1.FleetRollout) { fr.Spec.SourceRef.Name = "reconcile-source-repo" })
+	repo := &sourcev1.GitRepository{
+		ObjectMeta: metav1.ObjectMeta{Name: "reconcile-source-repo", Namespace: writesNS},
+		Spec:       sourcev1.GitRepositorySpec{URL: "https://example.com/fleet.git", Interval: metav1.Duration{Duration: time.Minute}},
+	}
+	if err := k8s.Create(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), repo) })
+	value := fixedNow.Format(time.RFC3339Nano)
+
+	// Nobody answers for the source: the wait runs out before the rollout is asked.
+	r := tidegate(ctx, "-n", writesNS, "reconcile", fr.Name, "--with-source", "--timeout", "300ms")
+	if r.code != exitNo || !strings.Contains(r.stderr, "did not handle the reconcile request "+value+" in time: is source-controller running?") {
+		t.Errorf("reconcile --with-source without a source-controller: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	expectUnchanged(ctx, t, fr)
+
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { // source-controller
+		for pctx.Err() == nil {
+			got := &sourcev1.GitRepository{}
+			if err := k8s.Get(pctx, client.ObjectKeyFromObject(repo), got); err == nil {
+				if v, ok := meta.ReconcileAnnotationValue(got.Annotations); ok && v != got.Status.LastHandledReconcileAt {
+					got.Status.SetLastHandledReconcileRequest(v)
+					got.Status.Artifact = &meta.Artifact{Revision: webCandidate.Revision, Digest: webCandidate.Digest, Path: "x", URL: "http://x", LastUpdateTime: metav1.Now()}
+					got.Status.Conditions = []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionTrue, "Succeeded", "stored artifact", at(10, 0))}
+					_ = k8s.Status().Update(pctx, got)
+				}
+			}
+			select {
+			case <-pctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	cwg := playController(pctx, t, map[string]metav1.ConditionStatus{fr.Name: metav1.ConditionUnknown})
+	defer func() { stop(); wg.Wait(); cwg.Wait() }()
+	r = tidegate(ctx, "-n", writesNS, "reconcile", fr.Name, "--with-source")
+	expectRun(t, r, exitOK, "gitrepository writes/reconcile-source-repo: annotation reconcile.fluxcd.io/requestedAt set to "+value+"\n"+
+		"gitrepository writes/reconcile-source-repo: fetched revision "+webCandidate.Revision+", Ready True\n"+
+		"fleetrollout writes/reconcile-source: annotation reconcile.fluxcd.io/requestedAt set to "+value+"\n"+
+		"fleetrollout writes/reconcile-source: reconciled: phase Progressing, Ready Unknown (GateFailed): wave everyone is blocked\n", "")
 }
