@@ -306,7 +306,7 @@ or when --timeout passed first (is tidegate-controller running?); 2 when the rol
 				}
 				next, err := getRollout(ctx, c, ns, name)
 				if err != nil {
-					if ctx.Err() != nil {
+					if ops.PastDeadline(ctx, err) {
 						continue
 					}
 					return err

@@ -526,7 +526,7 @@ func TestWriteWait(t *testing.T) {
 	}
 
 	ignored := newRollout(ctx, t, "wait-ignored", nil)
-	r = tidegate(ctx, "-n", writesNS, "retry", ignored.Name, "--wait", "--timeout", "300ms", "-o", "json")
+	r = tidegate(ctx, "-n", writesNS, "retry", ignored.Name, "--wait", "--timeout", "2s", "-o", "json")
 	res = writeResult{}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatalf("retry -o json: %v: %q", err, r.stdout)
@@ -553,7 +553,7 @@ func TestReconcileWithSource(t *testing.T) {
 	value := fixedNow.Format(time.RFC3339Nano)
 
 	// Nobody answers for the source: the wait runs out before the rollout is asked.
-	r := tidegate(ctx, "-n", writesNS, "reconcile", fr.Name, "--with-source", "--timeout", "300ms")
+	r := tidegate(ctx, "-n", writesNS, "reconcile", fr.Name, "--with-source", "--timeout", "2s")
 	if r.code != exitNo || !strings.Contains(r.stderr, "did not handle the reconcile request "+value+" in time: is source-controller running?") {
 		t.Errorf("reconcile --with-source without a source-controller: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

@@ -2,6 +2,8 @@ package ops
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
@@ -180,7 +182,7 @@ func Follow(ctx context.Context, c client.Client, job Job, poll time.Duration, p
 	var last JobStatus
 	for first := true; ; first = false {
 		s, err := Status(ctx, c, job)
-		if err != nil && ctx.Err() == nil {
+		if err != nil && !PastDeadline(ctx, err) {
 			return s, err
 		}
 		if err == nil {
@@ -194,10 +196,19 @@ func Follow(ctx context.Context, c client.Client, job Job, poll time.Duration, p
 		}
 		select {
 		case <-ctx.Done():
+			if last.State == "" {
+				return last, Errorf(CodeTimeout, &job.Rollout, "%s: the job's status could not be read before the deadline: %v", job.Rollout, ctx.Err())
+			}
 			return last, Errorf(CodeTimeout, &job.Rollout, "%s: the job is still %s (phase %s): %v", job.Rollout, last.State, OrDash(last.Phase), ctx.Err())
 		case <-time.After(poll):
 		}
 	}
+}
+
+// PastDeadline tells whether err comes from ctx's deadline: ctx ended, or client-go's rate limiter
+// refused to wait past it ("would exceed context deadline", which wraps no context error).
+func PastDeadline(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "would exceed context deadline")
 }
 
 func sameStatus(a, b JobStatus) bool {

@@ -1,7 +1,9 @@
 package ops
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,6 +64,27 @@ func TestAsError(t *testing.T) {
 		got := AsError(tc.err, ref)
 		if got.Code != tc.want || got.Object == nil || *got.Object != ref {
 			t.Errorf("%v: %s about %v, want %s about %s", tc.err, got.Code, got.Object, tc.want, ref)
+		}
+	}
+}
+
+func TestPastDeadline(t *testing.T) {
+	live := context.Background()
+	done, cancel := context.WithCancel(live)
+	cancel()
+	rate := errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{live, rate, true},
+		{live, fmt.Errorf("reading: %w", context.DeadlineExceeded), true},
+		{done, errors.New("anything"), true},
+		{live, errors.New("connection refused"), false},
+	} {
+		if got := PastDeadline(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("PastDeadline(%v, %q) = %v, want %v", tc.ctx.Err(), tc.err, got, tc.want)
 		}
 	}
 }

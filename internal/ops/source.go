@@ -52,7 +52,7 @@ func ReconcileSource(ctx context.Context, c client.Client, fr *v1alpha1.FleetRol
 		return SourceFetched{}, AsError(err, ref)
 	}
 	for {
-		if err := c.Get(ctx, key, src); err != nil && ctx.Err() == nil {
+		if err := c.Get(ctx, key, src); err != nil && !PastDeadline(ctx, err) {
 			return SourceFetched{}, AsError(err, ref)
 		}
 		if f, ok := fetched(src, value); ok {
