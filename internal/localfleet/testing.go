@@ -20,7 +20,7 @@ type TB interface {
 // API server, etcd and Flux controller log are printed first, so a failure shows what the fleet saw.
 func StartForTest(t TB, opts Options) *Fleet {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	f, err := Start(ctx, opts)
 	if f != nil {

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // set in the Makefile) and mostly wait, but starting a fleet (a hub and up to five members, each a
 // kube-apiserver and an etcd, and the Flux controllers) is CPU-bound for a minute on a loaded
 // two-core machine. One at a time made the starts the suite's bottleneck (13 of 39 tests done in
-// 19 minutes, on pace for an hour); two at a time, each start has localfleet's five minutes,
+// 19 minutes, on pace for an hour); two at a time, each start has localfleet's eight minutes,
 // enough beside the running fleets.
 var fleetStarts = make(chan struct{}, 2)
 
