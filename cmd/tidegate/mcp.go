@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -310,24 +309,25 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 	if !allowWrites {
 		return server
 	}
-	write := func(name, desc string, m func(in rolloutInput) ops.Mutation) {
-		tool(server, name, desc, false, func(ctx context.Context, in rolloutInput) (any, error) { return s.apply(ctx, in, m(in)) })
+	// write adds a tool that applies the mutation m builds, when called, to the rollout named.
+	write := func(name, desc string, m func() ops.Mutation) {
+		tool(server, name, desc, false, func(ctx context.Context, in rolloutInput) (any, error) { return s.apply(ctx, in, m()) })
 	}
 	tool(server, "hold", "Hold a rollout where it is (spec.hold): no new wave starts; what is applied stays applied.",
 		false, func(ctx context.Context, in holdInput) (any, error) {
 			return s.apply(ctx, in.rolloutInput, ops.Hold(in.Reason))
 		})
-	write("resume", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func(rolloutInput) ops.Mutation { return ops.Resume() })
+	write("resume", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func() ops.Mutation { return ops.Resume() })
 	tool(server, "approve", "Approve a revision for a wave, or its irreversible changes (appends to spec.approvals).",
 		false, func(ctx context.Context, in approveInput) (any, error) {
 			a := v1alpha1.Approval{Revision: in.Revision, Wave: in.Wave, Irreversible: in.Irreversible, By: in.By, Reason: in.Reason}
 			return s.apply(ctx, in.rolloutInput, ops.ApproveAs(ctx, s.c, a))
 		})
 	write("rollback", "Roll the candidate back to the known-good revision (spec.rollback.request); acts while the rollout is Progressing or Held.",
-		func(rolloutInput) ops.Mutation { return ops.Rollback(s.k.env.now()) })
-	write("retry", "Let a rejected or failed candidate go again (spec.retry).", func(rolloutInput) ops.Mutation { return ops.Retry(s.k.env.now()) })
+		func() ops.Mutation { return ops.Rollback(s.k.env.now()) })
+	write("retry", "Let a rejected or failed candidate go again (spec.retry).", func() ops.Mutation { return ops.Retry(s.k.env.now()) })
 	write("reconcile", "Ask the controller to reconcile a rollout now (reconcile.fluxcd.io/requestedAt); job_status says when it has.",
-		func(rolloutInput) ops.Mutation {
+		func() ops.Mutation {
 			return ops.RequestReconcile(s.k.env.now().UTC().Format(time.RFC3339Nano))
 		})
 	tool(server, "cancel_job", "Cancel a job: mode hold (always possible, nothing is undone) or rollback (to the known-good); a rollback under way cannot be cancelled (code CannotCancel, with the reason).",
@@ -402,12 +402,4 @@ func tool[In any](server *mcp.Server, name, desc string, readOnly bool, h func(c
 		text, _ := json.Marshal(body)
 		return &mcp.CallToolResult{IsError: true, StructuredContent: body, Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}}, nil, nil
 	})
-}
-
-// version is the module version tidegate was built at ("(devel)" from a work tree).
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -151,4 +152,12 @@ func printVersion(w interface{ Write([]byte) (int, error) }, v versionView) {
 	for _, ctr := range v.Controllers {
 		fmt.Fprintf(w, "controller: %s/%s %s, %d/%d ready\n", ctr.Namespace, ctr.Name, strings.Join(ctr.Images, ", "), ctr.Ready, ctr.Replicas)
 	}
+}
+
+// version is the module version tidegate was built at ("(devel)" from a work tree).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }
