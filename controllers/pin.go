@@ -100,7 +100,8 @@ func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 }
 
 // prunePinnedSources deletes the rollout's pinned sources that nothing needs: not the candidate's,
-// not the known-good's, not one a Kustomization still uses, and not among the newest historyLimit others.
+// not the known-good's, not one of status.history (a rollback of a completed rollout goes back to
+// one), not one a Kustomization still uses, and not among the newest historyLimit others.
 // beforeDelete, when set, runs just before each delete (the crash-point hook).
 func prunePinnedSources(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, kind string, inUse map[string]bool, beforeDelete func(name string) error) error {
 	list, err := listPinned(ctx, c, fr.Namespace, fr.Name, kind)
@@ -115,6 +116,9 @@ func prunePinnedSources(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 		if r != nil {
 			keep[r.Source] = true
 		}
+	}
+	for _, h := range fr.Status.History {
+		keep[h.Source] = true
 	}
 	sort.Slice(list, func(i, j int) bool {
 		ti, tj := list[i].GetCreationTimestamp(), list[j].GetCreationTimestamp()

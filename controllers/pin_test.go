@@ -70,6 +70,8 @@ func TestPrunePinnedSourcesKeepsWhatIsNeeded(t *testing.T) {
 	fr.Spec.HistoryLimit = &limit
 	fr.Status.Candidate = &v1alpha1.RevisionStatus{Source: "web-6"}
 	fr.Status.LastKnownGood = &v1alpha1.RevisionStatus{Source: "web-5"}
+	// web-1 is an earlier known-good in status.history: a rollback of the completed rollout goes back to it.
+	fr.Status.History = []v1alpha1.HistoryEntry{{RevisionStatus: *fr.Status.LastKnownGood}, {RevisionStatus: v1alpha1.RevisionStatus{Source: "web-1"}}}
 	var objs []client.Object
 	for i := 1; i <= 6; i++ {
 		objs = append(objs, &sourcev1.GitRepository{ObjectMeta: metav1.ObjectMeta{
@@ -95,8 +97,9 @@ func TestPrunePinnedSourcesKeepsWhatIsNeeded(t *testing.T) {
 		left = append(left, o.Name)
 	}
 	sort.Strings(left)
-	// Kept: the candidate (6), the known-good (5), the one in use (2), and the newest other one (4).
-	if want := []string{"api-1", "web-2", "web-4", "web-5", "web-6"}; !reflect.DeepEqual(left, want) {
+	// Kept: the candidate (6), the known-good (5), the earlier known-good of the history (1), the
+	// one in use (2), and the newest other one (4).
+	if want := []string{"api-1", "web-1", "web-2", "web-4", "web-5", "web-6"}; !reflect.DeepEqual(left, want) {
 		t.Errorf("after pruning: %v, want %v", left, want)
 	}
 }

@@ -92,16 +92,23 @@ func stepOnce(w *world) stepResult {
 	}
 	if fr.Spec.Rollback.Request != st.LastHandledRollbackRequest {
 		st.LastHandledRollbackRequest = fr.Spec.Rollback.Request
-		if fr.Spec.Rollback.Request != "" && inFlight(st) {
-			if st.LastKnownGood == nil {
-				res.Refused = "rollback requested, but there is no known-good revision to go back to: set spec.hold to stop, or spec.revision to pin another revision"
-			} else {
-				beginRollback(fr, w)
-			}
+		switch {
+		case fr.Spec.Rollback.Request == "":
+		case inFlight(st) && st.LastKnownGood == nil:
+			res.Refused = "rollback requested, but there is no known-good revision to go back to: set spec.hold to stop, or spec.revision to pin another revision"
+		case inFlight(st):
+			beginRollback(fr, w)
+		case st.Phase == v1alpha1.PhaseCompleted:
+			res.Refused = beginRevert(fr, now)
 		}
 	}
 	if st.Phase == v1alpha1.PhaseRollingBack {
 		return stepRollback(fr, w, now)
+	}
+	if st.Revert != nil {
+		// Going back to an earlier known-good: it is the revision wanted, whatever the source says,
+		// until it completes or is rolled back.
+		w.Target = st.Revert.To.Revision
 	}
 
 	if w.Target == "" {
@@ -218,7 +225,7 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			"every wave of %s passed or was skipped, but no cluster is Ready at it: it becomes the known-good once one is, and a newer revision replaces it", st.Candidate.Revision)
 		return res
 	}
-	complete(fr)
+	complete(fr, now)
 	return res
 }
 
@@ -759,6 +766,7 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 		}
 	}
 	reject(fr, st.Candidate.Revision, "rolled back to "+kg.Revision, now)
+	st.Revert = nil
 	return res
 }
 
@@ -829,12 +837,47 @@ func newCandidate(fr *v1alpha1.FleetRollout, w *world) {
 	}
 }
 
-func complete(fr *v1alpha1.FleetRollout) {
+// complete makes the candidate the known-good: the first entry of status.history, which keeps
+// spec.historyLimit earlier ones (a revision listed once, where it last completed).
+func complete(fr *v1alpha1.FleetRollout, now metav1.Time) {
 	st := &fr.Status
 	st.Phase = v1alpha1.PhaseCompleted
 	st.CurrentWave = ""
 	kg := *st.Candidate
 	st.LastKnownGood = &kg
+	st.Revert = nil
+	history := []v1alpha1.HistoryEntry{{RevisionStatus: kg, CompletedAt: &now}}
+	for _, h := range st.History {
+		if h.Revision != kg.Revision && len(history) <= fr.HistoryLimit() {
+			history = append(history, h)
+		}
+	}
+	st.History = history
+}
+
+// beginRevert starts the rollback of a completed rollout: the known-good is rejected (so the
+// source, which still has it, does not bring it back) and the previous known-good becomes the
+// candidate, rolled out through the gates wave by wave like any other, with the revision gone
+// back from as the known-good to fall back to meanwhile. It returns why it cannot, when it cannot.
+func beginRevert(fr *v1alpha1.FleetRollout, now metav1.Time) string {
+	st := &fr.Status
+	prev := st.PreviousKnownGood()
+	if st.LastKnownGood == nil || prev == nil {
+		return fmt.Sprintf("rollback requested, but status.history holds no known-good revision before %s to go back to (spec.historyLimit is %d)",
+			revisionOrNone(st.LastKnownGood), fr.HistoryLimit())
+	}
+	from := st.LastKnownGood.Revision
+	reject(fr, from, "rolled back from Completed by spec.rollback.request, to "+prev.Revision, now)
+	retry(fr, prev.Revision, now) // asked for by name: an earlier rejection of it does not stand
+	st.Revert = &v1alpha1.RevertStatus{From: from, To: prev.RevisionStatus, RequestedAt: &now}
+	return ""
+}
+
+func revisionOrNone(r *v1alpha1.RevisionStatus) string {
+	if r == nil {
+		return "none"
+	}
+	return r.Revision
 }
 
 // retry lets a rejected or failed candidate go again: it leaves status.rejected, and failed waves are

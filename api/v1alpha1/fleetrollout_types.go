@@ -431,6 +431,20 @@ type FleetRolloutStatus struct {
 	// +optional
 	LastKnownGood *RevisionStatus `json:"lastKnownGood,omitempty"`
 
+	// history lists the latest revisions the whole fleet ran successfully, newest first: the
+	// known-good (the first entry) and up to spec.historyLimit before it, each with its digest, its
+	// pinned source (kept while it is listed here) and when it completed. A rollback requested once
+	// the rollout is Completed goes back to the first entry that is not the known-good.
+	// +optional
+	// +kubebuilder:validation:MaxItems=51
+	History []HistoryEntry `json:"history,omitempty"`
+
+	// revert is the rollback of a completed rollout under way: the revision going back (from) and
+	// the earlier known-good it goes back to (to), which is the candidate, rolled out through the
+	// gates wave by wave. It ends when that candidate completes or is rolled back.
+	// +optional
+	Revert *RevertStatus `json:"revert,omitempty"`
+
 	// rejected lists the latest revisions that failed or were rolled back; they are not rolled out again
 	// unless spec.retry changes.
 	// +optional
@@ -583,6 +597,31 @@ type RevisionStatus struct {
 	// source is the name of the pinned source tidegate created for this revision.
 	// +optional
 	Source string `json:"source,omitempty"`
+}
+
+// HistoryEntry is a revision the whole fleet ran successfully.
+type HistoryEntry struct {
+	RevisionStatus `json:",inline"`
+
+	// completedAt is when the rollout of this revision completed.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// RevertStatus is the rollback of a completed rollout to an earlier known-good revision.
+type RevertStatus struct {
+	// from is the revision rolled back from: the known-good when the rollback was requested; it is
+	// rejected (status.rejected) until spec.retry changes.
+	// +required
+	From string `json:"from"`
+
+	// to is the earlier known-good revision gone back to, from status.history.
+	// +required
+	To RevisionStatus `json:"to"`
+
+	// requestedAt is when the controller acted on the request.
+	// +optional
+	RequestedAt *metav1.Time `json:"requestedAt,omitempty"`
 }
 
 // RejectedRevision is a revision that will not be rolled out again by accident.

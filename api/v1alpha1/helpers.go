@@ -71,6 +71,17 @@ func (in *FleetRollout) HistoryLimit() int {
 	return int(*in.Spec.HistoryLimit)
 }
 
+// PreviousKnownGood is the newest entry of status.history that is not the known-good: where a
+// rollback of a completed rollout goes back to. nil when there is none.
+func (in *FleetRolloutStatus) PreviousKnownGood() *HistoryEntry {
+	for i := range in.History {
+		if in.LastKnownGood == nil || in.History[i].Revision != in.LastKnownGood.Revision {
+			return &in.History[i]
+		}
+	}
+	return nil
+}
+
 // Approved tells whether spec.approvals approve revision for wave. An approval without a wave approves every wave.
 func (in *FleetRollout) Approved(revision, wave string) bool {
 	for _, a := range in.Spec.Approvals {

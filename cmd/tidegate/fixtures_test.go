@@ -413,6 +413,10 @@ func createFixtures(ctx context.Context) error {
 			Phase:              v1alpha1.PhaseCompleted,
 			Candidate:          cacheRev,
 			LastKnownGood:      cacheRev,
+			History: []v1alpha1.HistoryEntry{
+				{RevisionStatus: *cacheRev, CompletedAt: atp(3, 20)},
+				{RevisionStatus: *revision("cache", "cache v7.1.4"), CompletedAt: atp(0, 0)},
+			},
 			Conditions: []metav1.Condition{
 				cond(v1alpha1.ReadyCondition, metav1.ConditionTrue, v1alpha1.SucceededReason, "revision "+cacheRev.Revision+" runs on 4 clusters", at(3, 20)),
 				cond(v1alpha1.GateNoDisruption, metav1.ConditionTrue, v1alpha1.GatePassedReason, "wave all: Pass (receipt "+cacheReceipts[3].Name+")", at(3, 20)),

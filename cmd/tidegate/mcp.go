@@ -323,7 +323,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			a := v1alpha1.Approval{Revision: in.Revision, Wave: in.Wave, Irreversible: in.Irreversible, By: in.By, Reason: in.Reason}
 			return s.apply(ctx, in.rolloutInput, ops.ApproveAs(ctx, s.c, a))
 		})
-	write("rollback", "Roll the candidate back to the known-good revision (spec.rollback.request); acts while the rollout is Progressing or Held.",
+	write("rollback", "Roll back (spec.rollback.request): while Progressing or Held, every cluster goes back to the known-good at once; once Completed, the previous known-good of status.history is rolled out again through the gates, wave by wave.",
 		func() ops.Mutation { return ops.Rollback(s.k.env.now()) })
 	write("retry", "Let a rejected or failed candidate go again (spec.retry).", func() ops.Mutation { return ops.Retry(s.k.env.now()) })
 	write("reconcile", "Ask the controller to reconcile a rollout now (reconcile.fluxcd.io/requestedAt); job_status says when it has.",

@@ -34,6 +34,8 @@ type statusView struct {
 	LateJoiners       []string                    `json:"lateJoiners,omitempty"`
 	Rejected          []v1alpha1.RejectedRevision `json:"rejected,omitempty"`
 	Rollback          *v1alpha1.RollbackStatus    `json:"rollback,omitempty"`
+	Revert            *v1alpha1.RevertStatus      `json:"revert,omitempty"`
+	History           []v1alpha1.HistoryEntry     `json:"history,omitempty"`
 	Lagging           []v1alpha1.LaggingCluster   `json:"lagging,omitempty"`
 	LaggingCount      int32                       `json:"laggingCount,omitempty"`
 	WriteFailures     []v1alpha1.WriteFailure     `json:"writeFailures,omitempty"`
@@ -232,6 +234,20 @@ func printStatus(w io.Writer, output string, now time.Time, fr *v1alpha1.FleetRo
 		}
 		lines = append(lines, [2]string{"rollback", line})
 	}
+	if rv := v.Revert; rv != nil {
+		lines = append(lines, [2]string{"rolling back", fmt.Sprintf("from %s to the previous known-good %s, through the gates", rv.From, revisionLine(&rv.To))})
+	}
+	for i, h := range v.History {
+		key := "history"
+		if i > 0 {
+			key = ""
+		}
+		line := revisionLine(&h.RevisionStatus)
+		if h.CompletedAt != nil {
+			line += ", completed " + h.CompletedAt.UTC().Format(time.RFC3339)
+		}
+		lines = append(lines, [2]string{key, line})
+	}
 	if len(v.Lagging) > 0 {
 		var s []string
 		for _, l := range v.Lagging {
@@ -264,7 +280,11 @@ func printStatus(w io.Writer, output string, now time.Time, fr *v1alpha1.FleetRo
 		width = max(width, len(l[0]))
 	}
 	for _, l := range lines {
-		fmt.Fprintf(w, "%-*s  %s\n", width+1, l[0]+":", l[1])
+		key := l[0] + ":"
+		if l[0] == "" {
+			key = "" // one more line of the key above
+		}
+		fmt.Fprintf(w, "%-*s  %s\n", width+1, key, l[1])
 	}
 	fmt.Fprintln(w)
 	if len(v.Waves) == 0 {
@@ -376,6 +396,8 @@ func toStatusView(fr *v1alpha1.FleetRollout) statusView {
 		LateJoiners:       fr.Status.LateJoiners,
 		Rejected:          fr.Status.Rejected,
 		Rollback:          fr.Status.Rollback,
+		Revert:            fr.Status.Revert,
+		History:           fr.Status.History,
 		Lagging:           fr.Status.Lagging,
 		LaggingCount:      fr.Status.LaggingCount,
 		WriteFailures:     fr.Status.WriteFailures,

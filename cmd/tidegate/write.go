@@ -229,20 +229,28 @@ changes the rollbackSafe gate flagged as irreversible. An identical entry is not
 }
 
 func newRollbackCommand(k *kubeOptions) *cobra.Command {
-	return writeCommand(k, "rollback ROLLOUT", "Roll the candidate back to the known-good revision (spec.rollback.request)",
-		`rollback sets spec.rollback.request to a new value (the current time): every Kustomization of the
-rollout goes back to the known-good revision's pinned source, and the candidate is rejected until
-tidegate retry. It acts while the rollout is Progressing or Held; without a known-good revision the
-controller refuses it (a RequestRefused event).`,
-		`  tidegate rollback web`,
+	return writeCommand(k, "rollback ROLLOUT", "Roll back to the known-good revision, or a completed rollout to the previous one (spec.rollback.request)",
+		`rollback sets spec.rollback.request to a new value (the current time).
+
+While a candidate is in flight (Progressing or Held), every Kustomization of the rollout goes back
+at once to the known-good revision's pinned source, and the candidate is rejected until tidegate
+retry; without a known-good revision the controller refuses it (a RequestRefused event).
+
+Once the rollout is Completed, the previous known-good of status.history (tidegate status shows
+it) is rolled out again as the candidate, through the gates wave by wave, from the pinned source
+kept for it; the revision gone back from is rejected until tidegate retry, so the source, which
+still has it, does not bring it back. With no earlier revision in status.history the controller
+refuses it.`,
+		`  tidegate rollback web
+  tidegate rollback web --wait --timeout 30m`,
 		func() (ops.Mutation, error) { return ops.Rollback(k.env.now()), nil })
 }
 
 func newRetryCommand(k *kubeOptions) *cobra.Command {
 	return writeCommand(k, "retry ROLLOUT", "Let a rejected or failed candidate go again (spec.retry)",
-		`retry sets spec.retry to a new value (the current time): a rolled-back candidate is no longer
-rejected and is rolled out again from its first wave; a rollout held by a failed wave restarts the
-failed waves.`,
+		`retry sets spec.retry to a new value (the current time): a rolled-back candidate (or the revision
+a completed rollout was rolled back from) is no longer rejected and is rolled out again from its
+first wave; a rollout held by a failed wave restarts the failed waves.`,
 		`  tidegate retry web`,
 		func() (ops.Mutation, error) { return ops.Retry(k.env.now()), nil })
 }

@@ -280,7 +280,7 @@ func TestRollbackRetry(t *testing.T) {
 	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Rollback.Request = now + "-1" }, nil)
 
 	r = tidegate(ctx, "-n", writesNS, "retry", "rollback")
-	expectRun(t, r, exitOK, prefix+"spec.retry set to "+now+"\n", "warning: the rollout is Progressing; a retry acts only on a Held or RolledBack rollout\n")
+	expectRun(t, r, exitOK, prefix+"spec.retry set to "+now+"\n", "warning: the rollout is Progressing; a retry acts only on a Held or RolledBack rollout, or a Completed one that rejected a revision\n")
 	expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Retry = now }, nil)
 
 	first := newRollout(ctx, t, "first", func(fr *v1alpha1.FleetRollout) {
@@ -294,6 +294,24 @@ func TestRollbackRetry(t *testing.T) {
 	r = tidegate(ctx, "-n", writesNS, "retry", "first")
 	expectRun(t, r, exitOK, "fleetrollout writes/first: spec.retry set to "+now+"\n", "")
 	expectWritten(ctx, t, first, func(s *v1alpha1.FleetRolloutSpec) { s.Retry = now }, nil)
+
+	// Completed: the way back is the previous known-good of status.history, when there is one.
+	done := newRollout(ctx, t, "done", func(fr *v1alpha1.FleetRollout) {
+		fr.Status.Phase, fr.Status.Candidate, fr.Status.LastKnownGood = v1alpha1.PhaseCompleted, webKnownGood, webKnownGood
+		fr.Status.History = []v1alpha1.HistoryEntry{{RevisionStatus: *webKnownGood, CompletedAt: atp(9, 0)}, {RevisionStatus: *webOlder, CompletedAt: atp(1, 0)}}
+	})
+	r = tidegate(ctx, "-n", writesNS, "rollback", "done")
+	expectRun(t, r, exitOK, "fleetrollout writes/done: spec.rollback.request set to "+now+" (back from "+webKnownGood.Revision+" to the previous known-good "+
+		webOlder.Revision+", through the gates wave by wave)\n", "")
+	expectWritten(ctx, t, done, func(s *v1alpha1.FleetRolloutSpec) { s.Rollback.Request = now }, nil)
+	alone := newRollout(ctx, t, "alone", func(fr *v1alpha1.FleetRollout) {
+		fr.Status.Phase, fr.Status.Candidate, fr.Status.LastKnownGood = v1alpha1.PhaseCompleted, webKnownGood, webKnownGood
+		fr.Status.History = []v1alpha1.HistoryEntry{{RevisionStatus: *webKnownGood}}
+	})
+	r = tidegate(ctx, "-n", writesNS, "rollback", "alone")
+	expectRun(t, r, exitOK, "fleetrollout writes/alone: spec.rollback.request set to "+now+"\n",
+		"warning: status.history holds no known-good revision before "+webKnownGood.Revision+"; the controller will refuse the request\n")
+	expectWritten(ctx, t, alone, func(s *v1alpha1.FleetRolloutSpec) { s.Rollback.Request = now }, nil)
 }
 
 // playController plays the controller for the rollouts named: it handles each reconcile request by

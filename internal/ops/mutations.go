@@ -120,18 +120,28 @@ func Approve(a v1alpha1.Approval) Mutation {
 	}
 }
 
-// Rollback sets spec.rollback.request to a new value (the time now): every Kustomization of the
-// rollout goes back to the known-good revision's pinned source.
+// Rollback sets spec.rollback.request to a new value (the time now). While a candidate is in
+// flight (Progressing or Held), every Kustomization of the rollout goes back to the known-good
+// revision's pinned source at once; once the rollout is Completed, the previous known-good of
+// status.history is rolled out again through the gates, wave by wave.
 func Rollback(now time.Time) Mutation {
 	return func(fr *v1alpha1.FleetRollout) (Change, error) {
 		v := requestValue(now, fr.Spec.Rollback.Request, fr.Status.LastHandledRollbackRequest)
 		fr.Spec.Rollback.Request = v
 		ch := Change{Message: "spec.rollback.request set to " + v, Changed: true}
+		st := &fr.Status
 		switch {
-		case fr.Status.LastKnownGood == nil:
+		case st.LastKnownGood == nil:
 			ch.Warning = "warning: there is no known-good revision to go back to; the controller will refuse the request"
-		case fr.Status.Phase != v1alpha1.PhaseProgressing && fr.Status.Phase != v1alpha1.PhaseHeld:
-			ch.Warning = fmt.Sprintf("warning: the rollout is %s; a rollback request acts only while it is Progressing or Held", OrDash(fr.Status.Phase))
+		case st.Phase == v1alpha1.PhaseCompleted && st.Revert == nil:
+			prev := st.PreviousKnownGood()
+			if prev == nil {
+				ch.Warning = fmt.Sprintf("warning: status.history holds no known-good revision before %s; the controller will refuse the request", st.LastKnownGood.Revision)
+				break
+			}
+			ch.Message += fmt.Sprintf(" (back from %s to the previous known-good %s, through the gates wave by wave)", st.LastKnownGood.Revision, prev.Revision)
+		case st.Phase != v1alpha1.PhaseProgressing && st.Phase != v1alpha1.PhaseHeld:
+			ch.Warning = fmt.Sprintf("warning: the rollout is %s; a rollback request acts only while it is Progressing, Held or Completed", OrDash(st.Phase))
 		default:
 			cand := "-"
 			if fr.Status.Candidate != nil {
@@ -150,8 +160,12 @@ func Retry(now time.Time) Mutation {
 		v := requestValue(now, fr.Spec.Retry, fr.Status.LastHandledRetry)
 		fr.Spec.Retry = v
 		ch := Change{Message: "spec.retry set to " + v, Changed: true}
-		if p := fr.Status.Phase; p != v1alpha1.PhaseHeld && p != v1alpha1.PhaseRolledBack {
-			ch.Warning = fmt.Sprintf("warning: the rollout is %s; a retry acts only on a Held or RolledBack rollout", OrDash(p))
+		switch p := fr.Status.Phase; {
+		case p == v1alpha1.PhaseHeld || p == v1alpha1.PhaseRolledBack:
+		case p == v1alpha1.PhaseCompleted && len(fr.Status.Rejected) > 0:
+			// A rollback of the completed rollout rejected the revision it left: retry lets it go again.
+		default:
+			ch.Warning = fmt.Sprintf("warning: the rollout is %s; a retry acts only on a Held or RolledBack rollout, or a Completed one that rejected a revision", OrDash(p))
 		}
 		return ch, nil
 	}

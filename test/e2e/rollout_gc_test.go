@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,10 +13,15 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // Rollback still works after the tracked branch moved on and source-controller garbage-collected the
 // tracked source's old artifacts: the known-good pinned source keeps serving the known-good revision.
+// Then, once the fixed revision completed, a rollback of the completed rollout takes the fleet back
+// to the previous known-good of status.history through the gates, wave by wave, from its pinned
+// source (the tracked source has no artifact of it any more), and the revision gone back from stays
+// rejected though the branch still has it.
 func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 	t.Parallel()
 	// Keep one artifact per source and collect stale ones after a second, so the tracked source's
@@ -23,7 +30,7 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 		SourceControllerArgs: []string{"--artifact-retention-ttl=1s", "--artifact-retention-records=1"},
 	})
 	startTidegate(t, s.f, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
 	var tracked sourcev1.GitRepository
@@ -56,4 +63,69 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 			t.Errorf("kustomization of %s is not back at %s", m.Name, rev1)
 		}
 	}
+
+	s.rollBackCompleted(ctx, t, rev1, bad)
+}
+
+// rollBackCompleted fixes revision bad, lets it go again (spec.retry) until it completes, then rolls
+// the completed rollout back to prev through the write and job calls the CLI and MCP server make.
+func (s *fleetSetup) rollBackCompleted(ctx context.Context, t *testing.T, prev, bad string) {
+	t.Helper()
+	for _, m := range s.f.Members {
+		s.sim.ClearFaults(m.Name)
+	}
+	if _, _, _, err := ops.Apply(ctx, s.f.Hub, s.ns, "web", ops.Retry(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, bad)
+	if h := historyRevisions(done); !slices.Equal(h, []string{bad, prev}) {
+		t.Fatalf("status.history after %s completed: %v, want [%s %s]", bad, h, bad, prev)
+	}
+
+	_, ch, job, err := ops.Apply(ctx, s.f.Hub, s.ns, "web", ops.Rollback(time.Now()))
+	if err != nil || ch.Warning != "" {
+		t.Fatalf("rollback of the completed rollout: %+v, %v", ch, err)
+	}
+	st, err := ops.Follow(ctx, s.f.Hub, job, time.Second, nil)
+	if err != nil || st.State != ops.JobSettled || st.Phase != v1alpha1.PhaseCompleted || st.KnownGood == nil || st.KnownGood.Revision != prev {
+		t.Fatalf("the rollback's job: %+v, %v", st, err)
+	}
+	back := s.rollout(t, "web")
+	if h := historyRevisions(back); !slices.Equal(h, []string{prev, bad}) || back.Status.Revert != nil || !back.IsRejected(bad) {
+		t.Errorf("after the rollback: history %v, revert %+v, rejected %+v", h, back.Status.Revert, back.Status.Rejected)
+	}
+	for _, m := range s.f.Members {
+		if v := s.memberVersion(ctx, m.Name); v != "v1" {
+			t.Errorf("%s runs %q after the rollback of the completed rollout, want v1", m.Name, v)
+		}
+	}
+	// Every wave of the way back that has members passed its gates again: noDisruption receipts of
+	// prev, decided after the request (three members leave the last wave empty).
+	gated := map[string]bool{}
+	for _, rc := range s.receiptsOf(ctx, t, "web", prev) {
+		if rc.Spec.Gate == v1alpha1.GateNoDisruption && rc.Spec.Result == v1alpha1.ResultPass && !rc.Spec.EvaluatedAt.Before(back.Status.History[1].CompletedAt) {
+			gated[rc.Spec.Wave] = true
+		}
+	}
+	for _, w := range back.Status.Waves {
+		if len(w.Clusters) > 0 && !gated[w.Name] {
+			t.Errorf("wave %s of the way back to %s has no noDisruption receipt decided after the request: %v", w.Name, prev, gated)
+		}
+	}
+	// The branch still has bad: the rollout waits for a retry, it does not bring it back.
+	eventually(ctx, t, "the rollout waiting for a retry of "+bad, func() (bool, string) {
+		fr := s.rollout(t, "web")
+		return fr.Status.WaitingFor != nil && fr.Status.WaitingFor.Reason == v1alpha1.WaitingForRetry, describe(fr)
+	})
+	if fr := s.rollout(t, "web"); fr.Status.Candidate.Revision != prev || fr.Status.Phase != v1alpha1.PhaseCompleted {
+		t.Errorf("after the rollback the candidate is %s (%s), want %s Completed", fr.Status.Candidate.Revision, fr.Status.Phase, prev)
+	}
+}
+
+func historyRevisions(fr *v1alpha1.FleetRollout) []string {
+	var out []string
+	for _, h := range fr.Status.History {
+		out = append(out, h.Revision)
+	}
+	return out
 }
