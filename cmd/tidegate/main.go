@@ -206,7 +206,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newReceiptsCommand(k),
 		newMCPCommand(k),
 		newVersionCommand(k),
-		newPolicyCommand(),
+		newPolicyCommand(k),
 		sandbox.NewCommand(),
 		newDocsCommand(),
 	)
