@@ -4,7 +4,8 @@
 // `tree`, `events`), changes a rollout's spec or annotations the way a Git commit would (`hold`,
 // `resume`, `suspend`, `approve`, `rollback`, `retry`, `reconcile`), checks that a receipt still
 // has the content it was named after (`receipts verify`), and lets a platform team check a CUE
-// policy edit, locally or in CI, before committing it (`policy vet`, `policy eval`).
+// policy edit, locally or in CI, before committing it (`policy vet`, `policy eval`, `policy test`,
+// `policy replay`).
 //
 // Exit codes mean something: 0 success, 1 the answer is no (a failed gate, a rollout that is not
 // Ready, a receipt that does not verify, a reconcile that timed out, an invalid policy), 2 the
@@ -206,7 +207,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newReceiptsCommand(k),
 		newMCPCommand(k),
 		newVersionCommand(k),
-		newPolicyCommand(),
+		newPolicyCommand(k),
 		sandbox.NewCommand(),
 		newDocsCommand(),
 	)

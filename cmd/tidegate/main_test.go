@@ -44,6 +44,12 @@ func TestCLIGolden(t *testing.T) {
 		{"eval-missing-evidence-file", []string{"policy", "eval", "testdata/policies/default", "--gate", "noDisruption", "--evidence", "testdata/evidence/nope.json"}, "", exitUsage},
 		{"eval-empty-evidence", []string{"policy", "eval", "testdata/policies/default", "--gate", "noDisruption", "--evidence", "-"}, "", exitNo},
 		{"eval-evidence-not-json", []string{"policy", "eval", "testdata/policies/default", "--gate", "noDisruption", "--evidence", "-"}, `{"soak": `, exitUsage},
+		{"test-strict", []string{"policy", "test", "testdata/policies/strict"}, "", exitOK},
+		{"test-strict-json", []string{"policy", "test", "testdata/policies/strict", "-o", "json"}, "", exitOK},
+		{"test-default-strict-fixtures", []string{"policy", "test", "testdata/policies/default", "--fixtures", "testdata/policies/strict/tests"}, "", exitNo},
+		{"test-no-fixtures", []string{"policy", "test", "testdata/policies/default"}, "", exitUsage},
+		{"test-syntax-error", []string{"policy", "test", "testdata/policies/syntax-error", "--fixtures", "testdata/policies/strict/tests"}, "", exitUsage},
+		{"replay-no-flags", []string{"policy", "replay"}, "", exitUsage},
 		{"unknown-flag", []string{"policy", "eval", "--frobnicate"}, "", exitUsage},
 		{"unknown-command", []string{"polcy"}, "", exitUsage},
 	}

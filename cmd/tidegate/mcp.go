@@ -214,6 +214,14 @@ type (
 	}
 )
 
+// replayPolicyInput is the input of replay_policy.
+type replayPolicyInput struct {
+	Rollout     string            `json:"rollout" jsonschema:"the FleetRollout whose receipts to replay"`
+	Namespace   string            `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
+	PolicyDir   string            `json:"policyDir,omitempty" jsonschema:"a directory of .cue files on the server's machine holding the proposed policy"`
+	PolicyFiles map[string]string `json:"policyFiles,omitempty" jsonschema:"the proposed policy's files instead: file name (policy.cue) to CUE text"`
+}
+
 func (s *mcpServer) namespace(ns string) string {
 	if ns == "" {
 		return s.ns
@@ -305,6 +313,14 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			ctx, cancel := context.WithTimeout(ctx, time.Duration(min(in.WaitSeconds, 300))*time.Second)
 			defer cancel()
 			return ops.Follow(ctx, s.c, in.Job, s.k.env.pollInterval, nil)
+		})
+	tool(server, "replay_policy", "Decide a rollout's recorded gate decisions again with a proposed policy (as tidegate policy replay): every decision whose result would change, with the old and new reasons, and receipts whose evidence cannot be read. Give the policy as policyDir or as policyFiles (file name to CUE text). Writes nothing.",
+		true, func(ctx context.Context, in replayPolicyInput) (any, error) {
+			p, err := ops.ProposedPolicy(in.PolicyDir, in.PolicyFiles)
+			if err != nil {
+				return nil, err
+			}
+			return ops.ReplayPolicy(ctx, s.c, s.namespace(in.Namespace), in.Rollout, p)
 		})
 	if !allowWrites {
 		return server

@@ -12,10 +12,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
-func newPolicyCommand() *cobra.Command {
+func newPolicyCommand(k *kubeOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
 		Short: "Check and try out CUE gate policies",
@@ -23,7 +25,7 @@ func newPolicyCommand() *cobra.Command {
 (deploySafe, noDisruption, rollbackSafe, rollbackSucceeds) and optional settings. tidegate adds
 the evidence schemas (#DeploySafeEvidence, ...) to the package. See docs/policy.md.`,
 	}
-	cmd.AddCommand(newPolicyVetCommand(), newPolicyEvalCommand())
+	cmd.AddCommand(newPolicyVetCommand(), newPolicyEvalCommand(), newPolicyTestCommand(), newPolicyReplayCommand(k))
 	return cmd
 }
 
@@ -43,7 +45,7 @@ Exit code: 0 valid, 1 invalid, 2 usage or unreadable DIR.`,
 				return err
 			}
 			dir := args[0]
-			files, err := readPolicyDir(dir)
+			files, err := ops.ReadPolicyDir(dir)
 			if err != nil {
 				return &exitError{code: exitUsage, err: err}
 			}
@@ -78,7 +80,7 @@ decide (it does not compile, or is not concrete).`,
 			if evidence == "" {
 				return usageError("--evidence FILE is required (\"-\" reads stdin)")
 			}
-			files, err := readPolicyDir(args[0])
+			files, err := ops.ReadPolicyDir(args[0])
 			if err != nil {
 				return &exitError{code: exitUsage, err: err}
 			}
@@ -124,29 +126,6 @@ func checkOutput(o string) error {
 		return usageError("-o %q: the formats are table and json", o)
 	}
 	return nil
-}
-
-// readPolicyDir reads the .cue files of dir (not its subdirectories) by base name.
-func readPolicyDir(dir string) (map[string][]byte, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading the policy: %w", err)
-	}
-	files := map[string][]byte{}
-	for _, e := range entries {
-		if e.IsDir() || filepath.Ext(e.Name()) != ".cue" {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("reading the policy: %w", err)
-		}
-		files[e.Name()] = b
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("reading the policy: %s has no .cue files", dir)
-	}
-	return files, nil
 }
 
 func readEvidence(stdin io.Reader, name string) ([]byte, error) {
@@ -234,18 +213,192 @@ func printDecision(w io.Writer, output string, d tgcue.Decision) error {
 	return nil
 }
 
-func printList(w io.Writer, title string, items []string) {
-	if len(items) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "%s:\n", title)
-	for _, it := range items {
-		fmt.Fprintf(w, "  - %s\n", it)
-	}
-}
+func printList(w io.Writer, title string, items []string) { printIndented(w, "", title, items) }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+func newPolicyTestCommand() *cobra.Command {
+	var output, fixtures string
+	cmd := &cobra.Command{
+		Use:   "test DIR [--fixtures FIXDIR]",
+		Short: "Decide a directory of evidence fixtures with a policy and check the outcomes they expect",
+		Long: `test decides every fixture of FIXDIR (DIR/tests unless --fixtures says otherwise) with the
+policy in DIR and checks each decision against the fixture's expectation: its result, and reasons
+that must each be part of one of the decision's reasons. A fixture is a YAML or JSON file:
+
+  gate: noDisruption
+  evidenceFile: evidence/ring-1.json    # relative to the fixture; or the document inline as evidence
+  expect:
+    result: Fail                        # Pass, Fail or Inconclusive
+    reasons:
+      - "minAvailableRatio: invalid value 0.5"
+
+Only the .yaml, .yml and .json files of FIXDIR are fixtures; keep evidence files in a subdirectory.
+tidegate receipts evidence prints a receipt's evidence as a fixture takes it.
+
+Exit code: 0 every fixture has the outcome it expects, 1 one does not, 2 usage, an unreadable
+or malformed fixture, a policy that does not compile, or a fixture no decision can be made over.`,
+		Example: `  tidegate policy test ./policies/web
+  tidegate policy test ./policies/web --fixtures ./policies/fixtures -o json`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			dir := args[0]
+			p, err := ops.ProposedPolicy(dir, nil)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			if fixtures == "" {
+				fixtures = filepath.Join(dir, "tests")
+			}
+			fx, err := ops.ReadFixtures(fixtures)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			res := ops.TestPolicy(p, fx)
+			if err := printPolicyTest(cmd.OutOrStdout(), output, res); err != nil {
+				return err
+			}
+			switch {
+			case res.Errors > 0:
+				return &exitError{code: exitUsage, inOutput: true, err: fmt.Errorf("%s could not be decided by the policy in %s", plural(res.Errors, "fixture", "fixtures"), dir)}
+			case res.Failed > 0:
+				return &exitError{code: exitNo}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&fixtures, "fixtures", "", "directory of fixtures (default DIR/tests)")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func printPolicyTest(w io.Writer, output string, res ops.PolicyTest) error {
+	if output == "json" {
+		return writeJSON(w, res)
+	}
+	t := &table{header: []string{"FIXTURE", "GATE", "EXPECTED", "GOT", "OK"}}
+	for _, r := range res.Items {
+		ok := "ok"
+		if !r.OK {
+			ok = "FAIL"
+		}
+		t.add(r.Fixture, r.Gate, r.Expected, r.Got, ok)
+	}
+	if err := t.write(w); err != nil {
+		return err
+	}
+	for _, r := range res.Items {
+		if r.OK {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: expected %s, got %s\n", r.Fixture, r.Expected, r.Got)
+		if r.Error != "" {
+			fmt.Fprintf(w, "  error: %s\n", r.Error)
+		}
+		printIndented(w, "  ", "missing reasons", r.Missing)
+		printIndented(w, "  ", "reasons", r.Reasons)
+	}
+	fmt.Fprintf(w, "\n%s\n", res)
+	return nil
+}
+
+func newPolicyReplayCommand(k *kubeOptions) *cobra.Command {
+	var output, rollout, policy string
+	cmd := &cobra.Command{
+		Use:   "replay --rollout ROLLOUT --policy DIR",
+		Short: "Decide a rollout's recorded gate decisions again with a proposed policy",
+		Long: `replay reads every GateReceipt of ROLLOUT from the hub, decides the evidence each one recorded
+again with the policy in DIR, as the controller would, and lists every decision whose result would
+change: the receipt, its gate, wave and revision, the old and the new result and their reasons.
+Evidence is read from where the receipt keeps it (spec.evidence, spec.evidenceGzip, or the
+ConfigMaps spec.evidenceParts names, each checked against its digest); a receipt whose evidence
+cannot be read is listed as unreadable and fails the replay. Nothing is written.
+
+Exit code: 0 no decision would change, 1 one would or a receipt's evidence cannot be read, 2 usage,
+an unreadable or invalid policy, an unknown rollout, or an API error.`,
+		Example: `  tidegate policy replay --rollout web --policy ./policies/web
+  tidegate policy replay --rollout web --policy ./policies/web -n fleet -o json`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if rollout == "" || policy == "" {
+				return usageError("--rollout ROLLOUT and --policy DIR are required; usage: %s", cmd.UseLine())
+			}
+			p, err := ops.ProposedPolicy(policy, nil)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			c, ns, err := k.client()
+			if err != nil {
+				return err
+			}
+			r, err := ops.ReplayPolicy(cmd.Context(), c, ns, rollout, p)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			if err := printReplay(cmd.OutOrStdout(), output, r); err != nil {
+				return err
+			}
+			if !r.OK() {
+				return &exitError{code: exitNo}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&rollout, "rollout", "", "the FleetRollout whose receipts to replay")
+	cmd.Flags().StringVar(&policy, "policy", "", "directory of the proposed policy's .cue files")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func printReplay(w io.Writer, output string, r *ops.Replay) error {
+	if output == "json" {
+		return writeJSON(w, r)
+	}
+	if len(r.Changes) > 0 {
+		t := &table{header: []string{"RECEIPT", "GATE", "WAVE", "REVISION", "OLD", "NEW"}}
+		for _, ch := range r.Changes {
+			result := "unreadable"
+			if ch.New != nil {
+				result = ch.New.Result
+			}
+			t.add(ch.Receipt, ch.Gate, ch.Wave, v1alpha1.ShortRevision(ch.Revision), ch.Old.Result, result)
+		}
+		if err := t.write(w); err != nil {
+			return err
+		}
+		for _, ch := range r.Changes {
+			if ch.New == nil {
+				fmt.Fprintf(w, "\n%s: %s, unreadable: %s\n", ch.Receipt, ch.Old.Result, ch.Unreadable)
+				continue
+			}
+			fmt.Fprintf(w, "\n%s: %s -> %s\n", ch.Receipt, ch.Old.Result, ch.New.Result)
+			printIndented(w, "  ", "old reasons", ch.Old.Reasons)
+			printIndented(w, "  ", "new reasons", ch.New.Reasons)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%s of %s replayed with %s: %d changed, %d unreadable\n",
+		plural(r.Replayed, "receipt", "receipts"), r.Rollout, r.PolicyDigest, r.Changed, r.Unreadable)
+	return nil
+}
+
+// printIndented prints a titled list, indented by indent; nothing for no items.
+func printIndented(w io.Writer, indent, title string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s%s:\n", indent, title)
+	for _, it := range items {
+		fmt.Fprintf(w, "%s  - %s\n", indent, it)
+	}
 }
