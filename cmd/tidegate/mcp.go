@@ -218,7 +218,7 @@ type (
 type replayPolicyInput struct {
 	Rollout     string            `json:"rollout" jsonschema:"the FleetRollout whose receipts to replay"`
 	Namespace   string            `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
-	PolicyDir   string            `json:"policyDir,omitempty" jsonschema:"a directory of .cue files on the server's machine holding the proposed policy"`
+	PolicyDir   string            `json:"policyDir,omitempty" jsonschema:"a directory of .cue files on the server's machine holding the proposed policy (over stdio only)"`
 	PolicyFiles map[string]string `json:"policyFiles,omitempty" jsonschema:"the proposed policy's files instead: file name (policy.cue) to CUE text"`
 }
 
@@ -316,6 +316,11 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 		})
 	tool(server, "replay_policy", "Decide a rollout's recorded gate decisions again with a proposed policy (as tidegate policy replay): every decision whose result would change, with the old and new reasons, and receipts whose evidence cannot be read. Give the policy as policyDir or as policyFiles (file name to CUE text). Writes nothing.",
 		true, func(ctx context.Context, in replayPolicyInput) (any, error) {
+			if in.PolicyDir != "" && s.scope.Transport != "stdio" {
+				// Over HTTP the client is not on the server's machine: its files are not the client's
+				// to read, and a CUE error would quote them.
+				return nil, ops.Errorf(ops.CodeInvalid, nil, "policyDir reads the server's own files and is served over stdio only: give the policy as policyFiles")
+			}
 			p, err := ops.ProposedPolicy(in.PolicyDir, in.PolicyFiles)
 			if err != nil {
 				return nil, err

@@ -199,6 +199,12 @@ func TestMCP(t *testing.T) {
 	if !call(ctx, t, hs, "cancel_job", map[string]any{"job": approved.Job, "mode": "rollback"}, &refused) || refused.Error.Code != ops.CodeCannotCancel {
 		t.Errorf("cancel by rollback of a completed rollout: %+v, want CannotCancel", refused)
 	}
+	// Over HTTP the server's own files are not read for a client.
+	var noDir mcpErrorBody
+	if !call(ctx, t, hs, "replay_policy", map[string]any{"rollout": fr.Name, "policyDir": "/etc"}, &noDir) || noDir.Error.Code != ops.CodeInvalid ||
+		!strings.Contains(noDir.Error.Message, "stdio only") {
+		t.Errorf("replay_policy with policyDir over HTTP: %+v, want Invalid (stdio only)", noDir)
+	}
 }
 
 // bearer sends a bearer token with every request.
