@@ -306,6 +306,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			defer cancel()
 			return ops.Follow(ctx, s.c, in.Job, s.k.env.pollInterval, nil)
 		})
+	s.inspectTools(server)
 	if !allowWrites {
 		return server
 	}
