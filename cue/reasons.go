@@ -142,7 +142,11 @@ func walkJSON(doc any, path []string, onElem func(key string, elem any)) (any, b
 	for i, label := range path {
 		switch c := cur.(type) {
 		case map[string]any:
-			cur = c[label]
+			v, ok := c[label]
+			if !ok {
+				return nil, false
+			}
+			cur = v
 		case []any:
 			idx, err := strconv.Atoi(label)
 			if err != nil || idx < 0 || idx >= len(c) {

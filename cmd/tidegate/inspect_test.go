@@ -16,7 +16,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -46,8 +45,6 @@ protected: ["image"]
 `
 
 var inspect struct {
-	once sync.Once
-	err  error
 	// cand and good are the rollout's candidate and known-good; cand's digest is its artifact's.
 	cand, good *v1alpha1.RevisionStatus
 	// noDisruption failed for eu-1's availability; rollbackSafe for an unapproved irreversible change.
@@ -56,16 +53,16 @@ var inspect struct {
 	otherDigest string
 }
 
-// inspectFixtures creates the objects of inspectNS once.
+// inspectFixtures creates the objects of inspectNS for a test, and deletes them when it ends (the
+// golden tests of -A list every namespace).
 func inspectFixtures(ctx context.Context, t *testing.T) {
 	t.Helper()
-	inspect.once.Do(func() { inspect.err = createInspectFixtures(ctx) })
-	if inspect.err != nil {
-		t.Fatal(inspect.err)
+	if err := createInspectFixtures(ctx, t); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func createInspectFixtures(ctx context.Context) error {
+func createInspectFixtures(ctx context.Context, t *testing.T) error {
 	if err := namespace(ctx, inspectNS); err != nil {
 		return err
 	}
@@ -84,6 +81,7 @@ func createInspectFixtures(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/gitrepository/inspect/candidate.tar.gz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(artifact) })
 	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
 
 	sum := sha256.Sum256(artifact)
 	candRev := "main@sha1:" + commit("shop v2")
@@ -154,6 +152,7 @@ func createInspectFixtures(ctx context.Context) error {
 		},
 	}
 	for _, o := range objs {
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 		switch o.(type) {
 		case *v1alpha1.GateReceipt:
 			if err := k8s.Create(ctx, o); err != nil {
