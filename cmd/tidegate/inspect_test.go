@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -346,6 +347,29 @@ func TestExplain(t *testing.T) {
 		t.Errorf("explain of a gate never decided: exit %d, %s", r.code, r.stdout)
 	}
 
+	// Evidence kept in parts that are gone cannot be explained: an error, not an explanation without values.
+	big := map[string]any{"rollout": inspectNS + "/shop", "limits": []string{randomHex(t, 120<<10)}}
+	raw, err := json.Marshal(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, parts, err := v1alpha1.NewGateReceipt(inspectNS, v1alpha1.GateReceiptSpec{
+		Gate: tgcue.GateNoDisruption, Rollout: "shop", Wave: "rest", Candidate: *inspect.cand, Result: v1alpha1.ResultFail,
+		Reasons: []string{"noDisruption.clusters.0.ready: conflicting values true and false"}, EvaluatedAt: at(6, 0),
+	}, raw)
+	if err != nil || len(parts) == 0 {
+		t.Fatalf("a receipt with evidence in parts: %v, %d parts", err, len(parts))
+	}
+	if err := k8s.Create(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), lost) })
+	var unread mcpErrorBody
+	r = tidegate(ctx, "-n", inspectNS, "receipts", "explain", lost.Name, "-o", "json")
+	if decodeOut(t, r, &unread); r.code != exitUsage || unread.Error.Code != ops.CodeUnmet || !strings.Contains(unread.Error.Message, parts[0].Name) {
+		t.Errorf("explain of a receipt whose evidence parts are gone: exit %d, %+v", r.code, unread)
+	}
+
 	s := mcpStdio(ctx, t)
 	var viaMCP struct {
 		ops.Explanation
@@ -430,6 +454,13 @@ func TestPreview(t *testing.T) {
 		t.Errorf("preview policy with the built-in policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
+	// Nothing is decided over evidence the receipt does not keep.
+	r = tidegate(ctx, "-n", "audit", "preview", "policy", "--receipt", audit.digestOnly, "--policy", builtin, "-o", "json")
+	var none mcpErrorBody
+	if decodeOut(t, r, &none); r.code != exitUsage || none.Error.Code != ops.CodeUnmet || !strings.Contains(none.Error.Message, "keeps only the digest of its evidence") {
+		t.Errorf("preview policy over a receipt without evidence: exit %d, %+v", r.code, none)
+	}
+
 	// The MCP tool, both modes.
 	s := mcpStdio(ctx, t)
 	var refused ops.ValuesPreview
@@ -457,4 +488,14 @@ func TestPreview(t *testing.T) {
 		broken.Error.Code != ops.CodeInvalid {
 		t.Errorf("preview of a policy that does not compile over MCP: %+v", broken)
 	}
+}
+
+// randomHex is n characters that do not compress.
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n/2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
 }

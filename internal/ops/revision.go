@@ -99,8 +99,13 @@ func RevisionsOf(ctx context.Context, c client.Client, ns, cluster, rollout stri
 		return out, AsError(err, Ref{Kind: "kustomizations", Namespace: ns})
 	}
 	byRollout := map[string]*kustomizev1.Kustomization{}
+	// Should two name the same rollout, the one whose name sorts first counts, as the FleetCluster
+	// controller's status.rollouts has it.
+	slices.SortFunc(kss.Items, func(a, b kustomizev1.Kustomization) int { return strings.Compare(a.Name, b.Name) })
 	for i := range kss.Items {
-		byRollout[kss.Items[i].Labels[v1alpha1.RolloutLabel]] = &kss.Items[i]
+		if r := kss.Items[i].Labels[v1alpha1.RolloutLabel]; byRollout[r] == nil {
+			byRollout[r] = &kss.Items[i]
+		}
 	}
 
 	for i := range rollouts {
