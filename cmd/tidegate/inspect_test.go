@@ -383,6 +383,20 @@ func TestExplain(t *testing.T) {
 	if !call(ctx, t, s, "explain_gate", map[string]any{"name": nd.Name, "gate": "noDisruption", "namespace": inspectNS}, &invalid) || invalid.Error.Code != ops.CodeInvalid {
 		t.Errorf("explain_gate with a name and a gate: %+v, want Invalid", invalid)
 	}
+
+	// A rollout that waits for a wave's approval: explaining says how to give it.
+	fr := &v1alpha1.FleetRollout{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: inspectNS, Name: "shop"}, fr); err != nil {
+		t.Fatal(err)
+	}
+	fr.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForApproval, Wave: "rest", Message: "wave rest needs an approval"}
+	if err := k8s.Status().Update(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	r = tidegate(ctx, "-n", inspectNS, "receipts", "explain", nd.Name)
+	if want := "tidegate -n inspect approve shop --revision " + inspect.cand.Revision + " --wave rest --by NAME"; r.code != exitNo || !strings.Contains(r.stdout, want) {
+		t.Errorf("explain while the rollout waits for an approval: exit %d, want %q in\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
 }
 
 func TestPreview(t *testing.T) {

@@ -2,10 +2,11 @@
 //
 // It reads FleetRollouts, FleetClusters and GateReceipts on the hub cluster (`get`, `status`,
 // `tree`, `revision`, `events`, `receipts explain`), previews a change against an exact artifact
-// or a receipt's evidence (`preview`), changes a rollout's spec or annotations the way a Git commit would (`hold`,
-// `resume`, `suspend`, `approve`, `rollback`, `retry`, `reconcile`), checks that a receipt still
-// has the content it was named after (`receipts verify`), and lets a platform team check a CUE
-// policy edit, locally or in CI, before committing it (`policy vet`, `policy eval`).
+// or a receipt's evidence (`preview`), changes a rollout's spec or annotations the way a Git
+// commit would (`hold`, `resume`, `suspend`, `approve`, `rollback`, `retry`, `reconcile`), checks
+// that a receipt still has the content it was named after (`receipts verify`), and lets a
+// platform team check a CUE policy edit, locally or in CI, before committing it (`policy vet`,
+// `policy eval`).
 //
 // Exit codes mean something: 0 success, 1 the answer is no (a failed gate, a rollout that is not
 // Ready, a receipt that does not verify, a reconcile that timed out, an invalid policy), 2 the

@@ -142,10 +142,8 @@ func DecisiveReceipt(ctx context.Context, c client.Client, ns, rollout, gate, wa
 		if wave != "" && w.Name != wave {
 			continue
 		}
-		for _, g := range w.Gates {
-			if g.Gate == gate && g.Receipt != "" {
-				return GetReceipt(ctx, c, ns, ReceiptSelector{Name: g.Receipt})
-			}
+		if rc, err := recordedReceipt(ctx, c, ns, w, gate); rc != nil || err != nil {
+			return rc, err
 		}
 	}
 	var list v1alpha1.GateReceiptList
@@ -172,6 +170,26 @@ func DecisiveReceipt(ctx context.Context, c client.Client, ns, rollout, gate, wa
 		return nil, Errorf(CodeNotFound, &ref, "no %s receipt of fleetrollout %s/%s for %s", gate, ns, rollout, where)
 	}
 	return latest, nil
+}
+
+// recordedReceipt is the receipt wave w records for gate; nil when it records none or the receipt
+// was pruned since (the latest of the rest is then the one to explain).
+func recordedReceipt(ctx context.Context, c client.Client, ns string, w v1alpha1.WaveStatus, gate string) (*v1alpha1.GateReceipt, error) {
+	for _, g := range w.Gates {
+		if g.Gate != gate || g.Receipt == "" {
+			continue
+		}
+		rc := &v1alpha1.GateReceipt{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: g.Receipt}, rc)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, AsError(err, receiptRef(ns, g.Receipt))
+		}
+		return rc, nil
+	}
+	return nil, nil
 }
 
 func receiptRef(ns, name string) Ref { return Ref{Kind: "gatereceipt", Namespace: ns, Name: name} }
@@ -274,19 +292,27 @@ func explain(rc *v1alpha1.GateReceipt, doc any, hasEvidence bool, fr *v1alpha1.F
 	}
 	e.Current = fr != nil && fr.Status.Candidate != nil && fr.Status.Candidate.Revision == s.Candidate.Revision
 	if e.Current && s.Result != v1alpha1.ResultPass {
-		e.ToPass = remedies(rc, fr, e.Settings)
+		e.ToPass = remedies(rc, fr, e.Settings, needsApproval(e.Reasons))
 	}
 	return e
+}
+
+// needsApproval tells whether a reason is about a finding that an approval would cover: the
+// evidence's approved field of a rollbackSafe finding (false until spec.approvals holds an
+// approval of the candidate with irreversible: true), whatever the policy's message says.
+func needsApproval(reasons []ExplainedReason) bool {
+	return slices.ContainsFunc(reasons, func(r ExplainedReason) bool {
+		return r.Path == "approved" || strings.HasSuffix(r.Path, ".approved")
+	})
 }
 
 // remedies says what would let the receipt's gate pass, for its rollout as it is now: the approval
 // a reason asks for, a retry of a rejected candidate, waiting for an inconclusive gate, and what
 // to change for a failed one.
-func remedies(rc *v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, settings *tgcue.Settings) []Remedy {
+func remedies(rc *v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, settings *tgcue.Settings, irreversible bool) []Remedy {
 	s := rc.Spec
 	base := fmt.Sprintf("tidegate -n %s ", fr.Namespace)
 	var out []Remedy
-	irreversible := slices.ContainsFunc(s.Reasons, func(r string) bool { return strings.Contains(r, "needs an approval of the candidate") })
 	if irreversible {
 		out = append(out, Remedy{Action: "approve",
 			Message: "the changes a rollback could not undo pass once someone approves them for the candidate revision (spec.approvals with irreversible: true)",
