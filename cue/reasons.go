@@ -82,6 +82,52 @@ func nameOf(v any) string {
 	return ""
 }
 
+// ReasonPath is the CUE path a reason of gate starts with ("noDisruption.clusters.3.ready: ..."),
+// split into its labels without the gate (quoted labels unquoted); nil when the reason names no
+// path below the gate (a reason about the gate as a whole, or one the engine wrote).
+func ReasonPath(gate, reason string) []string {
+	rest, ok := strings.CutPrefix(reason, gate+".")
+	if !ok {
+		return nil
+	}
+	var labels []string
+	var cur strings.Builder
+	quoted := false
+	for i := 0; i < len(rest); i++ {
+		switch ch := rest[i]; {
+		case ch == '"' && (!quoted || rest[i-1] != '\\'):
+			quoted = !quoted
+			cur.WriteByte(ch)
+		case quoted:
+			cur.WriteByte(ch)
+		case ch == '.':
+			labels = append(labels, unquoteLabel(cur.String()))
+			cur.Reset()
+		case ch == ':':
+			return append(labels, unquoteLabel(cur.String()))
+		default:
+			cur.WriteByte(ch)
+		}
+	}
+	return nil // no "path: message" form
+}
+
+func unquoteLabel(l string) string {
+	if u, err := strconv.Unquote(l); err == nil {
+		return u
+	}
+	return l
+}
+
+// EvidenceAt follows path (a CUE path below the gate, as ReasonPath returns it) through doc, a
+// decoded evidence document: the value there and whether the path leads to one (a hidden field
+// of the policy, such as _budget, is not in the evidence), and what the list elements along the
+// path are ("clusters.3: member-4"), as a reason names them.
+func EvidenceAt(doc any, path []string) (value any, found bool, about string) {
+	value, found = walkJSON(doc, path, nil)
+	return value, found, describe(doc, path)
+}
+
 // lookupJSON follows a CUE path through a decoded JSON document; nil when the path leads nowhere.
 func lookupJSON(doc any, path []string) any {
 	v, _ := walkJSON(doc, path, nil)
@@ -96,7 +142,11 @@ func walkJSON(doc any, path []string, onElem func(key string, elem any)) (any, b
 	for i, label := range path {
 		switch c := cur.(type) {
 		case map[string]any:
-			cur = c[label]
+			v, ok := c[label]
+			if !ok {
+				return nil, false
+			}
+			cur = v
 		case []any:
 			idx, err := strconv.Atoi(label)
 			if err != nil || idx < 0 || idx >= len(c) {

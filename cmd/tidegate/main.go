@@ -1,11 +1,12 @@
 // Command tidegate is the command line for tidegate, confidence-gated fleet rollouts on Flux.
 //
 // It reads FleetRollouts, FleetClusters and GateReceipts on the hub cluster (`get`, `status`,
-// `tree`, `events`), changes a rollout's spec or annotations the way a Git commit would (`hold`,
-// `resume`, `suspend`, `approve`, `rollback`, `retry`, `reconcile`), checks that a receipt still
-// has the content it was named after (`receipts verify`), and lets a platform team check a CUE
-// policy edit, locally or in CI, before committing it (`policy vet`, `policy eval`, `policy test`,
-// `policy replay`).
+// `tree`, `revision`, `events`, `receipts explain`), previews a change against an exact artifact
+// or a receipt's evidence (`preview`), changes a rollout's spec or annotations the way a Git
+// commit would (`hold`, `resume`, `suspend`, `approve`, `rollback`, `retry`, `reconcile`), checks
+// that a receipt still has the content it was named after (`receipts verify`), and lets a
+// platform team check a CUE policy edit, locally or in CI, before committing it (`policy vet`,
+// `policy eval`, `policy test`, `policy replay`).
 //
 // Exit codes mean something: 0 success, 1 the answer is no (a failed gate, a rollout that is not
 // Ready, a receipt that does not verify, a reconcile that timed out, an invalid policy), 2 the
@@ -157,9 +158,10 @@ func usageError(format string, args ...any) error {
 // rootLong is the root command's help; docs/cli.md repeats it.
 const rootLong = `tidegate moves one Flux package across a fleet of clusters wave by wave, and lets a wave go only
 when its gates pass (deploySafe, rollbackSafe, rollbackSucceeds, noDisruption). This command line
-reads FleetRollouts, FleetClusters and GateReceipts on the hub cluster, changes a rollout's spec
-the way a Git commit would, verifies receipts, and checks CUE policies; tidegate mcp serves the
-same reads and writes to AI assistants and automation, and tidegate version says what runs where.
+reads FleetRollouts, FleetClusters and GateReceipts on the hub cluster, explains gate decisions,
+previews changes, changes a rollout's spec the way a Git commit would, verifies receipts, and
+checks CUE policies; tidegate mcp serves the same reads and writes to AI assistants and
+automation, and tidegate version says what runs where.
 
 It reaches the hub like kubectl and flux do: --kubeconfig (else $KUBECONFIG, else ~/.kube/config),
 --context, and -n/--namespace (else the namespace of the kubeconfig context, else "default").
@@ -196,6 +198,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newGetCommand(k),
 		newStatusCommand(k),
 		newTreeCommand(k),
+		newRevisionCommand(k),
 		newEventsCommand(k),
 		newHoldCommand(k),
 		newResumeCommand(k),
@@ -205,6 +208,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newRetryCommand(k),
 		newReconcileCommand(k),
 		newReceiptsCommand(k),
+		newPreviewCommand(k),
 		newMCPCommand(k),
 		newVersionCommand(k),
 		newPolicyCommand(k),

@@ -327,6 +327,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return ops.ReplayPolicy(ctx, s.c, s.namespace(in.Namespace), in.Rollout, p)
 		})
+	s.inspectTools(server)
 	if !allowWrites {
 		return server
 	}

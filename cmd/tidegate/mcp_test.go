@@ -89,7 +89,7 @@ func TestMCP(t *testing.T) {
 	// Read-only by default: no tool that writes is listed, and calling one is refused.
 	ro := mcpStdio(ctx, t)
 	names := toolNames(ctx, t, ro)
-	want := []string{"get_receipt", "get_rollout", "job_status", "list_clusters", "list_receipts", "list_rollouts", "replay_policy", "scope", "verify_receipts"}
+	want := []string{"cluster_revision", "explain_gate", "get_receipt", "get_rollout", "job_status", "list_clusters", "list_receipts", "list_rollouts", "preview", "replay_policy", "scope", "verify_receipts"}
 	if !slices.Equal(names, want) {
 		t.Errorf("read-only tools %v, want %v", names, want)
 	}

@@ -85,6 +85,12 @@ func TestKubeReadsGolden(t *testing.T) {
 		{"verify-rollout-web", []string{"receipts", "verify", "--rollout", "web"}, exitOK},
 		{"verify-not-found", []string{"receipts", "verify", "nope"}, exitUsage},
 		{"verify-no-args", []string{"receipts", "verify"}, exitUsage},
+		// revision, receipts explain.
+		{"revision-us-2", []string{"revision", "us-2"}, exitNo},
+		{"revision-eu-1-web-json", []string{"revision", "eu-1", "--rollout", "web", "-o", "json"}, exitOK},
+		{"revision-not-found", []string{"revision", "nope"}, exitUsage},
+		{"explain-api-deploysafe", []string{"receipts", "explain", "--rollout", "api", "--gate", "deploySafe"}, exitNo},
+		{"explain-digest-only", []string{"receipts", "explain", "-n", "audit", audit.digestOnly}, exitOK},
 	}
 	written := map[string]bool{}
 	for _, tt := range tests {

@@ -52,7 +52,7 @@ func newReceiptsCommand(k *kubeOptions) *cobra.Command {
 		Args:  subcommandArgs,
 		RunE:  subcommandRun,
 	}
-	cmd.AddCommand(newReceiptsVerifyCommand(k), newReceiptsEvidenceCommand(k))
+	cmd.AddCommand(newReceiptsVerifyCommand(k), newReceiptsEvidenceCommand(k), newReceiptsExplainCommand(k))
 	return cmd
 }
 

@@ -44,18 +44,11 @@ type ReplayedReceipt struct {
 	Revision    string      `json:"revision"`
 	EvaluatedAt metav1.Time `json:"evaluatedAt"`
 	// Old is the decision as recorded.
-	Old ReplayDecision `json:"old"`
+	Old PolicyOutcome `json:"old"`
 	// New is the decision under the proposed policy; nil when the evidence could not be read.
-	New *ReplayDecision `json:"new,omitempty"`
+	New *PolicyOutcome `json:"new,omitempty"`
 	// Unreadable says why the evidence could not be read.
 	Unreadable string `json:"unreadable,omitempty"`
-}
-
-// ReplayDecision is a gate decision: Pass, Fail, Inconclusive, or ResultInvalidPolicy.
-type ReplayDecision struct {
-	Result       string   `json:"result"`
-	Reasons      []string `json:"reasons,omitempty"`
-	PolicyDigest string   `json:"policyDigest"`
 }
 
 // OK is whether no decision would change and every receipt could be replayed.
@@ -89,7 +82,7 @@ func ReplayPolicy(ctx context.Context, c client.Client, ns, name string, p *tgcu
 		rc := &receipts[i]
 		item := ReplayedReceipt{
 			Receipt: rc.Name, Gate: rc.Spec.Gate, Wave: rc.Spec.Wave, Revision: rc.Spec.Candidate.Revision, EvaluatedAt: rc.Spec.EvaluatedAt,
-			Old: ReplayDecision{Result: rc.Spec.Result, Reasons: rc.Spec.Reasons, PolicyDigest: rc.Spec.PolicyDigest},
+			Old: PolicyOutcome{Result: rc.Spec.Result, Reasons: rc.Spec.Reasons, Limits: rc.Spec.Limits, PolicyDigest: rc.Spec.PolicyDigest},
 		}
 		evidence, unreadable, err := recordedEvidence(ctx, c, rc)
 		if err != nil {
@@ -111,6 +104,9 @@ func ReplayPolicy(ctx context.Context, c client.Client, ns, name string, p *tgcu
 	}
 	return r, nil
 }
+
+// digestOnly starts the unreadable reason of a receipt that keeps only its evidence's digest.
+const digestOnly = "the receipt keeps no evidence, only its digest "
 
 // recordedEvidence reads the evidence a receipt's decision was made over. unreadable says why it
 // cannot be: a part is missing or does not have its digest, the evidence does not have the
@@ -136,7 +132,7 @@ func recordedEvidence(ctx context.Context, c client.Client, rc *v1alpha1.GateRec
 	case err != nil:
 		return nil, "the evidence cannot be read: " + err.Error(), nil
 	case raw == nil && rc.Spec.EvidenceDigest != "":
-		return nil, "the receipt keeps no evidence, only its digest " + rc.Spec.EvidenceDigest + " (older versions did not keep evidence over 64 KiB)", nil
+		return nil, digestOnly + rc.Spec.EvidenceDigest + " (older versions did not keep evidence over 64 KiB)", nil
 	case raw == nil:
 		return nil, "", nil // the decision was made over no evidence
 	}
@@ -147,25 +143,25 @@ func recordedEvidence(ctx context.Context, c client.Client, rc *v1alpha1.GateRec
 }
 
 // decideAgain is the decision the controller would record over the receipt's evidence under p.
-func decideAgain(p *tgcue.Policy, old *v1alpha1.GateReceiptSpec, evidence []byte) ReplayDecision {
+func decideAgain(p *tgcue.Policy, old *v1alpha1.GateReceiptSpec, evidence []byte) PolicyOutcome {
 	gate := old.Gate
 	// The controller decides without the policy when collecting the evidence failed (reasons
 	// "<gate>: collecting the evidence failed: ..." and "<gate>: inconclusive: collecting the
 	// evidence failed: ..."): any policy records the same decision over the same failure.
 	if len(old.Reasons) == 1 && (strings.HasPrefix(old.Reasons[0], gate+": collecting the evidence failed: ") ||
 		strings.HasPrefix(old.Reasons[0], gate+": inconclusive: collecting the evidence failed: ")) {
-		return ReplayDecision{Result: old.Result, Reasons: old.Reasons, PolicyDigest: p.Digest()}
+		return PolicyOutcome{Result: old.Result, Reasons: old.Reasons, PolicyDigest: p.Digest()}
 	}
 	d, err := tgcue.Evaluate(p, gate, evidence)
 	var pe *tgcue.PolicyError
 	switch {
 	case errors.As(err, &pe):
-		return ReplayDecision{Result: ResultInvalidPolicy, Reasons: pe.Problems, PolicyDigest: p.Digest()}
+		return PolicyOutcome{Result: ResultInvalidPolicy, Reasons: pe.Problems, PolicyDigest: p.Digest()}
 	case err != nil:
 		// As the controller records an evaluation that failed: the gate fails closed.
-		return ReplayDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": evaluation failed: " + err.Error()}, PolicyDigest: p.Digest()}
+		return PolicyOutcome{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": evaluation failed: " + err.Error()}, PolicyDigest: p.Digest()}
 	}
-	nd := ReplayDecision{Result: resultOf(d), Reasons: d.Reasons, PolicyDigest: d.PolicyDigest}
+	nd := PolicyOutcome{Result: resultOf(d), Reasons: d.Reasons, Limits: d.Limits, PolicyDigest: d.PolicyDigest}
 	// An Inconclusive decision that had been so for longer than settings.inconclusiveAfter was
 	// recorded as a Fail with that said first; the same history fails it again.
 	if nd.Result == v1alpha1.ResultInconclusive && old.Result == v1alpha1.ResultFail && len(old.Reasons) > 0 && strings.HasPrefix(old.Reasons[0], "inconclusive since ") {
