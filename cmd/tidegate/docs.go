@@ -60,6 +60,8 @@ func docsPreface(doc []byte) string {
 
 // renderCLIDoc writes the preface, then one section per command of the tree, then the global flags.
 func renderCLIDoc(root *cobra.Command, preface string) []byte {
+	// cobra adds the completion command when the command line runs; the reference shows it too.
+	root.InitDefaultCompletionCmd()
 	var cmds []*cobra.Command
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

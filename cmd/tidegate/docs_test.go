@@ -41,7 +41,10 @@ func TestDocsKeepsThePreface(t *testing.T) {
 			t.Errorf("the generated reference lacks %q", want)
 		}
 	}
-	if strings.Contains(got, "## tidegate docs") || strings.Contains(got, "## tidegate completion") {
+	if strings.Contains(got, "## tidegate docs") {
 		t.Error("the generated reference documents a hidden command")
+	}
+	if !strings.Contains(got, "## tidegate completion bash") {
+		t.Error("the generated reference lacks the completion command")
 	}
 }

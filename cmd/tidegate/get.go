@@ -22,6 +22,7 @@ type getOptions struct {
 	output        string
 	allNamespaces bool
 	selector      string
+	watch         bool
 }
 
 func newGetCommand(k *kubeOptions) *cobra.Command {
@@ -30,15 +31,17 @@ func newGetCommand(k *kubeOptions) *cobra.Command {
 		Use:   "get",
 		Short: "List rollouts, clusters or receipts",
 		Long: `get lists FleetRollouts, FleetClusters or GateReceipts of the namespace (-A: of every namespace),
-or the one named.`,
+or the one named; -o wide adds columns, and -w/--watch goes on printing a row each time one of
+them changes, as kubectl get -w, until interrupted.`,
 		Args: subcommandArgs,
 		RunE: subcommandRun,
 	}
 	for _, sub := range []*cobra.Command{newGetRolloutsCommand(o), newGetClustersCommand(o), newGetReceiptsCommand(o)} {
 		addOutputFlag(sub, &o.output)
-		sub.Flags().Lookup("output").Usage = "output format: table, name (kind/name), json, yaml or jsonpath=TEMPLATE (over the json document)"
+		sub.Flags().Lookup("output").Usage = "output format: table, wide (more columns), name (kind/name), json, yaml or jsonpath=TEMPLATE (over the json document)"
 		sub.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the objects of every namespace")
 		sub.Flags().StringVarP(&o.selector, "selector", "l", "", "list only the objects whose labels match this selector, as kubectl's -l (e.g. -l tidegate.dev/rollout=web)")
+		sub.Flags().BoolVarP(&o.watch, "watch", "w", false, "after the list, print a row each time an object changes, until interrupted, as kubectl get -w (with -o json, one object per line)")
 		cmd.AddCommand(sub)
 	}
 	return cmd
@@ -174,6 +177,8 @@ type rolloutRow struct {
 	Message   string                   `json:"message"`
 	Suspended bool                     `json:"suspended"`
 	Hold      *v1alpha1.Hold           `json:"hold,omitempty"`
+	// rollout is the object the row shows, for the columns of -o wide.
+	rollout *v1alpha1.FleetRollout
 }
 
 func newGetRolloutsCommand(o *getOptions) *cobra.Command {
@@ -183,9 +188,12 @@ func newGetRolloutsCommand(o *getOptions) *cobra.Command {
 		Short:   "List FleetRollouts: phase, wave, candidate and known-good revisions, Ready",
 		Long: `rollouts lists FleetRollouts like flux get: NAME, PHASE, WAVE (the wave in progress), CANDIDATE
 and KNOWN-GOOD (the first 12 characters of their commit or digest), READY (the Ready condition's
-status) and MESSAGE (its message).`,
+status) and MESSAGE (its message). -o wide adds CANDIDATE-DIGEST and KNOWN-GOOD-DIGEST (the
+algorithm and first 12 characters of their artifacts' digests), POLICY (spec.policy's source, or
+builtin), SUSPENDED and LAST TRANSITION (since Ready last changed).`,
 		Example: `  tidegate get rollouts -n fleet
-  tidegate get rollouts -A -o json`,
+  tidegate get rollouts -A -o json
+  tidegate get rollouts web -o wide --watch`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkListOutput(o.output); err != nil {
@@ -203,22 +211,21 @@ status) and MESSAGE (its message).`,
 			if len(args) == 1 {
 				list.Items = []v1alpha1.FleetRollout{one}
 			}
-			rows := rolloutRows(list.Items)
-			if o.output == outputName {
-				return writeNames(cmd.OutOrStdout(), "fleetrollout", namesOf(rows, func(r rolloutRow) string { return r.Name }))
+			v := view[rolloutRow]{
+				kind: "fleetrollout", plural: "fleetrollouts",
+				key:    func(r rolloutRow) (string, string) { return r.Namespace, r.Name },
+				header: []string{"NAME", "PHASE", "WAVE", "CANDIDATE", "KNOWN-GOOD", "READY", "MESSAGE"},
+				cells: func(r rolloutRow) []string {
+					return []string{r.Name, r.Phase, r.Wave, shortRevision(r.Candidate), shortRevision(r.KnownGood), r.Ready, oneLine(r.Message)}
+				},
+				wide: rolloutWide, wideCells: func(r rolloutRow) []string { return rolloutWideCells(o.k.env.now(), r) },
 			}
-			if o.output != outputTable {
-				return writeData(cmd.OutOrStdout(), o.output, items[rolloutRow]{Items: rows})
+			t, err := printRows(cmd, o, v, ns, rolloutRows(list.Items))
+			if err != nil || !o.watch {
+				return err
 			}
-			if len(rows) == 0 {
-				o.noneFound(cmd.ErrOrStderr(), "fleetrollouts", ns)
-				return nil
-			}
-			t := &table{header: o.withNamespace([]string{"NAME", "PHASE", "WAVE", "CANDIDATE", "KNOWN-GOOD", "READY", "MESSAGE"})}
-			for _, r := range rows {
-				t.add(o.row(r.Namespace, r.Name, r.Phase, r.Wave, shortRevision(r.Candidate), shortRevision(r.KnownGood), r.Ready, oneLine(r.Message))...)
-			}
-			return t.write(cmd.OutOrStdout())
+			return follow(cmd, o, c, v, ns, args, &v1alpha1.FleetRolloutList{}, resourceVersion(args, &list, &one), t,
+				func(obj client.Object) (rolloutRow, bool) { return toRolloutRow(obj.(*v1alpha1.FleetRollout)), true })
 		},
 	}
 }
@@ -237,6 +244,7 @@ func toRolloutRow(fr *v1alpha1.FleetRollout) rolloutRow {
 		Message:   message,
 		Suspended: fr.Spec.Suspend,
 		Hold:      fr.Spec.Hold,
+		rollout:   fr,
 	}
 }
 
@@ -250,6 +258,8 @@ type clusterRow struct {
 	Message       string       `json:"message"`
 	LastSeen      *metav1.Time `json:"lastSeen,omitempty"`
 	Suspended     bool         `json:"suspended"`
+	// labels are the cluster's, for -o wide (wave selectors match them).
+	labels map[string]string
 }
 
 func newGetClustersCommand(o *getOptions) *cobra.Command {
@@ -259,7 +269,8 @@ func newGetClustersCommand(o *getOptions) *cobra.Command {
 		Short:   "List FleetClusters: server version, Ready, when last seen",
 		Long: `clusters lists FleetClusters: NAME, VERSION (the member API server's), READY (the Ready condition's
 status), LAST SEEN (lastObservedTime: how long ago the member API server last answered something new;
-status is written only when the cluster changes) and MESSAGE (Ready's message).`,
+status is written only when the cluster changes) and MESSAGE (Ready's message). -o wide adds
+SUSPENDED and LABELS (which wave selectors match).`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkListOutput(o.output); err != nil {
@@ -277,23 +288,23 @@ status is written only when the cluster changes) and MESSAGE (Ready's message).`
 			if len(args) == 1 {
 				list.Items = []v1alpha1.FleetCluster{one}
 			}
-			rows := clusterRows(list.Items)
-			if o.output == outputName {
-				return writeNames(cmd.OutOrStdout(), "fleetcluster", namesOf(rows, func(r clusterRow) string { return r.Name }))
+			v := view[clusterRow]{
+				kind: "fleetcluster", plural: "fleetclusters",
+				key:    func(r clusterRow) (string, string) { return r.Namespace, r.Name },
+				header: []string{"NAME", "VERSION", "READY", "LAST SEEN", "MESSAGE"},
+				cells: func(r clusterRow) []string {
+					return []string{r.Name, r.ServerVersion, r.Ready, age(o.k.env.now(), r.LastSeen), oneLine(r.Message)}
+				},
+				wide: clusterWide, wideCells: clusterWideCells,
 			}
-			if o.output != outputTable {
-				return writeData(cmd.OutOrStdout(), o.output, items[clusterRow]{Items: rows})
+			t, err := printRows(cmd, o, v, ns, clusterRows(list.Items))
+			if err != nil || !o.watch {
+				return err
 			}
-			if len(rows) == 0 {
-				o.noneFound(cmd.ErrOrStderr(), "fleetclusters", ns)
-				return nil
-			}
-			now := o.k.env.now()
-			t := &table{header: o.withNamespace([]string{"NAME", "VERSION", "READY", "LAST SEEN", "MESSAGE"})}
-			for _, r := range rows {
-				t.add(o.row(r.Namespace, r.Name, r.ServerVersion, r.Ready, age(now, r.LastSeen), oneLine(r.Message))...)
-			}
-			return t.write(cmd.OutOrStdout())
+			return follow(cmd, o, c, v, ns, args, &v1alpha1.FleetClusterList{}, resourceVersion(args, &list, &one), t,
+				func(obj client.Object) (clusterRow, bool) {
+					return clusterRows([]v1alpha1.FleetCluster{*obj.(*v1alpha1.FleetCluster)})[0], true
+				})
 		},
 	}
 }
@@ -313,6 +324,8 @@ type receiptRow struct {
 	Reasons      []string                 `json:"reasons,omitempty"`
 	Limits       []string                 `json:"limits,omitempty"`
 	EvaluatedAt  metav1.Time              `json:"evaluatedAt"`
+	// evidenceDigest is spec.evidenceDigest, for -o wide.
+	evidenceDigest string
 }
 
 func newGetReceiptsCommand(o *getOptions) *cobra.Command {
@@ -323,7 +336,8 @@ func newGetReceiptsCommand(o *getOptions) *cobra.Command {
 		Short:   "List GateReceipts: gate, wave, result, candidate",
 		Long: `receipts lists GateReceipts, of one rollout with --rollout, oldest decision first: NAME, ROLLOUT,
 GATE, WAVE, RESULT, CANDIDATE (the first 12 characters of its commit or digest) and AGE (since the
-decision, spec.evaluatedAt). -o json and -o yaml add the targets, policy digest and reasons.`,
+decision, spec.evaluatedAt). -o wide adds KNOWN-GOOD, TARGETS (how many), POLICY-DIGEST and
+EVIDENCE-DIGEST; -o json and -o yaml add the targets, policy digest and reasons.`,
 		Example: `  tidegate get receipts --rollout web
   tidegate get receipts --rollout web -o json | jq '.items[] | select(.result == "Fail")'`,
 		Args: maxOneArg,
@@ -343,27 +357,30 @@ decision, spec.evaluatedAt). -o json and -o yaml add the targets, policy digest 
 			if len(args) == 1 {
 				list.Items = []v1alpha1.GateReceipt{one}
 			}
-			rows := receiptRows(list.Items, rollout)
-			if o.output == outputName {
-				return writeNames(cmd.OutOrStdout(), "gatereceipt", namesOf(rows, func(r receiptRow) string { return r.Name }))
+			v := view[receiptRow]{
+				kind: "gatereceipt", plural: "gatereceipts",
+				key:    func(r receiptRow) (string, string) { return r.Namespace, r.Name },
+				header: []string{"NAME", "ROLLOUT", "GATE", "WAVE", "RESULT", "CANDIDATE", "AGE"},
+				cells: func(r receiptRow) []string {
+					return []string{r.Name, r.Rollout, r.Gate, r.Wave, r.Result, shortRevision(&r.Candidate), age(o.k.env.now(), &r.EvaluatedAt)}
+				},
+				wide: receiptWide, wideCells: receiptWideCells,
 			}
-			if o.output != outputTable {
-				return writeData(cmd.OutOrStdout(), o.output, items[receiptRow]{Items: rows})
+			if rollout != "" {
+				v.plural = "gatereceipts of fleetrollout " + rollout
 			}
-			if len(rows) == 0 {
-				what := "gatereceipts"
-				if rollout != "" {
-					what = "gatereceipts of fleetrollout " + rollout
-				}
-				o.noneFound(cmd.ErrOrStderr(), what, ns)
-				return nil
+			t, err := printRows(cmd, o, v, ns, receiptRows(list.Items, rollout))
+			if err != nil || !o.watch {
+				return err
 			}
-			now := o.k.env.now()
-			t := &table{header: o.withNamespace([]string{"NAME", "ROLLOUT", "GATE", "WAVE", "RESULT", "CANDIDATE", "AGE"})}
-			for _, r := range rows {
-				t.add(o.row(r.Namespace, r.Name, r.Rollout, r.Gate, r.Wave, r.Result, shortRevision(&r.Candidate), age(now, &r.EvaluatedAt))...)
-			}
-			return t.write(cmd.OutOrStdout())
+			return follow(cmd, o, c, v, ns, args, &v1alpha1.GateReceiptList{}, resourceVersion(args, &list, &one), t,
+				func(obj client.Object) (receiptRow, bool) {
+					rows := receiptRows([]v1alpha1.GateReceipt{*obj.(*v1alpha1.GateReceipt)}, rollout)
+					if len(rows) == 0 {
+						return receiptRow{}, false
+					}
+					return rows[0], true
+				})
 		},
 	}
 	cmd.Flags().StringVar(&rollout, "rollout", "", "only the receipts of this FleetRollout")
@@ -388,7 +405,7 @@ func clusterRows(clusters []v1alpha1.FleetCluster) []clusterRow {
 		rows = append(rows, clusterRow{
 			Namespace: fc.Namespace, Name: fc.Name, ServerVersion: fc.Status.ServerVersion,
 			Ready: ready, Reason: reason, Message: message, LastSeen: fc.Status.LastObservedTime,
-			Suspended: fc.Spec.Suspend,
+			Suspended: fc.Spec.Suspend, labels: fc.Labels,
 		})
 	}
 	slices.SortFunc(rows, byNamespaceName(func(r clusterRow) (string, string) { return r.Namespace, r.Name }))
@@ -407,7 +424,7 @@ func receiptRows(receipts []v1alpha1.GateReceipt, rollout string) []receiptRow {
 			Namespace: rc.Namespace, Name: rc.Name, Rollout: rc.Spec.Rollout, Gate: rc.Spec.Gate,
 			Wave: rc.Spec.Wave, Result: rc.Spec.Result, Candidate: rc.Spec.Candidate, KnownGood: rc.Spec.KnownGood,
 			Targets: rc.Spec.Targets, PolicyDigest: rc.Spec.PolicyDigest, Reasons: rc.Spec.Reasons, Limits: rc.Spec.Limits,
-			EvaluatedAt: rc.Spec.EvaluatedAt,
+			EvaluatedAt: rc.Spec.EvaluatedAt, evidenceDigest: rc.Spec.EvidenceDigest,
 		})
 	}
 	slices.SortFunc(rows, func(a, b receiptRow) int {

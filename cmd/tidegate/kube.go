@@ -57,7 +57,8 @@ func (k *kubeOptions) namespace() (string, error) {
 	return ns, nil
 }
 
-// client returns a client of the hub cluster, uncached, and the namespace to work in.
+// client returns a client of the hub cluster, uncached, and the namespace to work in. The client
+// can also watch (client.WithWatch), for get --watch.
 func (k *kubeOptions) client() (client.Client, string, error) {
 	ns, err := k.namespace()
 	if err != nil {
@@ -67,7 +68,7 @@ func (k *kubeOptions) client() (client.Client, string, error) {
 	if err != nil {
 		return nil, "", &exitError{code: exitUsage, err: fmt.Errorf("reading the kubeconfig: %w", err)}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, "", &exitError{code: exitUsage, err: fmt.Errorf("connecting to %s: %w", cfg.Host, err)}
 	}

@@ -168,7 +168,7 @@ It reaches the hub like kubectl and flux do: --kubeconfig (else $KUBECONFIG, els
 
 Output: tables for people; -o json, -o yaml or -o jsonpath=TEMPLATE on every read command for
 machines, with the same fields unabbreviated (full revisions, timestamps instead of ages); get also
-has -o name and -l SELECTOR. Asked for -o json, a command that
+has -o name, -o wide, -l SELECTOR and -w/--watch. Asked for -o json, a command that
 fails also prints {"error": {"code", "message", "object"}} on stdout, the code one of those of
 tidegate mcp (docs/mcp.md) or Unmet for an answer that is no.
 
@@ -191,7 +191,6 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.CompletionOptions.HiddenDefaultCmd = true
 	k := newKubeOptions(env)
 	k.addFlags(root)
 	root.AddCommand(
@@ -211,10 +210,12 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newPreviewCommand(k),
 		newMCPCommand(k),
 		newVersionCommand(k),
+		newCheckCommand(k),
 		newPolicyCommand(k),
 		sandbox.NewCommand(),
 		newDocsCommand(),
 	)
+	addCompletions(root, k)
 	if env.displayName != "" {
 		renameRoot(root, env.displayName)
 	}

@@ -18,12 +18,14 @@ import (
 	"github.com/tidegate/tidegate/internal/ops"
 )
 
-// Output formats of the read commands; get also has outputName.
+// Output formats of the read commands; get also has outputName and outputWide.
 const (
 	outputTable = "table"
 	outputJSON  = "json"
 	outputYAML  = "yaml"
 	outputName  = "name"
+	// outputWide is the table with more columns, as kubectl's -o wide.
+	outputWide = "wide"
 	// outputJSONPath prefixes a template, as kubectl's -o jsonpath=TEMPLATE, over the -o json document.
 	outputJSONPath = "jsonpath="
 )
@@ -42,6 +44,8 @@ func checkKubeOutput(o string) error {
 			return err
 		}
 		return nil
+	case o == outputWide:
+		return usageError("-o wide: only get prints wide tables; the formats here are table, json, yaml and jsonpath=TEMPLATE")
 	}
 	return usageError("-o %q: the formats are table, json, yaml and jsonpath=TEMPLATE", o)
 }
@@ -49,12 +53,12 @@ func checkKubeOutput(o string) error {
 // checkListOutput is checkKubeOutput for the get commands, which also print -o name.
 func checkListOutput(o string) error {
 	switch {
-	case o == outputName:
+	case o == outputName, o == outputWide:
 		return nil
 	case strings.HasPrefix(o, outputJSONPath):
 		return checkKubeOutput(o) // its own error names the template's fault
 	case checkKubeOutput(o) != nil:
-		return usageError("-o %q: the formats are table, name, json, yaml and jsonpath=TEMPLATE", o)
+		return usageError("-o %q: the formats are table, wide, name, json, yaml and jsonpath=TEMPLATE", o)
 	}
 	return nil
 }

@@ -38,6 +38,8 @@ type crdVersion struct {
 	Storage string   `json:"storage"`
 	// Installed is false when the hub has no such CRD.
 	Installed bool `json:"installed"`
+	// crd is the CRD as the hub has it, for tidegate check.
+	crd *apiextensionsv1.CustomResourceDefinition
 }
 
 type controllerVersion struct {
@@ -46,6 +48,8 @@ type controllerVersion struct {
 	Images    []string `json:"images"`
 	Replicas  int32    `json:"replicas"`
 	Ready     int32    `json:"ready"`
+	// deployment is the Deployment as the hub has it, for tidegate check.
+	deployment *appsv1.Deployment
 }
 
 // tidegateCRDs are the CRDs of tidegate's kinds.
@@ -104,7 +108,7 @@ func hubVersions(cmd *cobra.Command, c client.Client) ([]crdVersion, []controlle
 			crds = append(crds, crdVersion{Name: name})
 			continue
 		}
-		cv := crdVersion{Name: name, Installed: true}
+		cv := crdVersion{Name: name, Installed: true, crd: crd}
 		for _, ver := range crd.Spec.Versions {
 			if ver.Served {
 				cv.Served = append(cv.Served, ver.Name)
@@ -120,8 +124,9 @@ func hubVersions(cmd *cobra.Command, c client.Client) ([]crdVersion, []controlle
 		return crds, nil, ops.AsError(err, ops.Ref{Kind: "deployments"})
 	}
 	var controllers []controllerVersion
-	for _, d := range deps.Items {
-		cv := controllerVersion{Namespace: d.Namespace, Name: d.Name, Ready: d.Status.ReadyReplicas, Replicas: 1}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		cv := controllerVersion{Namespace: d.Namespace, Name: d.Name, Ready: d.Status.ReadyReplicas, Replicas: 1, deployment: d}
 		if d.Spec.Replicas != nil {
 			cv.Replicas = *d.Spec.Replicas
 		}

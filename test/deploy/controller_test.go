@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -261,7 +260,7 @@ type replica struct {
 	args                    []string
 	metricsAddr, healthAddr string
 	cmd                     *exec.Cmd
-	logs                    *lockedBuffer
+	logs                    *testenv.LockedBuffer
 	exited                  chan error
 	stopped                 bool
 }
@@ -272,7 +271,7 @@ type replica struct {
 func startReplica(t *testing.T, name, bin, dir, kubeconfig string, dep *appsv1.Deployment) *replica {
 	t.Helper()
 	container := dep.Spec.Template.Spec.Containers[0]
-	r := &replica{name: name, metricsAddr: freeAddr(t), healthAddr: freeAddr(t), logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	r := &replica{name: name, metricsAddr: freeAddr(t), healthAddr: freeAddr(t), logs: &testenv.LockedBuffer{}, exited: make(chan error, 1)}
 	for _, a := range container.Args {
 		switch {
 		case strings.HasPrefix(a, "--metrics-bind-address="):
@@ -477,20 +476,3 @@ func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what stri
 
 func ptrTo[T any](v T) *T { return &v }
 
-// lockedBuffer is a bytes.Buffer safe for the process's stdout and stderr writers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
