@@ -251,6 +251,20 @@ func TestApprove(t *testing.T) {
 	bob := v1alpha1.Approval{Revision: cand, Irreversible: true, By: "bob", AuthenticatedAs: "fleet-admin"}
 	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, bob) }, nil)
 
+	// The first characters of the candidate's digest expand to its revision too, with or without sha256:.
+	digest := fr.Status.Candidate.Digest
+	if digest == "" {
+		t.Fatalf("the fixture's candidate has no digest: %+v", fr.Status.Candidate)
+	}
+	carol := v1alpha1.Approval{Revision: cand, Wave: "canary", By: "carol", AuthenticatedAs: "fleet-admin"}
+	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", digest[:len("sha256:")+12], "--wave", "canary", "--by", "carol")
+	expectRun(t, r, exitOK, prefix+"spec.approvals += "+ops.ApprovalString(carol)+"\n", digest[:len("sha256:")+12]+" expanded to the candidate "+cand+"\n")
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, carol) }, nil)
+	bare := strings.TrimPrefix(digest, "sha256:")[:7]
+	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", bare, "--wave", "canary", "--by", "carol")
+	expectRun(t, r, exitOK, prefix+"spec.approvals already has "+ops.ApprovalString(carol)+"; nothing changed\n", bare+" expanded to the candidate "+cand+"\n")
+	expectUnchanged(ctx, t, fr)
+
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "ring-9")
 	expectRun(t, r, exitUsage, "", `error: fleetrollout writes/approve has no wave "ring-9"; its waves are canary, everyone`+"\n")
 	expectUnchanged(ctx, t, fr)

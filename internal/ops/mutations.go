@@ -91,7 +91,7 @@ func Approve(a v1alpha1.Approval) Mutation {
 		}
 		entry := a
 		if cand != nil && entry.Revision != cand.Revision {
-			if expandsTo(entry.Revision, cand.Revision) {
+			if expandsTo(entry.Revision, cand) {
 				ch.Notes = append(ch.Notes, fmt.Sprintf("%s expanded to the candidate %s", entry.Revision, cand.Revision))
 				entry.Revision = cand.Revision
 			} else {
@@ -207,10 +207,19 @@ func ApprovalString(a v1alpha1.Approval) string {
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
-// expandsTo tells whether short is the first 7 or more characters of the commit or digest of revision.
-func expandsTo(short, revision string) bool {
-	hex := revision[strings.LastIndex(revision, ":")+1:]
-	return len(short) >= 7 && strings.HasPrefix(hex, short)
+// expandsTo tells whether short is the first 7 or more characters of the candidate's commit or
+// digest, the digest with or without its sha256: prefix.
+func expandsTo(short string, cand *v1alpha1.RevisionStatus) bool {
+	short = strings.TrimPrefix(short, "sha256:")
+	if len(short) < 7 {
+		return false
+	}
+	for _, s := range []string{cand.Revision, cand.Digest} {
+		if s != "" && strings.HasPrefix(s[strings.LastIndex(s, ":")+1:], short) {
+			return true
+		}
+	}
+	return false
 }
 
 // requestValue is a new value for a request field: the time, unlike the current value and the

@@ -475,4 +475,3 @@ func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what stri
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
