@@ -117,6 +117,10 @@ undeploy: ## Uninstall the controller from the cluster of the current kubeconfig
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
 	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -parallel $(E2E_PARALLEL) -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
 
+.PHONY: transcripts
+transcripts: testbin ## Write docs/transcripts/ again from a session of each entry path on the local fleet (TestE2ETranscripts; a test fails when they are stale).
+	TIDEGATE_UPDATE_TRANSCRIPTS=1 go test $(GO_TEST_FLAGS) -count=1 -timeout 20m -run '^TestE2ETranscripts$$' ./test/e2e/
+
 # BENCH_SCALE_ARGS go to hack/bench/scale, e.g. BENCH_SCALE_ARGS='-runs standin:1000' for one run
 # (flags: go run ./hack/bench/scale -h; docs/benchmarks.md).
 BENCH_SCALE_ARGS ?=

@@ -28,14 +28,20 @@ var ownedConditions = []string{
 }
 
 // finalizeStatus is the one place status bookkeeping happens, as in Flux controllers:
-// lastHandledReconcileAt, observedGeneration when Ready or Stalled, Reconciling cleared when Ready;
-// then one patch of only what changed.
+// lastHandledReconcileAt, observedGeneration unless the pass failed, Reconciling cleared when
+// Ready; then one patch of only what changed.
+//
+// A rollout moves for hours through soaks and approvals, each pass acting on the spec and ending
+// in a wait (Reconciling=True says it is still in progress, as kstatus reads it), so
+// observedGeneration moves at the end of every pass that acted on the spec, not only once Ready
+// as in a Flux controller whose reconcile finishes: a write's job (internal/ops) is observed when
+// it is, and an approval pause is then a state of the job, not a job still pending. A pass that
+// failed (ReconciliationFailed) has not acted on the spec and leaves it.
 func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *patch.SerialPatcher) error {
 	if v, ok := meta.ReconcileAnnotationValue(fr.GetAnnotations()); ok {
 		fr.Status.SetLastHandledReconcileRequest(v)
 	}
-	if conditions.IsReady(fr) || conditions.IsStalled(fr) || fr.Status.Phase == v1alpha1.PhaseHeld ||
-		fr.Status.Phase == v1alpha1.PhaseRolledBack {
+	if !conditions.IsFalse(fr, meta.ReadyCondition) || conditions.GetReason(fr, meta.ReadyCondition) != v1alpha1.ReconciliationFailedReason {
 		fr.Status.ObservedGeneration = fr.Generation
 	}
 	if conditions.IsReady(fr) || conditions.IsStalled(fr) {

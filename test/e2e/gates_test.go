@@ -15,6 +15,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
@@ -434,6 +435,14 @@ func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
 	fr := s.rollout(t, "web")
 	var pin sourcev1.GitRepository
 	if err := s.f.Hub.Get(ctx, keyOf(s.ns, fr.Status.LastKnownGood.Source), &pin); err != nil {
+		t.Fatal(err)
+	}
+	// Suspended first, so that source-controller does not fetch the artifact again: once it is back,
+	// rollbackSucceeds is decided again and passes, as it should, and the candidate goes on (seen
+	// under load, when the next decision came before the check that nothing was applied ended).
+	suspended := pin.DeepCopy()
+	suspended.Spec.Suspend = true
+	if err := s.f.Hub.Patch(ctx, suspended, client.MergeFrom(&pin)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(s.f.Dir, "source-storage", pin.Status.Artifact.Path)); err != nil {
