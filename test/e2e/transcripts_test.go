@@ -340,6 +340,11 @@ func (s *fleetSetup) expectApproved(t *testing.T, rev, wave, who string) {
 	t.Errorf("rollout web has no approval of %s for wave %s by %s with the authenticated user: %+v", rev, wave, who, fr.Spec.Approvals)
 }
 
+// refusalSection starts the part of a session where the protected value is refused.
+func (tr *transcript) refusalSection() {
+	tr.section("A refused change: a protected install-time value", "The package's tidegate/install.cue fixes image at build time. Previewed against the candidate's exact digest, setting it is refused, with the reason, and nothing is written.")
+}
+
 // protectedImage is the install-time value the refused change sets.
 const protectedImage = "image=ghcr.io/example/web:latest"
 
@@ -348,7 +353,7 @@ const protectedImage = "image=ghcr.io/example/web:latest"
 func (s *fleetSetup) transcribeRefusal(t *testing.T, tr *transcript, run func(args ...string) cmdResult, prog string) {
 	t.Helper()
 	generation := s.rollout(t, "web").Generation
-	tr.section("A refused change: a protected install-time value", "The package's tidegate/install.cue fixes image at build time. Previewed against the candidate's exact digest, setting it is refused, with the reason, and nothing is written.")
+	tr.refusalSection()
 	args := []string{"preview", "values", "--rollout", "web", "-n", s.ns, "--digest", s.rollout(t, "web").Status.Candidate.Digest, protectedImage}
 	r := run(args...)
 	tr.command(prog+" "+shellJoin(args), r)
@@ -359,7 +364,7 @@ func (s *fleetSetup) transcribeRefusal(t *testing.T, tr *transcript, run func(ar
 func (s *fleetSetup) transcribeRefusalMCP(t *testing.T, tr *transcript, call func(bool, string, map[string]any) map[string]any) {
 	t.Helper()
 	generation := s.rollout(t, "web").Generation
-	tr.section("A refused change: a protected install-time value", "The package's tidegate/install.cue fixes image at build time. Previewed against the candidate's exact digest, setting it is refused, with the reason, and nothing is written.")
+	tr.refusalSection()
 	name, value, _ := strings.Cut(protectedImage, "=")
 	res := call(false, "preview", map[string]any{"mode": "values", "rollout": "web", "digest": s.rollout(t, "web").Status.Candidate.Digest, "values": map[string]string{name: value}})
 	if res["refused"] != true || !strings.Contains(indentJSON(res["protectedKeys"]), `"image"`) {
