@@ -24,6 +24,10 @@ type Options struct {
 	// Nodes is how many nodes each member cluster pretends to have: the number of pods a DaemonSet runs.
 	// Defaults to 1.
 	Nodes int
+	// PassTimeout bounds one pass over a member cluster in the background loop, so that a request
+	// stuck on a stalled API server (a dead connection client-go notices only after its health
+	// ping) cannot stop that cluster's workloads from moving. Defaults to 10s.
+	PassTimeout time.Duration
 }
 
 // Simulator moves the status of Deployments, StatefulSets and DaemonSets in a set of member clusters
@@ -58,6 +62,9 @@ func New(members map[string]client.Client, opts Options) *Simulator {
 	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 1
+	}
+	if opts.PassTimeout <= 0 {
+		opts.PassTimeout = 10 * time.Second
 	}
 	s := &Simulator{opts: opts, members: map[string]*member{}, faults: map[string]map[string]activeFault{}}
 	for name, c := range members {
@@ -111,7 +118,9 @@ func (s *Simulator) run(ctx context.Context, m *member) {
 	t := time.NewTicker(s.opts.Interval)
 	defer t.Stop()
 	for {
-		_, err := s.pass(ctx, m)
+		passCtx, cancel := context.WithTimeout(ctx, s.opts.PassTimeout)
+		_, err := s.pass(passCtx, m)
+		cancel()
 		// A cluster that stays broken (an unreachable member, a stopped API server) would otherwise log the
 		// same error every Interval; log only when the error changes.
 		msg := ""

@@ -294,3 +294,39 @@ func TestOnAPIServerFaultsChangeSafelyWhileRunning(t *testing.T) {
 		waitUntil(t, d, "Current once its last fault is cleared", is(status.CurrentStatus))
 	}
 }
+
+// stuckOnce is a member client whose first List never answers until its context ends, as a request on
+// a connection to a stalled API server does.
+type stuckOnce struct {
+	client.Client
+	once sync.Once
+}
+
+func (c *stuckOnce) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	stuck := false
+	c.once.Do(func() { stuck = true })
+	if stuck {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+// A pass stuck on one request ends at PassTimeout and the loop goes on: the workload still becomes
+// Current. Without the bound the loop would wait on that request for good.
+func TestOnAPIServerAStuckRequestDoesNotStopTheLoop(t *testing.T) {
+	if envErr != nil {
+		t.Fatalf("no member API server: %v", envErr)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sim-"}}
+	if err := memberClient.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	s := New(map[string]client.Client{cluster: &stuckOnce{Client: memberClient}}, Options{Interval: interval, PassTimeout: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Start(ctx)
+	t.Cleanup(func() { s.Stop(); cancel() })
+	d := inNamespace(deployment(2), ns.Name)
+	create(t, d)
+	waitUntil(t, d, "Current", is(status.CurrentStatus))
+}

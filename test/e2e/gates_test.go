@@ -37,7 +37,7 @@ func twoWaveRollout(ns string) *v1alpha1.FleetRollout {
 			Path:      "./app",
 			Template: v1alpha1.KustomizationTemplate{
 				Interval: &metav1.Duration{Duration: time.Minute},
-				Timeout:  &metav1.Duration{Duration: 30 * time.Second},
+				Timeout:  &metav1.Duration{Duration: testHealthTimeout},
 				Wait:     &noWait,
 				HealthChecks: []meta.NamespacedObjectKindReference{
 					{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Namespace: "demo"},

@@ -17,6 +17,12 @@ import (
 
 const testSoak = 3 * time.Second
 
+// testHealthTimeout is the members' Kustomization timeout (spec.timeout: apply and health checks).
+// A healthy workload passes its health checks within seconds alone, but under make test's load
+// (three fleets on two cores) a wave with no fault once failed its health checks at 30 seconds. A
+// broken workload fails them only at the timeout: the tests of one wait it out.
+const testHealthTimeout = time.Minute
+
 // threeWaveRollout is the rollout most scenarios use: canary (1), ring (40% of 5 → 2), rest.
 func threeWaveRollout(ns, name string) *v1alpha1.FleetRollout {
 	one, forty := int32(1), int32(40)
@@ -28,7 +34,7 @@ func threeWaveRollout(ns, name string) *v1alpha1.FleetRollout {
 			Path:      "./app",
 			Template: v1alpha1.KustomizationTemplate{
 				Interval: &metav1.Duration{Duration: time.Minute},
-				Timeout:  &metav1.Duration{Duration: 30 * time.Second},
+				Timeout:  &metav1.Duration{Duration: testHealthTimeout},
 			},
 			Waves: []v1alpha1.Wave{
 				{Name: "canary", Count: &one, Soak: soak},

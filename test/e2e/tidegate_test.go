@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -119,7 +120,9 @@ func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts 
 		memberClients[m.Name] = m.Client
 	}
 	s.sim = simulator.New(memberClients, simulator.Options{})
-	simCtx, stopSim := context.WithCancel(context.Background())
+	// The simulator's errors (a member it cannot reach) go to the fleet's logs, printed when a test fails.
+	simLog := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("simulator.log")))
+	simCtx, stopSim := context.WithCancel(logf.IntoContext(context.Background(), simLog))
 	s.sim.Start(simCtx)
 	t.Cleanup(func() { stopSim(); s.sim.Stop() })
 	for i, m := range f.Members {
