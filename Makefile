@@ -20,6 +20,14 @@ help: ## List the targets.
 build: ## Build bin/tidegate and bin/tidegate-controller.
 	go build -o bin/ ./cmd/...
 
+.PHONY: image
+image: ## Build the controller's container image into dist/: a static binary on an empty base, as an OCI layout and a docker tarball (nothing pulled or pushed). VERSION=v… sets its tag.
+	go run ./hack/image -o dist $(if $(VERSION),-version $(VERSION))
+
+.PHONY: release
+release: image ## Write the release manifests into dist/ (crds.yaml, controller.yaml, install.yaml, SHA256SUMS), the image set by tag and digest.
+	go run ./hack/release -o dist
+
 .PHONY: testbin
 testbin: ## Build and cache kube-apiserver, kube-controller-manager, etcd, Flux controllers and controller-gen from pinned modules (once).
 	@hack/testbin.sh

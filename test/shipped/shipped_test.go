@@ -50,11 +50,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildOnce builds cmd/tidegate with -trimpath, as a release or `go install` would, into binDir. A
-// -trimpath build shares no compiled package with the others, so the tests build it once.
+// buildOnce builds cmd/tidegate with -trimpath and without cgo, as a release would, into binDir. A
+// -trimpath build shares no compiled package with the others, so the tests build it once, with
+// the flags `make image` builds the controller with (TestImage), so that the two share theirs.
 var buildOnce = sync.OnceValues(func() (string, error) {
 	bin := filepath.Join(binDir, "tidegate")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/tidegate")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Dir = testenv.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build -trimpath ./cmd/tidegate: %w\n%s", err, out)

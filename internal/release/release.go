@@ -1,0 +1,104 @@
+// Package release builds tidegate's release manifests from config/ with kustomize: the CRDs alone,
+// the controller without the CRDs, and both, the controller's image set to one image by tag and
+// digest (`make release`, hack/release).
+package release
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/tidegate/tidegate/internal/image"
+)
+
+// The files of a release, and the config/ kustomization each is built from.
+const (
+	CRDs       = "crds.yaml"       // config/crd: the CustomResourceDefinitions alone
+	Controller = "controller.yaml" // config/controller: the controller, its RBAC and namespace, no CRD
+	Install    = "install.yaml"    // config/default: both, for a first install
+)
+
+// Files lists the release's files with the kustomization each is built from.
+var Files = []struct{ Name, Config string }{
+	{CRDs, "crd"}, {Controller, "controller"}, {Install, "default"},
+}
+
+// Build builds each of Files from configDir (a checkout's config/), the controller's image set to
+// imageRef (<repository>:<tag>@sha256:<digest>, as `make image` writes it to dist/image.txt), and
+// returns each file's YAML. It builds in memory, through an overlay per file that sets the image
+// as `kustomize edit set image` would, so the checkout is left as it is.
+func Build(configDir, imageRef string) (map[string][]byte, error) {
+	repo, tag, digest, err := splitRef(imageRef)
+	if err != nil {
+		return nil, err
+	}
+	fsys := filesys.MakeFsInMemory()
+	if err := copyTree(os.DirFS(configDir), fsys, "/config"); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", configDir, err)
+	}
+	out := map[string][]byte{}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	for _, f := range Files {
+		overlay := "/release/" + f.Config
+		kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../../config/%s
+images:
+- name: %s
+  newName: %s
+  newTag: %s
+  digest: %s
+`, f.Config, image.Repository, repo, tag, digest)
+		if err := fsys.MkdirAll(overlay); err != nil {
+			return nil, err
+		}
+		if err := fsys.WriteFile(path.Join(overlay, "kustomization.yaml"), []byte(kustomization)); err != nil {
+			return nil, err
+		}
+		res, err := k.Run(fsys, overlay)
+		if err != nil {
+			return nil, fmt.Errorf("kustomize build config/%s: %w", f.Config, err)
+		}
+		y, err := res.AsYaml()
+		if err != nil {
+			return nil, fmt.Errorf("kustomize build config/%s: %w", f.Config, err)
+		}
+		out[f.Name] = y
+	}
+	return out, nil
+}
+
+// splitRef splits <repository>:<tag>@sha256:<digest>; a release names its image by both.
+func splitRef(ref string) (repo, tag, digest string, err error) {
+	named, digest, ok := strings.Cut(strings.TrimSpace(ref), "@")
+	i := strings.LastIndex(named, ":")
+	if !ok || i < 0 || strings.Contains(named[i:], "/") || !strings.HasPrefix(digest, "sha256:") || len(digest) != len("sha256:")+64 {
+		return "", "", "", fmt.Errorf("image %q is not <repository>:<tag>@sha256:<digest>: run `make image` first, it writes one to dist/image.txt", ref)
+	}
+	return named[:i], named[i+1:], digest, nil
+}
+
+// copyTree copies the regular files under src into dst at root.
+func copyTree(src fs.FS, dst filesys.FileSystem, root string) error {
+	return fs.WalkDir(src, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.ToSlash(path.Join(root, p))
+		if d.IsDir() {
+			return dst.MkdirAll(target)
+		}
+		b, err := fs.ReadFile(src, p)
+		if err != nil {
+			return err
+		}
+		return dst.WriteFile(target, b)
+	})
+}
