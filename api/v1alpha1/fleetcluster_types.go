@@ -128,8 +128,9 @@ type ClusterRolloutStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=fc
+// +kubebuilder:resource:shortName=fc,categories=tidegate
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.serverVersion`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Last Seen",type=date,JSONPath=`.status.lastObservedTime`

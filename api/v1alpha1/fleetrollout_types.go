@@ -856,11 +856,12 @@ type SkippedCluster struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=fro
+// +kubebuilder:resource:shortName={fro,fr},categories=tidegate
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Wave",type=string,JSONPath=`.status.currentWave`
 // +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.status.candidate.revision`
 // +kubebuilder:printcolumn:name="Known-Good",type=string,JSONPath=`.status.lastKnownGood.revision`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

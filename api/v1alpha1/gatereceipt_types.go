@@ -155,7 +155,7 @@ type EvidencePart struct {
 }
 
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:shortName=grc
+// +kubebuilder:resource:shortName={grc,gr},categories=tidegate
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.spec.rollout`
 // +kubebuilder:printcolumn:name="Gate",type=string,JSONPath=`.spec.gate`
 // +kubebuilder:printcolumn:name="Wave",type=string,JSONPath=`.spec.wave`
