@@ -42,6 +42,8 @@ func TestDeployManifestsBuild(t *testing.T) {
 		"ServiceAccount " + namespace + "/" + serviceAccount,
 		"ClusterRole tidegate-controller",
 		"ClusterRoleBinding tidegate-controller",
+		"ClusterRole tidegate-view",
+		"ClusterRole tidegate-edit",
 		"Role " + namespace + "/tidegate-controller",
 		"RoleBinding " + namespace + "/tidegate-controller",
 		"Service " + namespace + "/tidegate-controller-metrics",

@@ -58,6 +58,8 @@ var (
 	// warnings collects the warnings the API server sent admin's requests.
 	warnings = &warningCollector{}
 	envErr   error
+	// adminKubeconfig is the admin user's kubeconfig, for processes run against the hub.
+	adminKubeconfig []byte
 )
 
 func TestMain(m *testing.M) {
@@ -83,6 +85,9 @@ func startAPIServer() error {
 	user, err := e.AddUser(envtest.User{Name: "hub-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return fmt.Errorf("adding an admin user: %w", err)
+	}
+	if adminKubeconfig, err = user.KubeConfig(); err != nil {
+		return err
 	}
 	adminConfig = rest.CopyConfig(user.Config())
 	adminConfig.WarningHandler = warnings
