@@ -26,25 +26,28 @@ func main() {
 	out := flag.String("o", "dist", "The directory to write the binary and the image into.")
 	version := flag.String("version", "", "The image's tag and version label; defaults to the binary's module version (a pseudo-version of the commit when it has no tag).")
 	arch := flag.String("arch", runtime.GOARCH, "The GOARCH to build for.")
+	binary := flag.String("binary", "", "Image this tidegate-controller binary (built for linux without cgo, in a Git checkout) instead of building one.")
 	flag.Parse()
-	if err := run(*out, *version, *arch); err != nil {
+	if err := run(*out, *version, *arch, *binary); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, version, arch string) error {
+func run(out, version, arch, bin string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	bin := filepath.Join(out, "tidegate-controller-linux-"+arch)
-	// -trimpath and an empty build ID so that the same commit builds the same binary, and so the same
-	// image digest; -buildvcs stamps the commit the image's labels name.
-	build := exec.Command("go", "build", "-trimpath", "-buildvcs=true", "-ldflags=-s -w -buildid=", "-o", bin, "./cmd/tidegate-controller")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/tidegate-controller: %w", err)
+	if bin == "" {
+		bin = filepath.Join(out, "tidegate-controller-linux-"+arch)
+		// -trimpath and an empty build ID so that the same commit builds the same binary, and so the
+		// same image digest; -buildvcs stamps the commit the image's labels name.
+		build := exec.Command("go", "build", "-trimpath", "-buildvcs=true", "-ldflags=-s -w -buildid=", "-o", bin, "./cmd/tidegate-controller")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("go build ./cmd/tidegate-controller: %w", err)
+		}
 	}
 	b, err := image.Build(bin, version)
 	if err != nil {

@@ -307,17 +307,18 @@ func install(ctx context.Context, objs []*unstructured.Unstructured) error {
 		if o.GetKind() != "CustomResourceDefinition" {
 			continue
 		}
-		if err := waitEstablished(ctx, o.GetName()); err != nil {
+		if err := waitEstablished(ctx, admin, o.GetName()); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func waitEstablished(ctx context.Context, name string) error {
+// waitEstablished waits until c's API server serves the CRD name.
+func waitEstablished(ctx context.Context, c client.Client, name string) error {
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var crd apiextensionsv1.CustomResourceDefinition
-		if err := admin.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
 			return false, nil
 		}
 		for _, c := range crd.Status.Conditions {
