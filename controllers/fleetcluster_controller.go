@@ -118,6 +118,7 @@ func (r *FleetClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forgetProbe(req.NamespacedName)
+			domain().forgetCluster(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("fleetcluster %s: reading it: %w", req.NamespacedName, err)
@@ -144,6 +145,7 @@ func (r *FleetClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			retErr = errors.Join(retErr, err)
 			return
 		}
+		domain().recordCluster(obj)
 		r.recordTransition(ctx, obj, before)
 	}()
 

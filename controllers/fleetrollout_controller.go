@@ -90,6 +90,9 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	start := time.Now()
 	fr := &v1alpha1.FleetRollout{}
 	if err := r.APIReader.Get(ctx, req.NamespacedName, fr); err != nil {
+		if apierrors.IsNotFound(err) {
+			domain().forgetRollout(req.Namespace, req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !fr.DeletionTimestamp.IsZero() {
@@ -116,6 +119,7 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		afterStatus []func()
 	)
 	before := r.statusMarks(fr)
+	wasPhase := fr.Status.Phase
 	defer func() {
 		setConditions(fr, out, onFail)
 		result, retErr = out.result()
@@ -127,6 +131,7 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 			for _, f := range afterStatus {
 				f()
 			}
+			domain().recordRollout(fr, wasPhase)
 		}
 		if r.Metrics != nil {
 			r.Metrics.RecordDuration(ctx, fr, start)

@@ -113,7 +113,9 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 				gate, prior.Decision.Result, wv.Name, fr.Status.Candidate.Revision, prior.Receipt)
 			continue
 		}
+		collectStart := time.Now()
 		ev, err := r.Evidence.Collect(ctx, p.world, gate, i)
+		domain().recordEvidence(gate, time.Since(collectStart), err)
 		var d GateDecision
 		switch {
 		case errors.Is(err, collector.ErrUnobserved):
@@ -152,6 +154,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		if err := WriteReceipt(ctx, r.Client, rc); err != nil {
 			return nil, err
 		}
+		domain().gateDecisions.WithLabelValues(fr.Namespace, fr.Name, gate, d.Result).Inc()
 		if err := r.hook("decided:" + gate + ":" + wv.Name); err != nil {
 			return nil, err
 		}

@@ -377,6 +377,15 @@ func (f *Fleet) startFlux(ctx context.Context, bin string, opts Options) error {
 func (f *Fleet) startController(ctx context.Context, name, bin string, env []string, n int, args func(ports []int) []string) error {
 	logPath := filepath.Join(f.logDir(), name+".log")
 	f.addLogFile(logPath)
+	// A temporary directory of its own: kustomize-controller removes every kustomization-* directory
+	// of its TMPDIR when it starts (the leftovers of an earlier process of its own), and with one
+	// /tmp for every fleet on the machine, a fleet starting deleted the builds in flight of the
+	// others' kustomize-controllers (BuildFailed: "evalsymlink failure on /tmp/kustomization-…").
+	tmp := filepath.Join(f.Dir, name+"-tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	env = append(slices.Clip(env), "TMPDIR="+tmp)
 	for attempt := 1; ; attempt++ {
 		ports, err := reserve(n)
 		if err != nil {

@@ -144,8 +144,26 @@ func TestTwoFleetsStartAtOnce(t *testing.T) {
 			owner[port] = i
 		}
 		for _, name := range []string{"source-controller", "kustomize-controller"} {
-			if f.PID(name) == 0 {
+			pid := f.PID(name)
+			if pid == 0 {
 				t.Errorf("fleet %d: %s does not run", i, name)
+				continue
+			}
+			// Each Flux controller has a TMPDIR of its own in its fleet's directory: kustomize-controller
+			// empties its TMPDIR of kustomization-* directories when it starts, which in a shared /tmp
+			// deleted the builds in flight of the other fleets.
+			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := ""
+			for _, kv := range strings.Split(string(environ), "\x00") {
+				if v, ok := strings.CutPrefix(kv, "TMPDIR="); ok {
+					tmp = v
+				}
+			}
+			if !strings.HasPrefix(tmp, f.Dir+string(os.PathSeparator)) {
+				t.Errorf("fleet %d: %s runs with TMPDIR=%q, want a directory of its own in %s", i, name, tmp, f.Dir)
 			}
 		}
 		var cms corev1.ConfigMapList

@@ -206,9 +206,17 @@ func TestDeployManifestsControllerRunsUnderItsServiceAccount(t *testing.T) {
 		}
 	}
 
-	// Metrics: controller-runtime's and Flux's.
+	// Metrics: controller-runtime's, Flux's and tidegate's own.
 	body := httpGet(t, "http://"+leader.metricsAddr+"/metrics")
 	for _, m := range []string{
+		`tidegate_gate_decisions_total{gate="deploySafe",name="app",namespace="` + fleet + `",result="Pass"}`,
+		`tidegate_gate_decisions_total{gate="rollbackSucceeds",name="app",namespace="` + fleet + `",result="Pass"}`,
+		`tidegate_evidence_collection_duration_seconds_count{gate="deploySafe"}`,
+		`tidegate_rollout_phase{name="app",namespace="` + fleet + `",phase="Progressing"} 1`,
+		`tidegate_rollout_phase{name="app",namespace="` + fleet + `",phase="Completed"} 0`,
+		`tidegate_wave_start_timestamp_seconds{name="app",namespace="` + fleet + `",wave="all"}`,
+		`tidegate_wave_phase{name="app",namespace="` + fleet + `",phase="Progressing",wave="all"} 1`,
+		`tidegate_fleetcluster_reachable{name="member",namespace="` + fleet + `"}`,
 		`controller_runtime_reconcile_total{controller="fleetrollout"`,
 		`controller_runtime_reconcile_total{controller="fleetcluster"`,
 		`gotk_reconcile_condition{kind="FleetRollout",name="app",namespace="` + fleet + `",status="Unknown",type="Ready"} 1`,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
 // versionWatch samples every member's running version in the background and records every version each
@@ -114,14 +115,36 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 }
 
 // With rollback: Rollback, the broken canary goes back to the known-good revision, the rollout reports
-// RolledBack, the candidate is rejected, and the other clusters never see the bad revision.
+// RolledBack, the candidate is rejected, and the other clusters never see the bad revision. The
+// controller's metrics follow: the phase, each wave's, the gate decisions, the rollback.
 func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	t.Parallel()
-	s, first := newFleetSetup(t, 5, demoPackage("v1"))
+	// A namespace of its own, for its metrics (metric).
+	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{Namespace: "fleet-rollsback"})
 	startTidegate(t, s.f, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
+	web := map[string]string{"namespace": s.ns, "name": "web"}
+	with := func(kv ...string) map[string]string {
+		l := map[string]string{"namespace": s.ns, "name": "web"}
+		for i := 0; i < len(kv); i += 2 {
+			l[kv[i]] = kv[i+1]
+		}
+		return l
+	}
+	wantMetric(t, "completed", "tidegate_rollout_phase", with("phase", v1alpha1.PhaseCompleted), equals(1))
+	wantMetric(t, "completed", "tidegate_rollout_phase", with("phase", v1alpha1.PhaseProgressing), equals(0))
+	for _, wave := range []string{"canary", "ring", "rest"} {
+		wantMetric(t, "wave "+wave+" done", "tidegate_wave_phase", with("wave", wave, "phase", v1alpha1.WaveSucceeded), equals(1))
+		wantMetric(t, "wave "+wave+" done", "tidegate_wave_duration_seconds", with("wave", wave), atLeast(0))
+		wantMetric(t, "wave "+wave+" decided", "tidegate_gate_decisions_total", with("gate", v1alpha1.GateNoDisruption, "result", v1alpha1.ResultPass), atLeast(1))
+	}
+	if v, _ := metric(t, "tidegate_rollbacks_total", web); v != 0 {
+		t.Errorf("first rollout: %v rollbacks counted, want none", v)
+	}
+	wantMetric(t, "members probed", "tidegate_fleetcluster_reachable", map[string]string{"namespace": s.ns, "name": "member-1"}, equals(1))
+	passes, _ := metric(t, "tidegate_gate_decisions_total", with("gate", v1alpha1.GateDeploySafe, "result", v1alpha1.ResultPass))
 	s.breakVersion("v2")
 	watch := s.watchVersions(t)
 	rev2 := s.commitVersion(t, "v2")
@@ -155,4 +178,11 @@ func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	if again := s.rollout(t, "web"); again.Status.Phase != v1alpha1.PhaseRolledBack {
 		t.Errorf("rollout left RolledBack on its own: %s", describe(again))
 	}
+
+	wantMetric(t, "rolled back", "tidegate_rollout_phase", with("phase", v1alpha1.PhaseRolledBack), equals(1))
+	wantMetric(t, "rolled back", "tidegate_rollout_phase", with("phase", v1alpha1.PhaseCompleted), equals(0))
+	wantMetric(t, "rolled back", "tidegate_rollbacks_total", web, equals(1))
+	wantMetric(t, "canary failed", "tidegate_gate_decisions_total", with("gate", v1alpha1.GateNoDisruption, "result", v1alpha1.ResultFail), atLeast(1))
+	wantMetric(t, "canary decided", "tidegate_gate_decisions_total", with("gate", v1alpha1.GateDeploySafe, "result", v1alpha1.ResultPass), atLeast(passes+1))
+	wantMetric(t, "evidence collected", "tidegate_evidence_collection_duration_seconds", map[string]string{"gate": v1alpha1.GateNoDisruption}, atLeast(1))
 }

@@ -18,9 +18,9 @@ import (
 const testSoak = 3 * time.Second
 
 // testHealthTimeout is the members' Kustomization timeout (spec.timeout: apply and health checks).
-// A healthy workload passes its health checks within seconds alone, but under make test's load
-// (three fleets on two cores) a wave with no fault once failed its health checks at 30 seconds. A
-// broken workload fails them only at the timeout: the tests of one wait it out.
+// A healthy workload passes its health checks within seconds, with room under make test's load
+// (three fleets on two cores); a broken workload fails them only at the timeout: the tests of one
+// wait it out.
 const testHealthTimeout = time.Minute
 
 // threeWaveRollout is the rollout most scenarios use: canary (1), ring (40% of 5 → 2), rest.
