@@ -1,0 +1,118 @@
+package controllers
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/yaml"
+)
+
+// tidegateMetricNames are the names of tidegate's own metrics as the controller registers them,
+// with the series names a histogram adds.
+func tidegateMetricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	m := domain()
+	ch := make(chan *prometheus.Desc, 64)
+	for _, c := range []prometheus.Collector{m.gateDecisions, m.evidenceSeconds, m.evidenceErrors, m.rollbacks, m.phase,
+		m.heldSince, m.waitingSince, m.wavePhase, m.waveStart, m.waveDuration, m.reachable} {
+		c.Describe(ch)
+	}
+	close(ch)
+	names := map[string]bool{}
+	fqName := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	for d := range ch {
+		n := fqName.FindStringSubmatch(d.String())[1]
+		names[n] = true
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			names[n+suffix] = true
+		}
+	}
+	return names
+}
+
+var tidegateMetricRef = regexp.MustCompile(`\btidegate_[a-z_]+\b`)
+
+// Every tidegate metric the shipped alerts and dashboard query is one the controller exports, and
+// every alert says what it is about; a rename of a metric fails here rather than in a silent alert.
+func TestMonitoringQueriesNameExportedMetrics(t *testing.T) {
+	names := tidegateMetricNames(t)
+	check := func(where, expr string) {
+		t.Helper()
+		refs := tidegateMetricRef.FindAllString(expr, -1)
+		for _, ref := range refs {
+			if !names[ref] {
+				t.Errorf("%s queries %s, which the controller does not export", where, ref)
+			}
+		}
+	}
+
+	b, err := os.ReadFile("../config/monitoring/prometheusrule.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rule struct {
+		Kind string
+		Spec struct {
+			Groups []struct {
+				Name  string
+				Rules []struct {
+					Alert       string
+					Expr        string
+					Annotations map[string]string
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &rule); err != nil {
+		t.Fatal(err)
+	}
+	if rule.Kind != "PrometheusRule" || len(rule.Spec.Groups) == 0 {
+		t.Fatalf("prometheusrule.yaml: kind %q with %d groups", rule.Kind, len(rule.Spec.Groups))
+	}
+	alerts := 0
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			alerts++
+			if r.Alert == "" || strings.TrimSpace(r.Expr) == "" || r.Annotations["summary"] == "" {
+				t.Errorf("rule %+v: an alert needs a name, an expression and a summary", r)
+			}
+			check("alert "+r.Alert, r.Expr)
+		}
+	}
+
+	b, err = os.ReadFile("../config/monitoring/dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	queried := map[string]bool{}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			check("dashboard panel "+p.Title, tg.Expr)
+			for _, ref := range tidegateMetricRef.FindAllString(tg.Expr, -1) {
+				queried[strings.TrimSuffix(ref, "_bucket")] = true
+			}
+		}
+	}
+	// The dashboard shows every tidegate metric.
+	for n := range names {
+		if !strings.HasSuffix(n, "_bucket") && !strings.HasSuffix(n, "_count") && !strings.HasSuffix(n, "_sum") && !queried[n] {
+			t.Errorf("the dashboard shows no panel of %s", n)
+		}
+	}
+	if alerts == 0 || len(dash.Panels) == 0 {
+		t.Fatal("no alerts or no panels")
+	}
+}
