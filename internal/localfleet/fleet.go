@@ -225,12 +225,10 @@ func (f *Fleet) newEnv(name string, crds testbin.CRDs) (*envtest.Environment, er
 	dataDir, certDir := filepath.Join(f.Dir, name, "etcd"), filepath.Join(f.Dir, name, "certs")
 	_ = os.MkdirAll(dataDir, 0o700)
 	_ = os.MkdirAll(certDir, 0o700)
-	// envtest gives up on a process that is not ready by StartTimeout and tries again (five times),
-	// leaving the slow one running on the port the next try wants: on a loaded machine a start cut
-	// short costs more than a start waited for. Four minutes, not two: two failed a fleet start in
-	// make test five times over.
-	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, StartTimeout: 4 * time.Minute, CertDir: certDir}
-	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, StartTimeout: 4 * time.Minute, DataDir: dataDir}
+	// The start timeout is testbin.NewEnvironment's (ControlPlaneStartTimeout): envtest sets it on
+	// both processes when it starts them.
+	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, CertDir: certDir}
+	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, DataDir: dataDir}
 	if f.apiServerArgs != nil {
 		f.apiServerArgs(name, env.ControlPlane.APIServer.Configure())
 	}

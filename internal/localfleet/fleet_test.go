@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tidegate/tidegate/internal/faultproxy"
+	"github.com/tidegate/tidegate/internal/testbin"
 )
 
 // fleetProcesses lists the processes whose command line names dir.
@@ -137,6 +138,16 @@ func TestTwoFleetsStartAtOnce(t *testing.T) {
 	}
 	owner := map[string]int{}
 	for i, f := range fleets {
+		// The start timeout in force is testbin's, not envtest's default of 20 s (envtest copies
+		// its own over each process's).
+		for _, e := range append([]*envtest.Environment{f.hub}, f.Members[0].env) {
+			if got := e.ControlPlane.APIServer.StartTimeout; got != testbin.ControlPlaneStartTimeout {
+				t.Errorf("fleet %d: kube-apiserver start timeout %s, want %s", i, got, testbin.ControlPlaneStartTimeout)
+			}
+			if got := e.ControlPlane.Etcd.StartTimeout; got != testbin.ControlPlaneStartTimeout {
+				t.Errorf("fleet %d: etcd start timeout %s, want %s", i, got, testbin.ControlPlaneStartTimeout)
+			}
+		}
 		for _, port := range fleetPorts(t, f) {
 			if j, ok := owner[port]; ok && j != i {
 				t.Errorf("port %s is used by both fleets", port)

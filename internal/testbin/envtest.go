@@ -2,6 +2,7 @@ package testbin
 
 import (
 	"path/filepath"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -18,6 +19,9 @@ const (
 	FluxCRDs
 )
 
+// ControlPlaneStartTimeout bounds the start of one etcd or kube-apiserver of NewEnvironment.
+const ControlPlaneStartTimeout = 4 * time.Minute
+
 // NewEnvironment returns an envtest environment (a kube-apiserver and etcd, not started) that runs
 // the binaries of the testbin directory Dir(dir) finds, and installs crds when it starts.
 func NewEnvironment(dir string, crds CRDs) (*envtest.Environment, error) {
@@ -25,7 +29,16 @@ func NewEnvironment(dir string, crds CRDs) (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: filepath.Join(dir, "bin"), ErrorIfCRDPathMissing: true}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: filepath.Join(dir, "bin"), ErrorIfCRDPathMissing: true,
+		// envtest gives up on an etcd or kube-apiserver not ready by ControlPlaneStartTimeout and
+		// starts it again (five tries), leaving the slow one running on the port the next try
+		// wants; it copies this timeout over the processes' own StartTimeout, so it is set here.
+		// On a loaded machine (make test's fleets on two cores) envtest's default of 20 s cut
+		// starts short and the retries made them slower still.
+		ControlPlaneStartTimeout: ControlPlaneStartTimeout,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
 	if crds&TidegateCRDs != 0 {
 		c, err := config.CRDs()
 		if err != nil {
