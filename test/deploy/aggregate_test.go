@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,20 +65,14 @@ func TestDeployUserRolesAggregate(t *testing.T) {
 
 	// The built-in roles carry tidegate's rules once the aggregation controller ran.
 	for _, role := range []string{"view", "edit", "admin"} {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
+		waitFor(ctx, t, 2*time.Minute, "tidegate's rules in the built-in "+role+" ClusterRole", func() (bool, string) {
 			var cr rbacv1.ClusterRole
 			if err := admin.Get(ctx, client.ObjectKey{Name: role}, &cr); err != nil {
-				t.Fatal(err)
+				return false, err.Error()
 			}
-			if slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.APIGroups, "tidegate.dev") }) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the built-in %s ClusterRole never got tidegate's rules: %+v", role, cr.Rules)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.APIGroups, "tidegate.dev") }),
+				fmt.Sprintf("%+v", cr.Rules)
+		})
 	}
 
 	for _, b := range []struct{ user, role string }{{"viewer", "view"}, {"editor", "edit"}} {
