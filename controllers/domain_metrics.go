@@ -99,10 +99,15 @@ var domain = sync.OnceValue(func() *domainMetrics {
 			Help: "1 when the member cluster's API server answered its last probe (Reachable=True), else 0.",
 		}, rolloutLabels),
 	}
-	ctrlmetrics.Registry.MustRegister(m.gateDecisions, m.evidenceSeconds, m.evidenceErrors, m.rollbacks, m.phase,
-		m.heldSince, m.waitingSince, m.wavePhase, m.waveStart, m.waveDuration, m.reachable)
+	ctrlmetrics.Registry.MustRegister(m.collectors()...)
 	return m
 })
+
+// collectors are every metric of m, as registered.
+func (m *domainMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.gateDecisions, m.evidenceSeconds, m.evidenceErrors, m.rollbacks, m.phase,
+		m.heldSince, m.waitingSince, m.wavePhase, m.waveStart, m.waveDuration, m.reachable}
+}
 
 // recordRollout writes fr's gauges from its status, and counts a rollback when the reconcile took it
 // from another phase into RollingBack (wasPhase is the phase it started from).

@@ -17,8 +17,7 @@ func tidegateMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := domain()
 	ch := make(chan *prometheus.Desc, 64)
-	for _, c := range []prometheus.Collector{m.gateDecisions, m.evidenceSeconds, m.evidenceErrors, m.rollbacks, m.phase,
-		m.heldSince, m.waitingSince, m.wavePhase, m.waveStart, m.waveDuration, m.reachable} {
+	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
 	close(ch)
