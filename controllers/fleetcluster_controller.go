@@ -12,7 +12,6 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/fluxcd/pkg/runtime/jitter"
-	"github.com/fluxcd/pkg/runtime/patch"
 	"github.com/fluxcd/pkg/runtime/predicates"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -137,7 +136,7 @@ func (r *FleetClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, nil
 	}
 
-	patcher := patch.NewSerialPatcher(obj, r.Client)
+	patcher := newStatusPatch(obj)
 	before := conditions.Get(obj, v1alpha1.ReadyCondition).DeepCopy()
 	observed := false
 	defer func() {
@@ -220,8 +219,8 @@ func markReachable(obj *v1alpha1.FleetCluster, status metav1.ConditionStatus, re
 }
 
 // finalizeStatus is the one place status bookkeeping happens, then the one patch of the reconcile.
-// The serial patcher sends only what changed, so a reconcile that changed nothing writes nothing.
-func (r *FleetClusterReconciler) finalizeStatus(ctx context.Context, obj *v1alpha1.FleetCluster, patcher *patch.SerialPatcher, observed bool) error {
+// The patch sends only what changed, so a reconcile that changed nothing writes nothing.
+func (r *FleetClusterReconciler) finalizeStatus(ctx context.Context, obj *v1alpha1.FleetCluster, patcher *statusPatch, observed bool) error {
 	if v, ok := meta.ReconcileAnnotationValue(obj.GetAnnotations()); ok {
 		obj.Status.SetLastHandledReconcileRequest(v)
 	}
@@ -230,10 +229,7 @@ func (r *FleetClusterReconciler) finalizeStatus(ctx context.Context, obj *v1alph
 	if observed {
 		obj.Status.ObservedGeneration = obj.Generation
 	}
-	if err := patcher.Patch(ctx, obj,
-		patch.WithOwnedConditions{Conditions: []string{v1alpha1.ReadyCondition, v1alpha1.ReachableCondition}},
-		patch.WithFieldOwner(v1alpha1.FieldManager),
-	); err != nil {
+	if err := patcher.Patch(ctx, r.Client, obj); err != nil {
 		if !obj.DeletionTimestamp.IsZero() || apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
-	"github.com/fluxcd/pkg/runtime/patch"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -20,16 +19,9 @@ const maxSkippedInStatus = 100
 // maxConditionMessage caps condition messages; receipts hold the whole story.
 const maxConditionMessage = 1024
 
-// ownedConditions are the conditions the FleetRollout controller sets; the patcher resolves
-// conflicts on them in its favour.
-var ownedConditions = []string{
-	meta.ReadyCondition, meta.ReconcilingCondition, meta.StalledCondition, v1alpha1.HeldCondition, v1alpha1.RollingOutCondition,
-	v1alpha1.GateDeploySafe, v1alpha1.GateNoDisruption, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds,
-}
-
 // finalizeStatus is the one place status bookkeeping happens, as in Flux controllers:
 // lastHandledReconcileAt, observedGeneration unless the pass failed, Reconciling cleared when
-// Ready; then one patch of only what changed.
+// Ready; then one status patch of only what changed (statusPatch: all of it or none).
 //
 // A rollout moves for hours through soaks and approvals, each pass acting on the spec and ending
 // in a wait (Reconciling=True says it is still in progress, as kstatus reads it), so
@@ -37,7 +29,7 @@ var ownedConditions = []string{
 // as in a Flux controller whose reconcile finishes: a write's job (internal/ops) is observed when
 // it is, and an approval pause is then a state of the job, not a job still pending. A pass that
 // failed (ReconciliationFailed) has not acted on the spec and leaves it.
-func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *patch.SerialPatcher) error {
+func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *statusPatch) error {
 	if v, ok := meta.ReconcileAnnotationValue(fr.GetAnnotations()); ok {
 		fr.Status.SetLastHandledReconcileRequest(v)
 	}
@@ -52,11 +44,7 @@ func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha
 		r.Metrics.RecordReconciling(ctx, fr)
 		r.Metrics.RecordStalled(ctx, fr)
 	}
-	return patcher.Patch(ctx, fr,
-		patch.WithOwnedConditions{Conditions: ownedConditions},
-		patch.WithForceOverwriteConditions{},
-		patch.WithFieldOwner(v1alpha1.FieldManager),
-	)
+	return patcher.Patch(ctx, r.Client, fr)
 }
 
 // setConditions derives Ready, Reconciling, Stalled, Held and RollingOut, the one place that sets

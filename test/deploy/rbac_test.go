@@ -41,7 +41,7 @@ func (a access) String() string {
 // OCIRepositories go through the manager's informer cache (list and watch, never get); the
 // FleetRollout itself and kubeconfig Secrets are read from the API server (get), a Secret only when
 // the resourceVersion a metadata-only informer of Secrets (list and watch) keeps has changed. Writes:
-// FleetRollout and FleetCluster status through Flux's patch helper (status patches; neither
+// FleetRollout and FleetCluster status by one merge patch of the status subresource per reconcile (neither
 // controller changes a spec, and only the FleetRollout's finalizer is patched in its metadata),
 // receipts and pinned sources by create and, when pruned, delete; Kustomizations by server-side
 // apply (patch, and create when the apply creates one), a merge patch of spec.deletionPolicy and a
