@@ -86,8 +86,11 @@ func ManagerOptions(c ManagerConfig) ctrl.Options {
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Kubeconfig Secrets are read from the API server, never cached: the manager holds no
 			// Secret's data. Only their metadata is cached (NewMemberClients), so that a Secret is
-			// read again only when its resourceVersion changed.
-			DisableFor: []client.Object{&corev1.Secret{}},
+			// read again only when its resourceVersion changed. Workload identity ConfigMaps
+			// (spec.kubeConfig.configMapRef) the same way, and the ServiceAccounts they name are
+			// read by name: a cache of every ConfigMap or ServiceAccount of the hub would hold far
+			// more than tidegate reads.
+			DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &corev1.ServiceAccount{}},
 		}},
 		Metrics:                       metricsserver.Options{BindAddress: metrics},
 		HealthProbeBindAddress:        c.HealthAddr,

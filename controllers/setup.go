@@ -43,12 +43,13 @@ type MemberOptions struct {
 	CacheSize int
 }
 
-// NewMemberClients returns the member clients of a manager: kubeconfig Secrets are read from the API
-// server, and only when their resourceVersion, which the manager's cache keeps from a metadata-only
-// watch of Secrets, changed; the manager never holds a Secret's data.
+// NewMemberClients returns the member clients of a manager: kubeconfig Secrets and workload identity
+// ConfigMaps are read from the API server, and only when their resourceVersion, which the manager's
+// cache keeps from a metadata-only watch, changed; the manager never holds a Secret's data. Workload
+// identity tokens are minted through the manager's client (ConfigMaps are not cached: ManagerOptions).
 func NewMemberClients(mgr ctrl.Manager, hubConfig *rest.Config, o MemberOptions) *member.Clients {
 	return &member.Clients{
-		Secrets: mgr.GetAPIReader(), Versions: mgr.GetCache(), Hub: hubConfig, Scheme: mgr.GetScheme(),
+		Secrets: mgr.GetAPIReader(), Versions: mgr.GetCache(), Tokens: mgr.GetClient(), Hub: hubConfig, Scheme: mgr.GetScheme(),
 		QPS: o.QPS, Burst: o.Burst, Timeout: o.Timeout, CacheSize: o.CacheSize,
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/logger"
@@ -38,6 +39,7 @@ func main() {
 		hubQPS          float32
 		hubBurst        int
 		members         controllers.MemberOptions
+		featureGates    string
 		logOptions      logger.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -69,11 +71,17 @@ func main() {
 		"How long one request to a member cluster's API server may take.")
 	flag.IntVar(&members.CacheSize, "member-client-cache-size", member.DefaultCacheSize,
 		"How many member kubeconfigs, and how many member clients, are kept (least recently used first out).")
+	flag.StringVar(&featureGates, "feature-gates", "",
+		"Feature gates, as Name=true,Other=false: "+strings.Join(controllers.FeatureGates, ", ")+" (off by default).")
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 
 	ctrl.SetLogger(logger.NewLogger(logOptions))
 	log := ctrl.Log.WithName("setup")
+	if err := controllers.SetFeatureGates(featureGates); err != nil {
+		log.Error(err, "invalid flag")
+		os.Exit(1)
+	}
 
 	restConfig := controllers.HubConfig(ctrl.GetConfigOrDie(), controllers.ManagerConfig{QPS: hubQPS, Burst: hubBurst})
 	mgr, err := ctrl.NewManager(restConfig, controllers.ManagerOptions(controllers.ManagerConfig{

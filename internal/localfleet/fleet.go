@@ -57,6 +57,10 @@ type Options struct {
 	// HubConfig and Hub stay direct: what a test reads through them is the real state, whatever faults
 	// are set.
 	FaultProxies []string
+	// MembersTrustHubTokens makes every member's API server authenticate the hub's ServiceAccount
+	// tokens (identity.go), for members reached through workload identity. The members then start
+	// after the hub, whose issuer they need.
+	MembersTrustHubTokens bool
 }
 
 // AllMembers in Options.FaultProxies puts every member behind a fault proxy.
@@ -105,6 +109,7 @@ type Fleet struct {
 	hub            *envtest.Environment
 	testbinDir     string
 	apiServerArgs  func(string, *envtest.Arguments)
+	trustHub       bool
 	git            *gittestserver.GitServer
 	fluxKubeConfig string // the kubeconfig the Flux controllers use: the hub's, or through HubFaults
 	processes      []*process
@@ -135,7 +140,8 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if opts.Namespace == "" {
 		opts.Namespace = "fleet"
 	}
-	f = &Fleet{Dir: dir, Namespace: opts.Namespace, Scheme: NewScheme(), apiServerArgs: opts.APIServerArgs, testbinDir: testbinDir}
+	f = &Fleet{Dir: dir, Namespace: opts.Namespace, Scheme: NewScheme(), apiServerArgs: opts.APIServerArgs, testbinDir: testbinDir,
+		trustHub: opts.MembersTrustHubTokens}
 	defer func() {
 		if err != nil {
 			f.Stop()
@@ -162,11 +168,23 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = fn() }()
 	}
-	start(0, func() error { return f.startHub(kubeControllerManager) })
+	start(opts.Members+1, func() (err error) { f.git, err = startGitServer(); return err })
+	if f.trustHub {
+		// The members' authentication configuration names the hub's issuer and CA.
+		if err := f.startHub(kubeControllerManager); err != nil {
+			wg.Wait()
+			return f, err
+		}
+		if err := f.allowIssuerDiscovery(ctx); err != nil {
+			wg.Wait()
+			return f, err
+		}
+	} else {
+		start(0, func() error { return f.startHub(kubeControllerManager) })
+	}
 	for i, m := range f.Members {
 		start(i+1, func() error { return f.startMember(m) })
 	}
-	start(opts.Members+1, func() (err error) { f.git, err = startGitServer(); return err })
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return f, err
@@ -229,6 +247,19 @@ func (f *Fleet) newEnv(name string, crds testbin.CRDs) (*envtest.Environment, er
 	// both processes when it starts them.
 	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, CertDir: certDir}
 	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, DataDir: dataDir}
+	switch {
+	case f.trustHub && name == "hub":
+		// The issuer's discovery document names its keys at the advertised address, by default the
+		// machine's, where the hub does not listen. A loopback address cannot be the kubernetes
+		// Service's endpoint, which nothing on a test hub uses.
+		env.ControlPlane.APIServer.Configure().Set("advertise-address", "127.0.0.1").Set("endpoint-reconciler-type", "none")
+	case f.trustHub:
+		path, err := f.writeMemberAuthentication(name)
+		if err != nil {
+			return nil, err
+		}
+		env.ControlPlane.APIServer.Configure().Set("authentication-config", path)
+	}
 	if f.apiServerArgs != nil {
 		f.apiServerArgs(name, env.ControlPlane.APIServer.Configure())
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	fluxcache "github.com/fluxcd/pkg/cache"
 	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,6 +57,10 @@ type Clients struct {
 	// Versions reads kubeconfig Secrets' metadata (metav1.PartialObjectMetadata), from a cache. nil:
 	// every use reads the Secret through Secrets.
 	Versions client.Reader
+	// Tokens reads workload identity ConfigMaps and mints ServiceAccount tokens on the hub
+	// (spec.kubeConfig.configMapRef, identity.go): a hub client, uncached. nil: such FleetClusters
+	// are refused.
+	Tokens client.Client
 	// Hub is the hub's REST config, used for a FleetCluster without spec.kubeConfig.
 	Hub *rest.Config
 	// Scheme of the member clients.
@@ -74,13 +79,15 @@ type Clients struct {
 	loads   singleflight.Group
 	mu      sync.Mutex // building a memberClient's client, versionsOff
 	hub     *source
+	tokens  *fluxcache.TokenCache
 	// versionsOff is until when Versions is not asked.
 	versionsOff time.Time
 }
 
-// sourceKey names a kubeconfig: a Secret and the key in it (empty: the default keys).
+// sourceKey names a kubeconfig: a Secret and the key in it (empty: the default keys), or a workload
+// identity ConfigMap (kind "ConfigMap").
 type sourceKey struct {
-	namespace, name, key string
+	kind, namespace, name, key string
 }
 
 // source is one kubeconfig, at one resourceVersion of its Secret, and what is built from it.
@@ -107,6 +114,7 @@ func (m *Clients) init() {
 			size = DefaultCacheSize
 		}
 		m.sources, m.members = lru.New(size), lru.New(size)
+		m.tokens, _ = fluxcache.NewTokenCache(identityTokenCacheSize) // an error only for a capacity ≤ 0
 		if m.Hub != nil {
 			m.hub = m.build(rest.CopyConfig(m.Hub), "")
 		}
@@ -202,13 +210,16 @@ func (m *Clients) source(ctx context.Context, fc *v1alpha1.FleetCluster) (*sourc
 		}
 		return m.hub, nil
 	}
+	if cm := configMapOf(fc); cm.Name != "" {
+		return m.identitySource(ctx, fc, cm)
+	}
 	secret, err := secretOf(fc)
 	if err != nil {
 		return nil, err
 	}
-	key := sourceKey{namespace: secret.Namespace, name: secret.Name, key: fc.Spec.KubeConfig.SecretRef.Key}
+	key := sourceKey{kind: "Secret", namespace: secret.Namespace, name: secret.Name, key: fc.Spec.KubeConfig.SecretRef.Key}
 	held, _ := m.sources.Get(key)
-	if version, ok := m.version(ctx, secret); ok && held != nil && held.(*source).version == version {
+	if version, ok := m.version(ctx, "Secret", secret); ok && held != nil && held.(*source).version == version {
 		return held.(*source), nil
 	}
 	v, err, _ := m.loads.Do(fmt.Sprintf("%s/%s/%s", key.namespace, key.name, key.key), func() (any, error) {
@@ -241,8 +252,9 @@ const (
 	versionRetry = time.Minute
 )
 
-// version is the resourceVersion of the Secret as the cache has it; false when it cannot tell.
-func (m *Clients) version(ctx context.Context, secret types.NamespacedName) (string, bool) {
+// version is the resourceVersion of the Secret or ConfigMap (kind) as the cache has it; false when
+// it cannot tell.
+func (m *Clients) version(ctx context.Context, kind string, name types.NamespacedName) (string, bool) {
 	if m.Versions == nil {
 		return "", false
 	}
@@ -255,8 +267,8 @@ func (m *Clients) version(ctx context.Context, secret types.NamespacedName) (str
 	ctx, cancel := context.WithTimeout(ctx, versionWait)
 	defer cancel()
 	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	if err := m.Versions.Get(ctx, secret, obj); err != nil {
+	obj.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+	if err := m.Versions.Get(ctx, name, obj); err != nil {
 		if !apierrors.IsNotFound(err) {
 			m.mu.Lock()
 			m.versionsOff = time.Now().Add(versionRetry)

@@ -45,7 +45,7 @@ func secretOf(fc *v1alpha1.FleetCluster) (types.NamespacedName, error) {
 	ref := fc.Spec.KubeConfig.SecretRef
 	if ref == nil || ref.Name == "" {
 		return types.NamespacedName{}, &kubeConfigError{msg: fmt.Sprintf(
-			"fleetcluster %s/%s: spec.kubeConfig has no secretRef: set spec.kubeConfig.secretRef.name to a Secret holding the member's kubeconfig (configMapRef is not supported)",
+			"fleetcluster %s/%s: spec.kubeConfig names neither a Secret nor a ConfigMap: set spec.kubeConfig.secretRef.name to a Secret holding the member's kubeconfig, or spec.kubeConfig.configMapRef.name to a workload identity ConfigMap",
 			fc.Namespace, fc.Name)}
 	}
 	return types.NamespacedName{Namespace: fc.Namespace, Name: ref.Name}, nil
@@ -151,6 +151,9 @@ func restConfigFromKubeConfig(data []byte) (*rest.Config, error) {
 
 // CredentialSource names where a FleetCluster's credentials come from, for messages.
 func CredentialSource(fc *v1alpha1.FleetCluster) string {
+	if cm := configMapOf(fc); cm.Name != "" {
+		return "workload identity ConfigMap " + cm.String()
+	}
 	if fc.Spec.KubeConfig == nil || fc.Spec.KubeConfig.SecretRef == nil {
 		return "the hub's own credentials"
 	}

@@ -106,6 +106,16 @@ func newFleetSetup(t *testing.T, members int, files map[string]string) (*fleetSe
 
 func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts localfleet.Options) (*fleetSetup, string) {
 	t.Helper()
+	return newFleetSetupReaching(t, members, files, opts, func(_ *localfleet.Fleet, m *localfleet.Member) *meta.KubeConfigReference {
+		return &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: m.KubeConfigSecret}}
+	})
+}
+
+// newFleetSetupReaching is newFleetSetupWith with each member's FleetCluster reaching it as
+// kubeConfig says (called once per member, before its FleetCluster is created in f.Namespace).
+func newFleetSetupReaching(t *testing.T, members int, files map[string]string, opts localfleet.Options,
+	kubeConfig func(f *localfleet.Fleet, m *localfleet.Member) *meta.KubeConfigReference) (*fleetSetup, string) {
+	t.Helper()
 	opts.Members = members
 	f := startFleet(t, opts)
 	ctx := context.Background()
@@ -128,9 +138,7 @@ func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts 
 	for i, m := range f.Members {
 		fc := &v1alpha1.FleetCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: s.ns, Labels: map[string]string{"index": fmt.Sprint(i + 1)}},
-			Spec: v1alpha1.FleetClusterSpec{
-				KubeConfig: &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: m.KubeConfigSecret}},
-			},
+			Spec:       v1alpha1.FleetClusterSpec{KubeConfig: kubeConfig(f, m)},
 		}
 		if err := f.Hub.Create(ctx, fc); err != nil {
 			t.Fatal(err)
