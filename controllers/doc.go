@@ -1,6 +1,10 @@
 // Package controllers holds tidegate's reconcilers: FleetRollout and FleetCluster.
 //
-// The RBAC markers below are the whole of what the controller may do; config/rbac is generated from them.
+// The RBAC markers below are what the controller may do outside the member credentials;
+// config/rbac/role.yaml is generated from them. What it reads to reach members (kubeconfig Secrets,
+// workload identity ConfigMaps, ServiceAccounts and their tokens) is the ClusterRole
+// tidegate-member-credentials (config/rbac/member_credentials.yaml), bound cluster-wide by default
+// or in each fleet namespace with --fleet-namespaces (config/fleet-namespaces).
 //
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/status,verbs=patch
@@ -11,10 +15,6 @@
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories,verbs=list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
-// +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=tidegate-system,resources=leases,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=tidegate-system,resources=events,verbs=create;patch

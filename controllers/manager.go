@@ -48,6 +48,10 @@ type ManagerConfig struct {
 	// DefaultHubBurst.
 	QPS   float32
 	Burst int
+	// FleetNamespaces, when set, are the only namespaces whose Secrets and ConfigMaps the manager
+	// watches (metadata only, for member credentials): the controller's --fleet-namespaces, with
+	// tidegate-member-credentials bound in each of them rather than cluster-wide.
+	FleetNamespaces []string
 }
 
 // The hub's request budget. A reconcile of an idle rollout reads its FleetRollout and nothing else
@@ -82,7 +86,7 @@ func ManagerOptions(c ManagerConfig) ctrl.Options {
 	return ctrl.Options{
 		Scheme: scheme.New(),
 		Logger: c.Logger,
-		Cache:  cacheOptions(),
+		Cache:  cacheOptions(c.FleetNamespaces),
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Kubeconfig Secrets are read from the API server, never cached: the manager holds no
 			// Secret's data. Only their metadata is cached (NewMemberClients), so that a Secret is
@@ -115,12 +119,12 @@ func durationOrDefault(d time.Duration) *time.Duration {
 // cacheOptions keeps the manager's cache small: managedFields are stripped from every object, only
 // the Kustomizations tidegate labelled are cached, not every Kustomization on the hub, and of those
 // only what tidegate reads (trimKustomization).
-func cacheOptions() cache.Options {
+func cacheOptions(fleetNamespaces []string) cache.Options {
 	managed, err := labels.NewRequirement(v1alpha1.RolloutLabel, selection.Exists, nil)
 	if err != nil {
 		panic(err)
 	}
-	return cache.Options{
+	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&kustomizev1.Kustomization{}: {Label: labels.NewSelector().Add(*managed), Transform: trimKustomization},
@@ -129,6 +133,16 @@ func cacheOptions() cache.Options {
 			&sourcev1.OCIRepository{}: {},
 		},
 	}
+	if len(fleetNamespaces) > 0 {
+		// Member credentials are watched (their metadata) only where FleetClusters may live.
+		namespaces := make(map[string]cache.Config, len(fleetNamespaces))
+		for _, ns := range fleetNamespaces {
+			namespaces[ns] = cache.Config{}
+		}
+		opts.ByObject[&corev1.Secret{}] = cache.ByObject{Namespaces: namespaces}
+		opts.ByObject[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: namespaces}
+	}
+	return opts
 }
 
 // trimKustomization keeps of a Kustomization what tidegate reads (its metadata, spec, conditions and

@@ -41,6 +41,9 @@ type MemberOptions struct {
 	Timeout time.Duration
 	// CacheSize bounds the kubeconfigs and member clients kept.
 	CacheSize int
+	// FleetNamespaces, when set, are the only namespaces whose FleetClusters are reached: a
+	// FleetCluster elsewhere is told to be moved or the list extended (--fleet-namespaces).
+	FleetNamespaces []string
 }
 
 // NewMemberClients returns the member clients of a manager: kubeconfig Secrets and workload identity
@@ -50,7 +53,7 @@ type MemberOptions struct {
 func NewMemberClients(mgr ctrl.Manager, hubConfig *rest.Config, o MemberOptions) *member.Clients {
 	return &member.Clients{
 		Secrets: mgr.GetAPIReader(), Versions: mgr.GetCache(), Tokens: mgr.GetClient(), Hub: hubConfig, Scheme: mgr.GetScheme(),
-		QPS: o.QPS, Burst: o.Burst, Timeout: o.Timeout, CacheSize: o.CacheSize,
+		QPS: o.QPS, Burst: o.Burst, Timeout: o.Timeout, CacheSize: o.CacheSize, Namespaces: o.FleetNamespaces,
 	}
 }
 

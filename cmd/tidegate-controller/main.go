@@ -40,6 +40,7 @@ func main() {
 		hubBurst        int
 		members         controllers.MemberOptions
 		featureGates    string
+		fleetNamespaces string
 		logOptions      logger.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -73,6 +74,9 @@ func main() {
 		"How many member kubeconfigs, and how many member clients, are kept (least recently used first out).")
 	flag.StringVar(&featureGates, "feature-gates", "",
 		"Feature gates, as Name=true,Other=false: "+strings.Join(controllers.FeatureGates, ", ")+" (off by default).")
+	flag.StringVar(&fleetNamespaces, "fleet-namespaces", "",
+		"Comma-separated namespaces where FleetClusters live: member credentials (Secrets, ConfigMaps) are watched and read only there, "+
+			"with the ClusterRole tidegate-member-credentials bound in each (config/fleet-namespaces). Empty: every namespace.")
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -83,6 +87,11 @@ func main() {
 		os.Exit(1)
 	}
 
+	for _, ns := range strings.Split(fleetNamespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			members.FleetNamespaces = append(members.FleetNamespaces, ns)
+		}
+	}
 	restConfig := controllers.HubConfig(ctrl.GetConfigOrDie(), controllers.ManagerConfig{QPS: hubQPS, Burst: hubBurst})
 	mgr, err := ctrl.NewManager(restConfig, controllers.ManagerOptions(controllers.ManagerConfig{
 		MetricsAddr:             metricsAddr,
@@ -92,6 +101,7 @@ func main() {
 		LeaseDuration:           leaseDuration,
 		RenewDeadline:           renewDeadline,
 		RetryPeriod:             retryPeriod,
+		FleetNamespaces:         members.FleetNamespaces,
 	}))
 	if err != nil {
 		log.Error(err, "unable to create manager")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,6 +74,10 @@ type Clients struct {
 	Timeout time.Duration
 	// CacheSize bounds the kubeconfigs and the member clients kept; zero is DefaultCacheSize.
 	CacheSize int
+	// Namespaces, when set, are the only namespaces whose FleetClusters have credentials tidegate
+	// may read (the controller's --fleet-namespaces); a FleetCluster elsewhere with a kubeConfig
+	// gets a kubeconfig error that says so.
+	Namespaces []string
 
 	once    sync.Once
 	sources *lru.Cache // sourceKey → *source
@@ -209,6 +215,11 @@ func (m *Clients) source(ctx context.Context, fc *v1alpha1.FleetCluster) (*sourc
 			return nil, noHubError(fc)
 		}
 		return m.hub, nil
+	}
+	if len(m.Namespaces) > 0 && !slices.Contains(m.Namespaces, fc.Namespace) {
+		return nil, &kubeConfigError{msg: fmt.Sprintf(
+			"fleetcluster %s/%s: namespace %s is not one of the controller's --fleet-namespaces (%s), where it may read member credentials: add it there and bind the ClusterRole tidegate-member-credentials in it, or move the FleetCluster",
+			fc.Namespace, fc.Name, fc.Namespace, strings.Join(m.Namespaces, ","))}
 	}
 	if cm := configMapOf(fc); cm.Name != "" {
 		return m.identitySource(ctx, fc, cm)

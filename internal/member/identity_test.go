@@ -67,6 +67,11 @@ func TestWorkloadIdentityConfigMapErrors(t *testing.T) {
 			}
 		})
 	}
+	scoped := &Clients{Secrets: hub, Tokens: hub, Scheme: localfleet.NewScheme(), Namespaces: []string{"fleet-a", "fleet-b"}}
+	if _, err := scoped.Config(context.Background(), fc(byName("gated"))); err == nil || !IsKubeConfigError(err) ||
+		!strings.Contains(err.Error(), "namespace fleet is not one of the controller's --fleet-namespaces (fleet-a,fleet-b)") {
+		t.Errorf("a FleetCluster outside --fleet-namespaces should be told so: %v", err)
+	}
 	if got := CredentialSource(fc(byName("gated"))); got != "workload identity ConfigMap fleet/gated" {
 		t.Errorf("CredentialSource = %q", got)
 	}

@@ -42,6 +42,8 @@ func TestDeployManifestsBuild(t *testing.T) {
 		"ServiceAccount " + namespace + "/" + serviceAccount,
 		"ClusterRole tidegate-controller",
 		"ClusterRoleBinding tidegate-controller",
+		"ClusterRole " + memberCredentials,
+		"ClusterRoleBinding " + memberCredentials,
 		"ClusterRole tidegate-view",
 		"ClusterRole tidegate-edit",
 		"Role " + namespace + "/tidegate-controller",
@@ -155,8 +157,12 @@ func checkRBACShape(t *testing.T, objs []*unstructured.Unstructured) {
 				ref, subjects = b.RoleRef, b.Subjects
 			}
 			wantKind := strings.TrimSuffix(o.GetKind(), "Binding")
-			if ref.Kind != wantKind || ref.Name != "tidegate-controller" {
-				t.Errorf("%s binds %s %s, want %s tidegate-controller (never cluster-admin or another built-in role)", describe(o), ref.Kind, ref.Name, wantKind)
+			if ref.Name == memberCredentials {
+				wantKind = "ClusterRole" // bound cluster-wide, or by a RoleBinding per fleet namespace
+			}
+			if ref.Kind != wantKind || (ref.Name != "tidegate-controller" && ref.Name != memberCredentials) {
+				t.Errorf("%s binds %s %s, want %s tidegate-controller or ClusterRole %s (never cluster-admin or another built-in role)",
+					describe(o), ref.Kind, ref.Name, wantKind, memberCredentials)
 			}
 			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}
 			if !slices.Equal(subjects, want) {
