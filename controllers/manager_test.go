@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -17,14 +19,44 @@ import (
 	"github.com/tidegate/tidegate/evidence/collector"
 )
 
-// TestManagerOptions: every manager reads kubeconfig Secrets uncached and never binds :8080 by default.
+// TestManagerOptions: every manager reads member credentials (kubeconfig Secrets, workload identity
+// ConfigMaps and the ServiceAccounts they name) uncached, watches their metadata only in the fleet
+// namespaces when they are given, and never binds :8080 by default.
 func TestManagerOptions(t *testing.T) {
 	o := ManagerOptions(ManagerConfig{})
-	if o.Client.Cache == nil || len(o.Client.Cache.DisableFor) != 1 {
-		t.Fatalf("client cache options = %+v, want Secrets read uncached", o.Client.Cache)
+	if o.Client.Cache == nil || len(o.Client.Cache.DisableFor) != 3 {
+		t.Fatalf("client cache options = %+v, want Secrets, ConfigMaps and ServiceAccounts read uncached", o.Client.Cache)
 	}
-	if _, ok := o.Client.Cache.DisableFor[0].(*corev1.Secret); !ok {
-		t.Errorf("uncached kind = %T, want *corev1.Secret", o.Client.Cache.DisableFor[0])
+	var uncached []string
+	for _, obj := range o.Client.Cache.DisableFor {
+		uncached = append(uncached, fmt.Sprintf("%T", obj))
+	}
+	if got := strings.Join(uncached, " "); got != "*v1.Secret *v1.ConfigMap *v1.ServiceAccount" {
+		t.Errorf("uncached kinds = %s, want *v1.Secret *v1.ConfigMap *v1.ServiceAccount", got)
+	}
+	for obj := range o.Cache.ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			t.Errorf("without fleet namespaces, Secrets' metadata is watched everywhere: %+v", o.Cache.ByObject[obj])
+		}
+	}
+	scoped := ManagerOptions(ManagerConfig{FleetNamespaces: []string{"fleet-a", "fleet-b"}})
+	watched := map[string]bool{}
+	for obj, by := range scoped.Cache.ByObject {
+		switch obj.(type) {
+		case *corev1.Secret, *corev1.ConfigMap:
+			var ns []string
+			for n := range by.Namespaces {
+				ns = append(ns, n)
+			}
+			slices.Sort(ns)
+			if !slices.Equal(ns, []string{"fleet-a", "fleet-b"}) {
+				t.Errorf("%T watched in %v, want fleet-a, fleet-b", obj, ns)
+			}
+			watched[fmt.Sprintf("%T", obj)] = true
+		}
+	}
+	if len(watched) != 2 {
+		t.Errorf("with fleet namespaces, Secrets and ConfigMaps should be watched there only: %v", watched)
 	}
 	if o.Metrics.BindAddress != "0" {
 		t.Errorf("metrics bind address = %q, want %q (off)", o.Metrics.BindAddress, "0")

@@ -1,14 +1,13 @@
 package controllers
 
 import (
-	"encoding/json"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/yaml"
+
+	"github.com/tidegate/tidegate/config"
 )
 
 // tidegateMetricNames are the names of tidegate's own metrics as the controller registers them,
@@ -49,60 +48,25 @@ func TestMonitoringQueriesNameExportedMetrics(t *testing.T) {
 		}
 	}
 
-	b, err := os.ReadFile("../config/monitoring/prometheusrule.yaml")
+	_, alerts, err := config.RuleGroups()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rule struct {
-		Kind string
-		Spec struct {
-			Groups []struct {
-				Name  string
-				Rules []struct {
-					Alert       string
-					Expr        string
-					Annotations map[string]string
-				}
-			}
+	for _, r := range alerts {
+		if r.Alert == "" || strings.TrimSpace(r.Expr) == "" || r.Annotations["summary"] == "" {
+			t.Errorf("rule %+v: an alert needs a name, an expression and a summary", r)
 		}
+		check("alert "+r.Alert, r.Expr)
 	}
-	if err := yaml.Unmarshal(b, &rule); err != nil {
-		t.Fatal(err)
-	}
-	if rule.Kind != "PrometheusRule" || len(rule.Spec.Groups) == 0 {
-		t.Fatalf("prometheusrule.yaml: kind %q with %d groups", rule.Kind, len(rule.Spec.Groups))
-	}
-	alerts := 0
-	for _, g := range rule.Spec.Groups {
-		for _, r := range g.Rules {
-			alerts++
-			if r.Alert == "" || strings.TrimSpace(r.Expr) == "" || r.Annotations["summary"] == "" {
-				t.Errorf("rule %+v: an alert needs a name, an expression and a summary", r)
-			}
-			check("alert "+r.Alert, r.Expr)
-		}
-	}
-
-	b, err = os.ReadFile("../config/monitoring/dashboard.json")
+	queries, panels, err := config.DashboardQueries()
 	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
 	queried := map[string]bool{}
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			check("dashboard panel "+p.Title, tg.Expr)
-			for _, ref := range tidegateMetricRef.FindAllString(tg.Expr, -1) {
-				queried[strings.TrimSuffix(ref, "_bucket")] = true
-			}
+	for _, q := range queries {
+		check(q.Where, q.Expr)
+		for _, ref := range tidegateMetricRef.FindAllString(q.Expr, -1) {
+			queried[strings.TrimSuffix(ref, "_bucket")] = true
 		}
 	}
 	// The dashboard shows every tidegate metric.
@@ -111,7 +75,7 @@ func TestMonitoringQueriesNameExportedMetrics(t *testing.T) {
 			t.Errorf("the dashboard shows no panel of %s", n)
 		}
 	}
-	if alerts == 0 || len(dash.Panels) == 0 {
+	if len(alerts) == 0 || panels == 0 {
 		t.Fatal("no alerts or no panels")
 	}
 }
