@@ -39,6 +39,7 @@ func (r *FleetRolloutReconciler) finalizeStatus(ctx context.Context, fr *v1alpha
 	if conditions.IsReady(fr) || conditions.IsStalled(fr) {
 		conditions.Delete(fr, meta.ReconcilingCondition)
 	}
+	fr.Status.Short = shortRevisions(&fr.Status)
 	if r.Metrics != nil {
 		r.Metrics.RecordReadiness(ctx, fr)
 		r.Metrics.RecordReconciling(ctx, fr)
@@ -328,4 +329,20 @@ func capMessage(s string) string {
 		return s
 	}
 	return s[:maxConditionMessage-3] + "..."
+}
+
+// shortRevisions are the candidate's and the known-good's revisions as `flux get` prints them, for
+// kubectl's columns; nil when the rollout has neither.
+func shortRevisions(st *v1alpha1.FleetRolloutStatus) *v1alpha1.ShortRevisions {
+	var s v1alpha1.ShortRevisions
+	if st.Candidate != nil {
+		s.Candidate = v1alpha1.FluxShortRevision(st.Candidate.Revision)
+	}
+	if st.LastKnownGood != nil {
+		s.KnownGood = v1alpha1.FluxShortRevision(st.LastKnownGood.Revision)
+	}
+	if s == (v1alpha1.ShortRevisions{}) {
+		return nil
+	}
+	return &s
 }

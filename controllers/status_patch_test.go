@@ -136,4 +136,8 @@ func TestStatusOfAPassLandsWholeOrNotAtAll(t *testing.T) {
 		len(got.Status.Waves[0].Clusters) != 1 || got.Status.WaitingFor == nil || !conditions.IsFalse(got, meta.ReadyCondition) {
 		t.Errorf("the accepted status write did not land whole: %+v", got.Status)
 	}
+	// With it, the revision kubectl's Candidate column shows, as flux get prints it.
+	if got.Status.Short == nil || got.Status.Short.Candidate != "main@sha1:22222222" || got.Status.Short.KnownGood != "" {
+		t.Errorf("status.short = %+v, want the candidate main@sha1:22222222 and no known-good", got.Status.Short)
+	}
 }

@@ -431,6 +431,11 @@ type FleetRolloutStatus struct {
 	// +optional
 	LastKnownGood *RevisionStatus `json:"lastKnownGood,omitempty"`
 
+	// short are the candidate's and the known-good's revisions as `flux get` prints them, the commit
+	// or digest cut to 8 characters (`main@sha1:0123abcd`), for kubectl's columns.
+	// +optional
+	Short *ShortRevisions `json:"short,omitempty"`
+
 	// history lists the latest revisions the whole fleet ran successfully, newest first: the
 	// known-good (the first entry) and up to spec.historyLimit before it, each with its digest, its
 	// pinned source (kept while it is listed here) and when it completed. A rollback requested once
@@ -597,6 +602,17 @@ type RevisionStatus struct {
 	// source is the name of the pinned source tidegate created for this revision.
 	// +optional
 	Source string `json:"source,omitempty"`
+}
+
+// ShortRevisions are a rollout's revisions as `flux get` prints them.
+type ShortRevisions struct {
+	// candidate is status.candidate.revision, shortened.
+	// +optional
+	Candidate string `json:"candidate,omitempty"`
+
+	// knownGood is status.lastKnownGood.revision, shortened.
+	// +optional
+	KnownGood string `json:"knownGood,omitempty"`
 }
 
 // HistoryEntry is a revision the whole fleet ran successfully.
@@ -859,8 +875,10 @@ type SkippedCluster struct {
 // +kubebuilder:resource:shortName={fro,fr},categories=tidegate
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Wave",type=string,JSONPath=`.status.currentWave`
-// +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.status.candidate.revision`
-// +kubebuilder:printcolumn:name="Known-Good",type=string,JSONPath=`.status.lastKnownGood.revision`
+// +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.status.short.candidate`
+// +kubebuilder:printcolumn:name="Known-Good",type=string,JSONPath=`.status.short.knownGood`
+// +kubebuilder:printcolumn:name="Candidate-Revision",type=string,JSONPath=`.status.candidate.revision`,priority=1
+// +kubebuilder:printcolumn:name="Known-Good-Revision",type=string,JSONPath=`.status.lastKnownGood.revision`,priority=1
 // +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1

@@ -140,6 +140,17 @@ func ShortRevision(revision string) string {
 	return hash(revision)[:12]
 }
 
+// FluxShortRevision is a Flux revision as `flux get` prints it: the commit or digest after the last
+// ':' cut to 8 characters ("main@sha1:0123456789abcdef..." gives "main@sha1:01234567",
+// "sha256:89ab..." gives "sha256:89abcdef"); a revision without one is returned as it is.
+func FluxShortRevision(revision string) string {
+	i := strings.LastIndex(revision, ":")
+	if i < 0 || len(revision)-i-1 <= 8 || !isLowerHex(revision[i+1:]) {
+		return revision
+	}
+	return revision[:i+1+8]
+}
+
 // PinnedSourceName is the name of the source tidegate pins a revision of a rollout to: <rollout>-<short revision>.
 func PinnedSourceName(rollout, revision string) string {
 	return boundedName(rollout, ShortRevision(revision))

@@ -30,6 +30,22 @@ func TestShortRevision(t *testing.T) {
 	}
 }
 
+// FluxShortRevision cuts the commit or digest to 8 characters, as `flux get` prints revisions.
+func TestFluxShortRevision(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"main@sha1:0123456789abcdef0123456789abcdef01234567", "main@sha1:01234567"},
+		{"v1.2.0@sha256:fedcba9876543210fedcba9876543210", "v1.2.0@sha256:fedcba98"},
+		{"sha256:aaaaaaaaaaaabbbb", "sha256:aaaaaaaa"},
+		{"main@sha1:01234567", "main@sha1:01234567"},
+		{"main", "main"},
+		{"main@UPPER:XYZXYZXYZXYZ", "main@UPPER:XYZXYZXYZXYZ"},
+	} {
+		if got := FluxShortRevision(tc.in); got != tc.want {
+			t.Errorf("FluxShortRevision(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
 func TestGeneratedNamesAreBoundedDNSLabels(t *testing.T) {
 	long := strings.Repeat("very-long-rollout-name", 5)
 	names := []string{
