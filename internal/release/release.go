@@ -43,7 +43,7 @@ func Build(configDir, imageRef string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", configDir, err)
 	}
 	out := map[string][]byte{}
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	k := Kustomizer()
 	for _, f := range Files {
 		overlay := "/release/" + f.Config
 		kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
@@ -101,4 +101,13 @@ func copyTree(src fs.FS, dst filesys.FileSystem, root string) error {
 		}
 		return dst.WriteFile(target, b)
 	})
+}
+
+// Kustomizer builds as `kubectl kustomize` does: objects in the order kubectl applies them in one
+// pass, Namespaces and CRDs first (kustomize's legacy order; krusty's default keeps the order of
+// the files, which puts the controller's ServiceAccount before its Namespace).
+func Kustomizer() *krusty.Kustomizer {
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
+	return krusty.MakeKustomizer(opts)
 }

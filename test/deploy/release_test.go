@@ -81,6 +81,18 @@ func TestDeployRelease(t *testing.T) {
 			t.Errorf("install.yaml's %s differs from config/default's with the image set to %s", describe(install[i]), ref)
 		}
 	}
+	// kubectl applies a file in order, in one pass: each object must come after its Namespace.
+	for name, objs := range map[string][]*unstructured.Unstructured{release.Controller: controller, release.Install: install} {
+		seen := map[string]bool{}
+		for _, o := range objs {
+			if o.GetKind() == "Namespace" {
+				seen[o.GetName()] = true
+			}
+			if ns := o.GetNamespace(); ns != "" && !seen[ns] && hasNamespace(objs, ns) {
+				t.Errorf("%s: %s comes before its Namespace %s: kubectl apply -f %s on a new cluster fails on it", name, describe(o), ns, name)
+			}
+		}
+	}
 	var parts, whole []string
 	for _, o := range crds {
 		if o.GetKind() != "CustomResourceDefinition" {
@@ -120,4 +132,14 @@ func TestDeployRelease(t *testing.T) {
 			t.Errorf("release.Build with image %q: %v, want an error saying to run make image", bad, err)
 		}
 	}
+}
+
+// hasNamespace is whether objs holds the Namespace ns.
+func hasNamespace(objs []*unstructured.Unstructured, ns string) bool {
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" && o.GetName() == ns {
+			return true
+		}
+	}
+	return false
 }

@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/tidegate/tidegate/internal/release"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
 	"github.com/tidegate/tidegate/test/testenv"
@@ -146,7 +146,7 @@ func buildManifests() ([]*unstructured.Unstructured, error) { return buildConfig
 // buildConfig builds the kustomization config/<name> as buildManifests builds config/default.
 func buildConfig(name string) ([]*unstructured.Unstructured, error) {
 	dir := filepath.Join(testenv.RepoRoot(), "config", name)
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	resources, err := release.Kustomizer().Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
