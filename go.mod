@@ -23,6 +23,7 @@ require (
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/go-digest/blake3 v0.0.0-20250813155314-89707e38ad1a
 	github.com/prometheus/prometheus v0.316.0
+	github.com/secure-systems-lab/go-securesystemslib v0.11.1
 	github.com/zeebo/blake3 v0.2.4
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.2

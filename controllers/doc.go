@@ -11,11 +11,13 @@
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/finalizers,verbs=update
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters,verbs=list;watch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetclusters/status,verbs=patch
-// +kubebuilder:rbac:groups=tidegate.dev,resources=gatereceipts,verbs=list;watch;create;delete
+// +kubebuilder:rbac:groups=tidegate.dev,resources=gatereceipts,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=tidegate.dev,resources=rolloutledgers,verbs=list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups=kustomize.toolkit.fluxcd.io,resources=kustomizations,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=gitrepositories;ocirepositories,verbs=list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=tidegate-system,resources=leases,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=tidegate-system,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=tidegate-system,resources=secrets,verbs=get
 package controllers

@@ -21,6 +21,7 @@ import (
 	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
+	"github.com/tidegate/tidegate/internal/attest"
 )
 
 // waitingRequeue bounds the requeue while the rollout waits on Flux: Kustomization and source
@@ -60,8 +61,13 @@ type FleetRolloutReconciler struct {
 	//     candidate, a phase of the rollout, of a wave (Progressing is its start, Soaking its
 	//     soak's start, AwaitingApproval its wait for an approval) or of a rehearsal; "status" comes
 	//     before every status patch.
+	//   - "ledger:<revision>": after entries were appended to the ledger of revision, before the
+	//     status patch that records what they list.
 	//   - "prune:<name>": before an unused pinned source or an old receipt is deleted.
 	TestHook func(point string) error
+
+	// Signer signs receipts and ledger entries; nil leaves them unsigned.
+	Signer *attest.Signer
 
 	// writes keeps the backoff of the Kustomization writes that failed.
 	writes writeBackoff
@@ -81,6 +87,9 @@ type pass struct {
 	// afterStatus runs once the status this pass leaves is written, and only then: what may be
 	// dropped only when the decision that ends its use is recorded (a decided wave's samples).
 	afterStatus []func()
+	// receipts are the receipts this pass decided by, written or taken up, by name: the ledger
+	// lists them before status records them.
+	receipts map[string]*v1alpha1.GateReceipt
 }
 
 // Reconcile reads as the decision list of a Flux controller: get, deletion, finalizer, suspend,
@@ -113,21 +122,25 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 
 	patcher := newStatusPatch(fr)
 	var (
-		out         outcome
-		onFail      string
-		afterStatus []func()
+		out outcome
+		p   *pass
 	)
 	before := r.statusMarks(fr)
 	wasPhase := fr.Status.Phase
+	wasCandidate := fr.Status.Candidate.DeepCopy()
 	defer func() {
-		setConditions(fr, out, onFail)
+		setConditions(fr, out, p.Settings.OnFail)
 		result, retErr = out.result()
 		if err := r.hooks(statusPoints(before, fr)); err != nil {
+			retErr = errors.Join(retErr, err)
+		} else if err := r.recordLedger(ctx, fr, wasCandidate, p.receipts); err != nil {
+			// The ledger lists a decision before status records it: a pass that could not append
+			// its entries does not record its decisions, and the next one takes them up.
 			retErr = errors.Join(retErr, err)
 		} else if err := r.finalizeStatus(ctx, fr, patcher); err != nil {
 			retErr = errors.Join(retErr, err)
 		} else {
-			for _, f := range afterStatus {
+			for _, f := range p.afterStatus {
 				f()
 			}
 			domain().recordRollout(fr, wasPhase)
@@ -136,16 +149,16 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 			r.Metrics.RecordDuration(ctx, fr, start)
 		}
 	}()
-	out, onFail, afterStatus = r.reconcile(ctx, fr)
+	out, p = r.reconcile(ctx, fr)
 	return result, retErr
 }
 
 // reconcile runs the pipeline: each sub-step reads what the ones before it left in the pass and
 // returns an outcome; any outcome but proceeding ends the pass.
-// It also returns the policy's onFail, which Ready's message mentions, and what to do once the
-// status is written (pass.afterStatus).
-func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.FleetRollout) (outcome, string, []func()) {
-	p := &pass{world: &world{Rollout: fr, Now: r.now()}}
+// It also returns the pass: the policy's settings (onFail, which Ready's message mentions), what
+// to do once the status is written (afterStatus) and the receipts to list in the ledger first.
+func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.FleetRollout) (outcome, *pass) {
+	p := &pass{world: &world{Rollout: fr, Now: r.now()}, receipts: map[string]*v1alpha1.GateReceipt{}}
 	for _, sub := range []func(context.Context, *pass) outcome{
 		r.resolveTarget,
 		r.plan,
@@ -158,10 +171,10 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 		r.prune,
 	} {
 		if o := sub(ctx, p); o.kind != proceed {
-			return o, p.Settings.OnFail, p.afterStatus
+			return o, p
 		}
 	}
-	return r.settle(p), p.Settings.OnFail, p.afterStatus
+	return r.settle(p), p
 }
 
 // resolveTarget reads the tracked source: the revision wanted is spec.revision, else its artifact's.

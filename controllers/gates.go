@@ -107,7 +107,8 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 	for _, gate := range gates {
 		// A decision whose receipt was written but that status never recorded (the controller
 		// stopped in between) is recorded as it was made, not made again.
-		if prior := r.unrecordedDecision(p, receipts, i, gate); prior != nil {
+		if prior, rc := r.unrecordedDecision(p, receipts, i, gate); prior != nil {
+			p.receipts[rc.Name] = rc
 			decided = append(decided, *prior)
 			r.event(fr, corev1.EventTypeNormal, "DecisionRecorded", "%s %s for wave %s of %s: recorded from receipt %s, which an earlier reconcile wrote and did not record",
 				gate, prior.Decision.Result, wv.Name, fr.Status.Candidate.Revision, prior.Receipt)
@@ -148,6 +149,9 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		if err != nil {
 			return nil, err
 		}
+		if err := signReceipt(r.Signer, rc.GateReceipt); err != nil {
+			return nil, err
+		}
 		if err := r.hook("receipt:" + gate + ":" + wv.Name); err != nil {
 			return nil, err
 		}
@@ -158,6 +162,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		if err := r.hook("decided:" + gate + ":" + wv.Name); err != nil {
 			return nil, err
 		}
+		p.receipts[rc.Name] = rc.GateReceipt
 		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: ev.Evidence})
 		eventType := corev1.EventTypeNormal
 		if d.Result != v1alpha1.ResultPass {

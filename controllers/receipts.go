@@ -17,6 +17,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/internal/attest"
 )
 
 // maxReceiptsPerRollout bounds how many receipts a rollout keeps; the oldest are pruned.
@@ -119,7 +120,7 @@ func WriteReceipt(ctx context.Context, c client.Client, ro *ReceiptObjects) erro
 }
 
 // pruneReceipts deletes the oldest receipts of the rollout past maxReceiptsPerRollout, never one
-// the rollout's status still references. beforeDelete, when set, runs just before each delete (the
+// the rollout's status still references or a ledger lists. beforeDelete, when set, runs just before each delete (the
 // crash-point hook).
 func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, beforeDelete func(name string) error) error {
 	var list v1alpha1.GateReceiptList
@@ -133,6 +134,16 @@ func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollo
 	for _, w := range fr.Status.Waves {
 		for _, g := range w.Gates {
 			referenced[g.Receipt] = true
+		}
+	}
+	// A receipt a ledger lists is part of the record of its revision: it is kept with the ledger.
+	var ledgers v1alpha1.RolloutLedgerList
+	if err := c.List(ctx, &ledgers, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
+		return err
+	}
+	for i := range ledgers.Items {
+		for name := range attest.ListedIn(&ledgers.Items[i]).Receipts {
+			referenced[name] = true
 		}
 	}
 	sort.Slice(list.Items, func(i, j int) bool {
@@ -186,14 +197,14 @@ func sortedUnique(in []string) []string {
 // come from the manager's cache, which a restarted manager syncs before its first reconcile. A
 // deploySafe receipt whose evidence is kept in parts is not taken up (the controller reads no
 // ConfigMap): that gate is decided again.
-func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1.GateReceipt, i int, gate string) *decidedGate {
+func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1.GateReceipt, i int, gate string) (*decidedGate, *v1alpha1.GateReceipt) {
 	freshness := collector.DefaultFreshness
 	if r.Evidence != nil && r.Evidence.Freshness > 0 {
 		freshness = r.Evidence.Freshness
 	}
 	rc := unrecordedReceipt(receipts, p.Rollout, i, gate, p.Now, freshness)
 	if rc == nil {
-		return nil
+		return nil, nil
 	}
 	d := GateDecision{Result: rc.Spec.Result, Reasons: slices.Clone(rc.Spec.Reasons), Limits: slices.Clone(rc.Spec.Limits), PolicyDigest: rc.Spec.PolicyDigest}
 	if gate == v1alpha1.GateDeploySafe {
@@ -201,11 +212,22 @@ func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1
 		raw, err := rc.Spec.StoredEvidence(nil)
 		var ds tgcue.DeploySafeEvidence
 		if err != nil || json.Unmarshal(raw, &ds) != nil {
-			return nil
+			return nil, nil
 		}
 		d.Evidence = ds
 	}
-	return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}
+	return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}, rc
+}
+
+// signReceipt signs rc with s (nil leaves it unsigned) and checks that, signed, it still fits.
+func signReceipt(s *attest.Signer, rc *v1alpha1.GateReceipt) error {
+	if s == nil {
+		return nil
+	}
+	if err := attest.SignReceipt(s, rc); err != nil {
+		return err
+	}
+	return v1alpha1.CheckReceiptSize(rc)
 }
 
 // rolloutReceipts lists the rollout's receipts from the manager's cache, shared with it: they are

@@ -10,6 +10,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/metrics"
 
 	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +31,9 @@ type Options struct {
 	Members MemberOptions
 	// SkipNameValidation lets tests start several managers in one process.
 	SkipNameValidation bool
+	// Signer, when set, signs every receipt and ledger entry (--receipt-signing-key); nil writes
+	// them unsigned.
+	Signer *attest.Signer
 }
 
 // MemberOptions limit what tidegate asks of member clusters; zero values are member's defaults.
@@ -83,6 +87,7 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		Evidence:      evidence,
 		Gates:         opts.Gates,
 		TestHook:      opts.TestHook,
+		Signer:        opts.Signer,
 	}
 	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)

@@ -136,6 +136,28 @@ type GateReceiptSpec struct {
 	// evaluatedAt is when the decision was made.
 	// +required
 	EvaluatedAt metav1.Time `json:"evaluatedAt"`
+
+	// signature, when the controller has a signing key (--receipt-signing-key), is a DSSE envelope
+	// over an in-toto Statement whose subject is the candidate artifact and whose predicate is this
+	// receipt's content (see docs/spec/v1alpha1/gatereceipts.md). A receipt without one is unsigned.
+	// It is not part of the content digest.
+	// +optional
+	Signature *RecordSignature `json:"signature,omitempty"`
+}
+
+// RecordSignature is the signature of a receipt or of a ledger entry.
+type RecordSignature struct {
+	// keyID names the key that signed: the hex sha256 of its DER SubjectPublicKeyInfo.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	KeyID string `json:"keyID"`
+
+	// envelope is the DSSE envelope, as JSON: payloadType application/vnd.in-toto+json, the
+	// Statement in base64, and its signature by keyID.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=262144
+	Envelope string `json:"envelope"`
 }
 
 // EvidencePart is one part of a receipt's compressed evidence, kept in a ConfigMap named after
@@ -161,6 +183,7 @@ type EvidencePart struct {
 // +kubebuilder:printcolumn:name="Wave",type=string,JSONPath=`.spec.wave`
 // +kubebuilder:printcolumn:name="Result",type=string,JSONPath=`.spec.result`
 // +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.spec.candidate.revision`,priority=1
+// +kubebuilder:printcolumn:name="Signed-By",type=string,JSONPath=`.spec.signature.keyID`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // GateReceipt is the immutable record of one gate decision. Its name carries a digest of its content,

@@ -277,3 +277,9 @@ func (fr *FleetRollout) PostBuild(fc *FleetCluster) *kustomizev1.PostBuild {
 	pb.Substitute = fr.InstallValues(fc)
 	return pb
 }
+
+// LedgerName is the name of the ledger of a rollout's revision: <rollout>-ledger-<12 hex characters
+// of the revision's sha256>.
+func LedgerName(rollout, revision string) string {
+	return boundedName(rollout, "ledger-"+hash(revision)[:12])
+}

@@ -52,7 +52,7 @@ func NewGateReceipt(namespace string, spec GateReceiptSpec, evidence []byte) (*G
 	if t := bytes.TrimSpace(evidence); len(t) == 0 || string(t) == "null" {
 		evidence = nil
 	}
-	spec.Evidence, spec.EvidenceGzip, spec.EvidenceParts = nil, "", nil
+	spec.Evidence, spec.EvidenceGzip, spec.EvidenceParts, spec.Signature = nil, "", nil, nil
 	spec.EvidenceDigest = ""
 	if evidence != nil {
 		d, err := EvidenceDigest(evidence)
@@ -133,6 +133,10 @@ func EvidencePartName(receipt, digest string) string {
 	return boundedName(receipt, strings.TrimPrefix(digest, "sha256:")[:12])
 }
 
+// CheckReceiptSize is whether rc's JSON encoding fits MaxReceiptObjectBytes (a signed receipt is
+// checked again once signed).
+func CheckReceiptSize(rc *GateReceipt) error { return checkReceiptSize(rc, "") }
+
 func checkReceiptSize(rc *GateReceipt, how string) error {
 	return checkObjectSize(rc, "gatereceipt "+rc.Namespace+"/"+rc.Name, how)
 }
@@ -183,13 +187,14 @@ func (in *GateReceiptSpec) StoredEvidence(part func(EvidencePart) ([]byte, error
 	return nil, nil
 }
 
-// ContentDigestOf is the sha256 of the receipt's spec without its evaluatedAt, with evidence (the
+// ContentDigestOf is the sha256 of the receipt's spec without its evaluatedAt and signature, with evidence (the
 // decoded evidence JSON, nil for none) in canonical form (see CanonicalEvidence) in place of
 // however the spec keeps it: two identical decisions made at different times have the same
 // digest, and so does one decision whatever the form its evidence is kept in.
 func (in *GateReceiptSpec) ContentDigestOf(evidence []byte) (string, error) {
 	c := in.DeepCopy()
 	c.EvaluatedAt = metav1.Time{}
+	c.Signature = nil
 	c.Evidence, c.EvidenceGzip, c.EvidenceParts = nil, "", nil
 	if evidence != nil {
 		canonical, err := CanonicalEvidence(evidence)

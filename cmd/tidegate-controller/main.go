@@ -15,9 +15,11 @@ import (
 	"github.com/fluxcd/pkg/runtime/logger"
 	flag "github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
 )
 
@@ -41,6 +43,7 @@ func main() {
 		members         controllers.MemberOptions
 		featureGates    string
 		fleetNamespaces string
+		signingKey      string
 		logOptions      logger.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -74,6 +77,8 @@ func main() {
 		"How many member kubeconfigs, and how many member clients, are kept (least recently used first out).")
 	flag.StringVar(&featureGates, "feature-gates", "",
 		"Feature gates, as Name=true,Other=false: "+strings.Join(controllers.FeatureGates, ", ")+" (off by default).")
+	flag.StringVar(&signingKey, "receipt-signing-key", "",
+		"The Secret, in the controller's namespace, whose data key signing.key holds the PEM private key (ECDSA P-256 or Ed25519) receipts and ledger entries are signed with; empty writes them unsigned.")
 	flag.StringVar(&fleetNamespaces, "fleet-namespaces", "",
 		"Comma-separated namespaces where FleetClusters live: member credentials (Secrets, ConfigMaps) are watched and read only there, "+
 			"with the ClusterRole tidegate-member-credentials bound in each (config/fleet-namespaces). Empty: every namespace.")
@@ -107,8 +112,25 @@ func main() {
 		log.Error(err, "unable to create manager")
 		os.Exit(1)
 	}
+	var signer *attest.Signer
+	if signingKey != "" {
+		ns := os.Getenv(podNamespaceEnv)
+		if ns == "" {
+			log.Error(errors.New(podNamespaceEnv+" is not set"), "--receipt-signing-key names a Secret in the controller's namespace: set "+podNamespaceEnv+" (the manifests set it from the pod's namespace)")
+			os.Exit(1)
+		}
+		reader, err := client.New(restConfig, client.Options{Scheme: mgr.GetScheme()})
+		if err == nil {
+			signer, err = controllers.LoadSigner(context.Background(), reader, ns, signingKey)
+		}
+		if err != nil {
+			log.Error(err, "unable to load the receipt signing key")
+			os.Exit(1)
+		}
+		log.Info("signing receipts and ledger entries", "secret", ns+"/"+signingKey, "keyID", signer.KeyID())
+	}
 	if err := controllers.Setup(mgr, restConfig, controllers.Options{
-		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members,
+		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer,
 	}); err != nil {
 		log.Error(err, "unable to set up controllers")
 		os.Exit(1)

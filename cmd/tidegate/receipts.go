@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/attest"
 )
 
 // receiptDigestAnnotation is the annotation the controller (controllers.ReceiptDigestAnnotation)
@@ -52,18 +53,21 @@ func newReceiptsCommand(k *kubeOptions) *cobra.Command {
 		Args:  subcommandArgs,
 		RunE:  subcommandRun,
 	}
-	cmd.AddCommand(newReceiptsVerifyCommand(k), newReceiptsEvidenceCommand(k), newReceiptsExplainCommand(k))
+	cmd.AddCommand(newReceiptsVerifyCommand(k), newReceiptsExportCommand(k), newReceiptsEvidenceCommand(k), newReceiptsExplainCommand(k))
 	return cmd
 }
 
 func newReceiptsVerifyCommand(k *kubeOptions) *cobra.Command {
 	var (
-		output  string
-		rollout string
+		output   string
+		rollout  string
+		revision string
+		bundle   string
+		keyFiles []string
 	)
 	cmd := &cobra.Command{
-		Use:   "verify [NAME...] [--rollout ROLLOUT]",
-		Short: "Check that receipts still have the content they were named after",
+		Use:   "verify [NAME...] [--rollout ROLLOUT [--key PUB]...] | --bundle FILE [--key PUB]...",
+		Short: "Check receipts, ledgers and bundles: digests, the ledger's chain and signatures",
 		Long: `verify reads each receipt's evidence from where the receipt keeps it (spec.evidence,
 spec.evidenceGzip, or the ConfigMaps spec.evidenceParts names), recomputes the receipt's content
 digest (the sha256 of its spec without evaluatedAt, with its evidence in canonical form) and checks:
@@ -78,12 +82,65 @@ digest (the sha256 of its spec without evaluatedAt, with its evidence in canonic
 It verifies the receipts named, or every receipt of --rollout. Reading parts needs permission to get
 ConfigMaps in the receipts' namespace.
 
+With --bundle it verifies a bundle tidegate receipts export wrote, with no cluster at all; with
+--rollout and --key (or --revision) it verifies the ledger of the rollout's candidate (or of
+--revision) on the hub the same way, as if exported. Those checks, each named in the output:
+
+  content-digest, name, evidence-digest   each receipt, as above, over the evidence in the bundle
+  signature         each receipt's DSSE envelope verifies with one of the --key public keys (the one
+                    whose key id it names), and its in-toto statement is about the receipt's
+                    candidate artifact and holds the receipt's content
+  ledger-index, ledger-chain, ledger-digest
+                    each ledger entry is in its place, names the digest of the entry before it, and
+                    digests to what it records: a reordered, removed or changed entry fails here
+  ledger-signature  each entry's envelope, as for receipts
+  ledger-receipt    each receipt the ledger lists is in the bundle with that content digest, gate,
+                    wave and result: a dropped receipt fails here
+  candidate         each receipt is about the ledger's rollout and candidate
+  outcome-gates     a Completed outcome's gates each have a passing receipt listed before it
+
+Give every key that signed (after a rotation, the old key and the new; each --key is a PEM public
+key). Without --key signatures are not checked, and the output says so.
+
 Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 on an API error.`,
 		Example: `  tidegate receipts verify web-deploysafe-0c7e52a1f9d4
-  tidegate receipts verify --rollout web -o json`,
+  tidegate receipts verify --rollout web -o json
+  tidegate receipts verify --bundle web.bundle.json --key tidegate.pub
+  tidegate receipts verify --rollout web --key tidegate.pub --key tidegate-2025.pub`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkKubeOutput(output); err != nil {
 				return err
+			}
+			keys, err := readKeys(keyFiles)
+			if err != nil {
+				return err
+			}
+			if bundle != "" || (rollout != "" && (len(keyFiles) > 0 || revision != "")) {
+				if len(args) > 0 || (bundle != "") == (rollout != "") {
+					return usageError("give --bundle, or --rollout with --key or --revision, and no receipt names; usage: %s", cmd.UseLine())
+				}
+				var b *attest.Bundle
+				if bundle != "" {
+					if b, err = readBundle(bundle, cmd.InOrStdin()); err != nil {
+						return err
+					}
+				} else {
+					c, ns, err := k.client()
+					if err != nil {
+						return err
+					}
+					if b, _, err = exportBundle(cmd.Context(), c, ns, rollout, revision); err != nil {
+						return err
+					}
+				}
+				v := attest.Verify(b, keys)
+				if err := writeBundleVerification(cmd.OutOrStdout(), output, b, v, keys); err != nil {
+					return err
+				}
+				if !v.Verified {
+					return &exitError{code: exitNo}
+				}
+				return nil
 			}
 			if (len(args) == 0) == (rollout == "") {
 				return usageError("name the receipts to verify, or give --rollout, not both; usage: %s", cmd.UseLine())
@@ -149,7 +206,10 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 		},
 	}
 	addOutputFlag(cmd, &output)
-	cmd.Flags().StringVar(&rollout, "rollout", "", "verify every receipt of this FleetRollout")
+	cmd.Flags().StringVar(&rollout, "rollout", "", "verify every receipt of this FleetRollout (with --key or --revision: its ledger)")
+	cmd.Flags().StringVar(&revision, "revision", "", "with --rollout: verify the ledger of this revision (default: the candidate's)")
+	cmd.Flags().StringVar(&bundle, "bundle", "", "verify the bundle in this file (tidegate receipts export), offline; - reads stdin")
+	cmd.Flags().StringArrayVar(&keyFiles, "key", nil, "a PEM public key signatures are checked with; repeat for several")
 	return cmd
 }
 

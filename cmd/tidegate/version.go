@@ -53,7 +53,7 @@ type controllerVersion struct {
 }
 
 // tidegateCRDs are the CRDs of tidegate's kinds.
-var tidegateCRDs = []string{"fleetrollouts." + v1alpha1.GroupVersion.Group, "fleetclusters." + v1alpha1.GroupVersion.Group, "gatereceipts." + v1alpha1.GroupVersion.Group}
+var tidegateCRDs = []string{"fleetrollouts." + v1alpha1.GroupVersion.Group, "fleetclusters." + v1alpha1.GroupVersion.Group, "gatereceipts." + v1alpha1.GroupVersion.Group, "rolloutledgers." + v1alpha1.GroupVersion.Group}
 
 func newVersionCommand(k *kubeOptions) *cobra.Command {
 	var output string

@@ -49,7 +49,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version -o json: exit %d, %v: %s%s", r.code, err, r.stdout, r.stderr)
 	}
 	if len(v.Controllers) != 1 || v.Controllers[0].Name != "tidegate-controller" || v.Controllers[0].Images[0] != "tidegate-controller:v0.3.0" ||
-		v.Controllers[0].Replicas != 1 || v.Controllers[0].Ready != 0 || len(v.CRDs) != 3 || !v.CRDs[1].Installed {
+		v.Controllers[0].Replicas != 1 || v.Controllers[0].Ready != 0 || len(v.CRDs) != 4 || !v.CRDs[1].Installed || !v.CRDs[3].Installed {
 		t.Errorf("version -o json: %+v", v)
 	}
 

@@ -106,6 +106,8 @@ func TestDeployUserRolesAggregate(t *testing.T) {
 		{"viewer", "get", "fleetrollouts", "", true},
 		{"viewer", "list", "fleetclusters", "", true},
 		{"viewer", "watch", "gatereceipts", "", true},
+		{"viewer", "get", "rolloutledgers", "", true},
+		{"editor", "update", "rolloutledgers", "", false},
 		{"viewer", "get", "fleetrollouts", "status", true},
 		{"viewer", "patch", "fleetrollouts", "", false},
 		{"viewer", "create", "fleetclusters", "", false},

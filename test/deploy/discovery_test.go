@@ -27,9 +27,10 @@ func TestDeployCRDsAsKubectlFindsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"fleetrollouts": {"fro", "fr"},
-		"fleetclusters": {"fc"},
-		"gatereceipts":  {"grc", "gr"},
+		"fleetrollouts":  {"fro", "fr"},
+		"fleetclusters":  {"fc"},
+		"gatereceipts":   {"grc", "gr"},
+		"rolloutledgers": {"rl"},
 	}
 	for _, r := range list.APIResources {
 		short, ok := want[r.Name]

@@ -39,6 +39,7 @@ func TestDeployManifestsBuild(t *testing.T) {
 		"CustomResourceDefinition fleetclusters.tidegate.dev",
 		"CustomResourceDefinition fleetrollouts.tidegate.dev",
 		"CustomResourceDefinition gatereceipts.tidegate.dev",
+		"CustomResourceDefinition rolloutledgers.tidegate.dev",
 		"ServiceAccount " + namespace + "/" + serviceAccount,
 		"ClusterRole tidegate-controller",
 		"ClusterRoleBinding tidegate-controller",
@@ -106,8 +107,8 @@ func TestDeployCRDsApartFromTheController(t *testing.T) {
 			t.Errorf("%s: label %s is %q, want tidegate", describe(o), nameLabel, v)
 		}
 	}
-	if len(crds) != 3 {
-		t.Errorf("config/crd builds %d objects, want the 3 CRDs", len(crds))
+	if len(crds) != 4 {
+		t.Errorf("config/crd builds %d objects, want the 4 CRDs", len(crds))
 	}
 	for _, o := range controller {
 		parts = append(parts, describe(o))

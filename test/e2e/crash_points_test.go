@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/simulator"
 )
 
@@ -108,6 +110,52 @@ func (s *fleetSetup) checkDecisions(ctx context.Context, t *testing.T, fr *v1alp
 	if recorded != expected {
 		t.Errorf("status records %d decisions, want %d (a decision written and never recorded is lost)", recorded, expected)
 	}
+	// The ledger lists each decision once, and its chain holds.
+	l := s.ledger(ctx, t, "web", rev)
+	listed := map[string]int{}
+	var receiptsOfLedger []attest.BundleReceipt
+	for _, e := range l.Spec.Entries {
+		if e.Receipt == nil {
+			continue
+		}
+		if listed[e.Receipt.Name]++; listed[e.Receipt.Name] == 1 {
+			rc, ok := byName[e.Receipt.Name]
+			if !ok {
+				continue // an Inconclusive receipt before a decision
+			}
+			ev, err := rc.Spec.StoredEvidence(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			receiptsOfLedger = append(receiptsOfLedger, attest.NewBundleReceipt(&rc, ev))
+		}
+	}
+	for _, wv := range fr.Status.Waves {
+		for _, o := range wv.Gates {
+			if listed[o.Receipt] != 1 {
+				t.Errorf("wave %s: %s receipt %s is listed %d times in the ledger, want once", wv.Name, o.Gate, o.Receipt, listed[o.Receipt])
+			}
+		}
+	}
+	if l.Spec.Outcome != fr.Status.Phase {
+		t.Errorf("the ledger's outcome is %q, the rollout is %s", l.Spec.Outcome, fr.Status.Phase)
+	}
+	v := attest.Verify(attest.NewBundle(l, receiptsOfLedger, metav1.Now()), nil)
+	for _, c := range v.Failures() {
+		if c.Check != "ledger-receipt" || !strings.Contains(c.Detail, "is not in the bundle") {
+			t.Errorf("the ledger of %s: %s %s: %s", rev, c.Record, c.Check, c.Detail)
+		}
+	}
+}
+
+// ledger is the RolloutLedger of rollout's revision rev.
+func (s *fleetSetup) ledger(ctx context.Context, t *testing.T, rollout, rev string) *v1alpha1.RolloutLedger {
+	t.Helper()
+	var l v1alpha1.RolloutLedger
+	if err := s.f.Hub.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: v1alpha1.LedgerName(rollout, rev)}, &l); err != nil {
+		t.Fatalf("the ledger of %s: %v", rev, err)
+	}
+	return &l
 }
 
 // checkSwitches asserts that every cluster's Kustomization moved by want generations from gen1
@@ -238,6 +286,12 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 		crashPoint{point: "decided:rollbackSafe:canary", atCrash: both(receipts(2), wave(0, v1alpha1.WavePending, 0))},
 		// Every pre-wave receipt is written and the wave's start is decided, but not recorded.
 		crashPoint{point: "status:wave:canary:Progressing", atCrash: both(receipts(3), wave(0, v1alpha1.WavePending, 0))},
+		// The ledger lists them, and status still does not record them.
+		crashPoint{point: "ledger:" + rev2, atCrash: both(receipts(3), wave(0, v1alpha1.WavePending, 0), func() {
+			if n := len(s.ledger(ctx, t, "web", rev2).Spec.Entries); n != 3 {
+				t.Fatalf("the ledger of %s has %d entries at the crash, want the 3 receipts", rev2, n)
+			}
+		})},
 		crashPoint{point: "switch:member-1", atCrash: func() {
 			wave(0, v1alpha1.WaveProgressing, 3)()
 			if ks := s.kustomization(t, "web", "member-1"); ks.Generation != gen1["member-1"] {

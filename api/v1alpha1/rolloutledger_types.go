@@ -1,0 +1,201 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RolloutLedgerKind is the kind of a RolloutLedger.
+const RolloutLedgerKind = "RolloutLedger"
+
+// MaxLedgerEntries bounds a ledger's entries: a revision's rollout that would need more stops
+// deciding (the pass that cannot record its decisions does not act on them) and says so.
+const MaxLedgerEntries = 512
+
+// Kinds of ledger entries.
+const (
+	LedgerEntryReceipt  = "Receipt"
+	LedgerEntryApproval = "Approval"
+	LedgerEntryOutcome  = "Outcome"
+)
+
+// Outcomes a ledger records: the rollout's phase at the end of a revision's run, or Superseded when
+// a newer candidate took its place first.
+const (
+	OutcomeCompleted  = PhaseCompleted
+	OutcomeRolledBack = PhaseRolledBack
+	OutcomeHeld       = PhaseHeld
+	OutcomeSuperseded = "Superseded"
+)
+
+// RolloutLedgerSpec is the record of one revision's rollout: every receipt its decisions relied on,
+// the approvals those counted and each outcome, in order, each entry chained to the one before it.
+// Entries are only appended.
+// +kubebuilder:validation:XValidation:rule="self.rollout == oldSelf.rollout && self.candidate == oldSelf.candidate",message="a RolloutLedger's rollout and candidate cannot change"
+// +kubebuilder:validation:XValidation:rule="size(self.entries) >= size(oldSelf.entries)",message="a RolloutLedger's entries are only appended: none can be removed"
+// +kubebuilder:validation:XValidation:rule="size(oldSelf.entries) == 0 || self.entries[size(oldSelf.entries)-1].digest == oldSelf.entries[size(oldSelf.entries)-1].digest",message="a RolloutLedger's entries are only appended: the entries it had keep their place"
+type RolloutLedgerSpec struct {
+	// rollout is the name of the FleetRollout, in the ledger's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Rollout string `json:"rollout"`
+
+	// candidate is the revision and artifact digest the ledger records the rollout of.
+	// +required
+	Candidate RevisionStatus `json:"candidate"`
+
+	// outcome is the outcome of the latest Outcome entry, when there is one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Outcome string `json:"outcome,omitempty"`
+
+	// entries, oldest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=512
+	Entries []LedgerEntry `json:"entries,omitempty"`
+}
+
+// LedgerEntry is one entry of a ledger: a receipt, an approval or an outcome.
+type LedgerEntry struct {
+	// index of the entry, from 0.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Index int `json:"index"`
+
+	// type: Receipt, Approval or Outcome.
+	// +required
+	// +kubebuilder:validation:Enum=Receipt;Approval;Outcome
+	Type string `json:"type"`
+
+	// at is when the entry was appended.
+	// +required
+	At metav1.Time `json:"at"`
+
+	// receipt is, for a Receipt entry, the receipt a decision relied on.
+	// +optional
+	Receipt *LedgerReceipt `json:"receipt,omitempty"`
+
+	// approval is, for an Approval entry, the approval (from spec.approvals) a receipt counted.
+	// +optional
+	Approval *Approval `json:"approval,omitempty"`
+
+	// outcome is, for an Outcome entry, how the revision's run ended.
+	// +optional
+	Outcome *LedgerOutcome `json:"outcome,omitempty"`
+
+	// previous is the digest of the entry before this one; empty for the first.
+	// +optional
+	// +kubebuilder:validation:MaxLength=71
+	Previous string `json:"previous,omitempty"`
+
+	// digest is the sha256 of the entry's JSON without digest and signature ("sha256:<hex>"): each
+	// entry's digest covers the one before it, so the last digest covers the whole ledger.
+	// +required
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	Digest string `json:"digest"`
+
+	// signature, with a signing key configured: a DSSE envelope over an in-toto Statement whose
+	// subject is the candidate artifact and whose predicate is the entry.
+	// +optional
+	Signature *RecordSignature `json:"signature,omitempty"`
+}
+
+// LedgerReceipt names a receipt by its content digest, with what it decided.
+type LedgerReceipt struct {
+	// name of the GateReceipt.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// contentDigest of the receipt (its tidegate.dev/content-digest).
+	// +required
+	// +kubebuilder:validation:MaxLength=71
+	ContentDigest string `json:"contentDigest"`
+
+	// gate, wave and result the receipt records.
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Gate string `json:"gate"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Wave string `json:"wave,omitempty"`
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Result string `json:"result"`
+}
+
+// LedgerOutcome is how a revision's run ended, and for Completed the gates its waves passed on.
+type LedgerOutcome struct {
+	// phase: Completed, RolledBack, Held or Superseded.
+	// +required
+	// +kubebuilder:validation:Enum=Completed;RolledBack;Held;Superseded
+	Phase string `json:"phase"`
+
+	// waves are the waves of the run with the receipts their gates were last decided by.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Waves []LedgerWave `json:"waves,omitempty"`
+}
+
+// LedgerWave is one wave of an outcome: its phase and its gates' last decisions.
+type LedgerWave struct {
+	// name of the wave.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// phase of the wave at the outcome.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Phase string `json:"phase,omitempty"`
+
+	// gates decided for the wave: each gate's result and receipt.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	Gates []LedgerGate `json:"gates,omitempty"`
+}
+
+// LedgerGate is a gate's last decision on a wave.
+type LedgerGate struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Gate string `json:"gate"`
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Result string `json:"result"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Receipt string `json:"receipt,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName={rl},categories=tidegate
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.spec.rollout`
+// +kubebuilder:printcolumn:name="Candidate",type=string,JSONPath=`.spec.candidate.revision`
+// +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.spec.outcome`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// RolloutLedger is the record of one revision's rollout: the receipts, approvals and outcomes, in
+// order and chained by digest, so that a ledger exported with its receipts can be checked with no
+// cluster at all (tidegate receipts export, tidegate receipts verify --bundle).
+// +kubebuilder:validation:XValidation:rule="has(self.spec)",message="a RolloutLedger needs a spec"
+type RolloutLedger struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec RolloutLedgerSpec `json:"spec"`
+}
+
+// +kubebuilder:object:root=true
+
+// RolloutLedgerList is a list of RolloutLedgers.
+type RolloutLedgerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RolloutLedger `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RolloutLedger{}, &RolloutLedgerList{})
+}

@@ -1,0 +1,149 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/attest"
+)
+
+// recordLedger appends to the ledger of the rollout's candidate what the status about to be
+// written records and the ledger does not yet list: each gate's receipt, wave by wave, after the
+// approvals it counted, and the outcome of a rollout that came to rest (Completed, RolledBack,
+// Held). When the candidate changed from one whose ledger has no outcome, that ledger ends
+// Superseded. It runs before the status patch: what status records, the ledger lists, and a pass
+// whose ledger write failed records nothing (the next pass takes its decisions up from their
+// receipts). receipts are the receipts the pass decided by; others are read from the cache.
+func (r *FleetRolloutReconciler) recordLedger(ctx context.Context, fr *v1alpha1.FleetRollout, wasCandidate *v1alpha1.RevisionStatus, receipts map[string]*v1alpha1.GateReceipt) error {
+	now := metav1.NewTime(r.now())
+	st := &fr.Status
+	if wasCandidate != nil && (st.Candidate == nil || st.Candidate.Revision != wasCandidate.Revision) {
+		if err := r.appendLedger(ctx, fr, *wasCandidate, func(l *v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error) {
+			if len(l.Spec.Entries) == 0 || l.Spec.Entries[len(l.Spec.Entries)-1].Type == v1alpha1.LedgerEntryOutcome {
+				return nil, nil
+			}
+			return []v1alpha1.LedgerEntry{{Type: v1alpha1.LedgerEntryOutcome, Outcome: &v1alpha1.LedgerOutcome{Phase: v1alpha1.OutcomeSuperseded}}}, nil
+		}, now); err != nil {
+			return err
+		}
+	}
+	if st.Candidate == nil || st.Candidate.Digest == "" {
+		return nil
+	}
+	return r.appendLedger(ctx, fr, *st.Candidate, func(l *v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error) {
+		return r.ledgerEntries(ctx, fr, l, receipts)
+	}, now)
+}
+
+// ledgerEntries are the entries the status of fr adds to its candidate's ledger l.
+func (r *FleetRolloutReconciler) ledgerEntries(ctx context.Context, fr *v1alpha1.FleetRollout, l *v1alpha1.RolloutLedger, receipts map[string]*v1alpha1.GateReceipt) ([]v1alpha1.LedgerEntry, error) {
+	st := &fr.Status
+	listed := attest.ListedIn(l)
+	var add []v1alpha1.LedgerEntry
+	for _, w := range st.Waves {
+		for _, g := range w.Gates {
+			if g.Receipt == "" || listed.Receipts[g.Receipt] {
+				continue
+			}
+			rc, err := r.ledgerReceipt(ctx, fr.Namespace, g.Receipt, receipts)
+			if err != nil {
+				return nil, err
+			}
+			if rc == nil || rc.Spec.Candidate.Revision != l.Spec.Candidate.Revision {
+				continue // pruned before ledgers existed, or of another candidate
+			}
+			listed.Receipts[rc.Name] = true
+			for k := range rc.Spec.Approvals {
+				if a := &rc.Spec.Approvals[k]; !listed.Approval(a) {
+					add = append(add, v1alpha1.LedgerEntry{Type: v1alpha1.LedgerEntryApproval, Approval: a.DeepCopy()})
+				}
+			}
+			add = append(add, v1alpha1.LedgerEntry{Type: v1alpha1.LedgerEntryReceipt, Receipt: &v1alpha1.LedgerReceipt{
+				Name: rc.Name, ContentDigest: rc.Annotations[v1alpha1.ContentDigestAnnotation], Gate: rc.Spec.Gate, Wave: rc.Spec.Wave, Result: rc.Spec.Result,
+			}})
+		}
+	}
+	switch st.Phase {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHeld:
+	default:
+		return add, nil
+	}
+	n := len(l.Spec.Entries)
+	if len(add) == 0 && n > 0 && l.Spec.Entries[n-1].Type == v1alpha1.LedgerEntryOutcome && l.Spec.Entries[n-1].Outcome.Phase == st.Phase {
+		return nil, nil // the outcome is recorded
+	}
+	o := &v1alpha1.LedgerOutcome{Phase: st.Phase}
+	for _, w := range st.Waves {
+		lw := v1alpha1.LedgerWave{Name: w.Name, Phase: w.Phase}
+		for _, g := range w.Gates {
+			lw.Gates = append(lw.Gates, v1alpha1.LedgerGate{Gate: g.Gate, Result: g.Result, Receipt: g.Receipt})
+		}
+		o.Waves = append(o.Waves, lw)
+	}
+	return append(add, v1alpha1.LedgerEntry{Type: v1alpha1.LedgerEntryOutcome, Outcome: o}), nil
+}
+
+// ledgerReceipt is the receipt named name: one the pass decided by, else the cache's, else the API
+// server's (a receipt written by an earlier pass the cache has not seen yet); nil when it is gone.
+func (r *FleetRolloutReconciler) ledgerReceipt(ctx context.Context, namespace, name string, receipts map[string]*v1alpha1.GateReceipt) (*v1alpha1.GateReceipt, error) {
+	if rc := receipts[name]; rc != nil {
+		return rc, nil
+	}
+	rc := &v1alpha1.GateReceipt{}
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	err := r.Get(ctx, key, rc)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, rc)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading gatereceipt %s/%s to list it in the ledger: %w", namespace, name, err)
+	}
+	return rc, nil
+}
+
+// appendLedger appends the entries add returns to the ledger of candidate, creating it.
+func (r *FleetRolloutReconciler) appendLedger(ctx context.Context, fr *v1alpha1.FleetRollout, candidate v1alpha1.RevisionStatus,
+	add func(*v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error), now metav1.Time) error {
+	l := &v1alpha1.RolloutLedger{}
+	key := client.ObjectKey{Namespace: fr.Namespace, Name: v1alpha1.LedgerName(fr.Name, candidate.Revision)}
+	// From the cache: a copy that lags the ledger's last write makes the write below conflict,
+	// and the pass is retried.
+	err := r.Get(ctx, key, l)
+	exists := err == nil
+	switch {
+	case apierrors.IsNotFound(err):
+		l = &v1alpha1.RolloutLedger{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.RolloutLedgerKind},
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{v1alpha1.RolloutLabel: fr.Name}},
+			Spec:       v1alpha1.RolloutLedgerSpec{Rollout: fr.Name, Candidate: v1alpha1.RevisionStatus{Revision: candidate.Revision, Digest: candidate.Digest}},
+		}
+	case err != nil:
+		return fmt.Errorf("reading rolloutledger %s/%s: %w", key.Namespace, key.Name, err)
+	}
+	entries, err := add(l)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	for _, e := range entries {
+		if err := attest.Append(l, e, now, r.Signer); err != nil {
+			return err
+		}
+	}
+	if exists {
+		err = r.Update(ctx, l, client.FieldOwner(v1alpha1.FieldManager))
+	} else {
+		err = r.Create(ctx, l, client.FieldOwner(v1alpha1.FieldManager))
+	}
+	if err != nil {
+		return fmt.Errorf("appending %d entries to rolloutledger %s/%s: %w", len(entries), key.Namespace, key.Name, err)
+	}
+	return r.hook("ledger:" + candidate.Revision)
+}
