@@ -136,6 +136,7 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		} else if err := r.recordLedger(ctx, fr, wasCandidate, p.receipts); err != nil {
 			// The ledger lists a decision before status records it: a pass that could not append
 			// its entries does not record its decisions, and the next one takes them up.
+			r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
 			retErr = errors.Join(retErr, err)
 		} else if err := r.finalizeStatus(ctx, fr, patcher); err != nil {
 			retErr = errors.Join(retErr, err)

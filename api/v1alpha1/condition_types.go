@@ -61,4 +61,7 @@ const (
 	// a pass failed on something transient and is retried with backoff.
 	ProgressingWithRetryReason = "ProgressingWithRetry"
 	ReconciliationFailedReason = "ReconciliationFailed"
+	// LedgerFailedReason is the reason of the Warning event of a reconcile that could not append
+	// to the candidate's ledger, and so recorded nothing in status.
+	LedgerFailedReason = "LedgerFailed"
 )

@@ -10,12 +10,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/internal/attest"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 func newReceiptsExportCommand(k *kubeOptions) *cobra.Command {
@@ -79,57 +77,17 @@ bundle is written without it, and does not verify), 2 on a usage or API error.`,
 	return cmd
 }
 
-// exportBundle reads the ledger of revision (the rollout's candidate when empty) and the receipts it
-// lists, with their evidence; missing names the receipts that are gone.
+// exportBundle is ops.ExportBundle, its errors as the command line reports them.
 func exportBundle(ctx context.Context, c client.Client, ns, rollout, revision string) (*attest.Bundle, []string, error) {
-	if revision == "" {
-		var fr v1alpha1.FleetRollout
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: rollout}, &fr); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("fleetrollout %s/%s not found: give --revision to export the ledger of a deleted rollout (kubectl -n %s get rolloutledgers -l %s=%s lists them)", ns, rollout, ns, v1alpha1.RolloutLabel, rollout)}
-			}
-			return nil, nil, apiError(err, fmt.Sprintf("fleetrollout %s/%s", ns, rollout))
+	b, missing, err := ops.ExportBundle(ctx, c, ns, rollout, revision)
+	if err != nil {
+		code := exitUsage
+		if ops.CodeOf(err) == ops.CodeUnmet {
+			code = exitNo
 		}
-		if fr.Status.Candidate == nil {
-			return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("fleetrollout %s/%s has no candidate yet: give --revision", ns, rollout)}
-		}
-		revision = fr.Status.Candidate.Revision
+		return nil, nil, &exitError{code: code, err: err}
 	}
-	var l v1alpha1.RolloutLedger
-	name := v1alpha1.LedgerName(rollout, revision)
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil, &exitError{code: exitNo, err: fmt.Errorf("no rolloutledger of fleetrollout %s/%s revision %s (%s): nothing was decided for it yet, or it was written by a version without ledgers", ns, rollout, revision, name)}
-		}
-		return nil, nil, apiError(err, fmt.Sprintf("rolloutledger %s/%s", ns, name))
-	}
-	var receipts []attest.BundleReceipt
-	var missing []string
-	seen := map[string]bool{}
-	for _, e := range l.Spec.Entries {
-		if e.Receipt == nil || seen[e.Receipt.Name] {
-			continue
-		}
-		seen[e.Receipt.Name] = true
-		var rc v1alpha1.GateReceipt
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: e.Receipt.Name}, &rc); err != nil {
-			if apierrors.IsNotFound(err) {
-				missing = append(missing, e.Receipt.Name)
-				continue
-			}
-			return nil, nil, apiError(err, fmt.Sprintf("gatereceipt %s/%s", ns, e.Receipt.Name))
-		}
-		se, err := loadEvidence(ctx, c, &rc)
-		if err != nil {
-			return nil, nil, err
-		}
-		if se.err != nil {
-			// Exported without it: verify names the receipt whose evidence is gone.
-			se.raw = nil
-		}
-		receipts = append(receipts, attest.NewBundleReceipt(&rc, se.raw))
-	}
-	return attest.NewBundle(&l, receipts, metav1.Now()), missing, nil
+	return b, missing, nil
 }
 
 // readKeys reads the PEM public keys of --key.

@@ -1,0 +1,76 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/attest"
+)
+
+// ExportBundle reads the ledger of rollout's revision (its candidate's when revision is empty) and
+// every receipt it lists, each with its evidence read from where the receipt keeps it (parts
+// included), as the bundle tidegate receipts export writes. missing names the receipts the ledger
+// lists that are gone; a receipt whose evidence cannot be read is exported without it (verifying
+// the bundle names it).
+func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision string) (b *attest.Bundle, missing []string, err error) {
+	if revision == "" {
+		var fr v1alpha1.FleetRollout
+		ref := RolloutRef(ns, rollout)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: rollout}, &fr); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil, Errorf(CodeNotFound, &ref, "fleetrollout %s/%s not found: give the revision to export the ledger of a deleted rollout (kubectl -n %s get rolloutledgers -l %s=%s lists them)", ns, rollout, ns, v1alpha1.RolloutLabel, rollout)
+			}
+			return nil, nil, AsError(err, ref)
+		}
+		if fr.Status.Candidate == nil {
+			return nil, nil, Errorf(CodeInvalid, &ref, "fleetrollout %s/%s has no candidate yet: give the revision", ns, rollout)
+		}
+		revision = fr.Status.Candidate.Revision
+	}
+	var l v1alpha1.RolloutLedger
+	ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: v1alpha1.LedgerName(rollout, revision)}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, Errorf(CodeUnmet, &ref, "no rolloutledger of fleetrollout %s/%s revision %s (%s): nothing was decided for it yet, or it was decided by a version without ledgers", ns, rollout, revision, ref.Name)
+		}
+		return nil, nil, AsError(err, ref)
+	}
+	var receipts []attest.BundleReceipt
+	seen := map[string]bool{}
+	for _, e := range l.Spec.Entries {
+		if e.Receipt == nil || seen[e.Receipt.Name] {
+			continue
+		}
+		seen[e.Receipt.Name] = true
+		var rc v1alpha1.GateReceipt
+		rref := Ref{Kind: "gatereceipt", Namespace: ns, Name: e.Receipt.Name}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: e.Receipt.Name}, &rc); err != nil {
+			if apierrors.IsNotFound(err) {
+				missing = append(missing, e.Receipt.Name)
+				continue
+			}
+			return nil, nil, AsError(err, rref)
+		}
+		evidence, err := rc.Spec.StoredEvidence(func(p v1alpha1.EvidencePart) ([]byte, error) {
+			var cm corev1.ConfigMap
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Name}, &cm); err != nil {
+				return nil, err
+			}
+			return cm.BinaryData[v1alpha1.EvidencePartKey], nil
+		})
+		if err != nil {
+			if CodeOf(err) != CodeInternal && CodeOf(err) != CodeNotFound {
+				return nil, nil, AsError(fmt.Errorf("the evidence of gatereceipt %s/%s: %w", ns, rc.Name, err), rref)
+			}
+			evidence = nil // exported without it: verifying the bundle names the receipt
+		}
+		receipts = append(receipts, attest.NewBundleReceipt(&rc, evidence))
+	}
+	return attest.NewBundle(&l, receipts, metav1.Now()), missing, nil
+}
