@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/localfleet"
 	"github.com/tidegate/tidegate/internal/simulator"
 )
@@ -237,7 +239,12 @@ func (r *sandboxRun) startTidegate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating the tidegate manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, f.HubConfig, controllers.Options{}); err != nil {
+	signer, err := sandboxSigner(layout{r.dir})
+	if err != nil {
+		return err
+	}
+	logf(r.out, "signing receipts and ledger entries with key %s (public key %s)", signer.KeyID(), layout{r.dir}.signingPub())
+	if err := controllers.Setup(mgr, f.HubConfig, controllers.Options{Signer: signer}); err != nil {
 		return fmt.Errorf("setting up the tidegate controllers: %w", err)
 	}
 	mgrCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -377,3 +384,28 @@ func (r *sandboxRun) Clusters() []string {
 func (r *sandboxRun) SetFault(cluster string, f simulator.Fault) { r.sim.SetFault(cluster, f) }
 
 func (r *sandboxRun) ClearFault(cluster, workload string) { r.sim.ClearFault(cluster, workload) }
+
+// sandboxSigner is the sandbox directory's signing key: read from signing.key, or made (Ed25519)
+// and written there, mode 0600, with its public key in signing.pub.
+func sandboxSigner(l layout) (*attest.Signer, error) {
+	if b, err := os.ReadFile(l.signingKey()); err == nil {
+		s, err := attest.ParsePrivateKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("the sandbox's signing key %s: %w (remove it to make a new one)", l.signingKey(), err)
+		}
+		return s, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	s, private, public, err := attest.GenerateKey(true)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(l.signingPub(), public, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(l.signingKey(), private, 0o600); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

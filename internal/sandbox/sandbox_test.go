@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/attest"
+	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/scheme"
 )
 
@@ -214,6 +216,36 @@ func TestSandboxDemo(t *testing.T) {
 	}
 	if strings.Contains(output, "FAILED") {
 		t.Errorf("the output reports a failure")
+	}
+
+	// Every receipt is signed with the sandbox's key, and each release's ledger verifies with it.
+	pubPEM, err := os.ReadFile(filepath.Join(dir, signingPubName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := attest.ParsePublicKey(pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range receipts.Items {
+		if rc.Spec.Signature == nil || rc.Spec.Signature.KeyID != pub.KeyID() {
+			t.Errorf("receipt %s is not signed by the sandbox's key %s: %+v", rc.Name, pub.KeyID(), rc.Spec.Signature)
+		}
+	}
+	for _, r := range res.Releases {
+		b, missing, err := ops.ExportBundle(ctx, hub, fleetNamespace, rolloutName, r.Revision)
+		if err != nil || len(missing) > 0 {
+			t.Fatalf("exporting the ledger of %s: %v (missing %v)", r.Label, err, missing)
+		}
+		if v := attest.Verify(b, attest.NewKeySet(pub)); !v.Verified {
+			t.Errorf("the record of %s does not verify: %+v", r.Label, v.Failures())
+		}
+		if !regexpMatch(`(?m)^`+r.Label+`\s+\S+-ledger-\S+\s+\d+\s+(\d+)\s+(\d+) of (\d+)\s+\S+\s+yes$`, res.Record) {
+			t.Errorf("the demo's record should show %s's ledger signed and verified:\n%s", r.Label, res.Record)
+		}
+	}
+	if !strings.Contains(output, "The record of each release, signed by the sandbox's key "+pub.KeyID()[:12]) {
+		t.Errorf("the output should say the record is signed by the sandbox's key")
 	}
 
 	// A second sandbox in the same directory is refused while this one runs.

@@ -20,6 +20,8 @@ const (
 	sandboxLogName     = "sandbox.log"
 	kubeconfigFileName = "kubeconfig"
 	logsDirName        = "logs"
+	signingKeyName     = "signing.key"
+	signingPubName     = "signing.pub"
 )
 
 // State is what the background process tells the commands about the sandbox, in DIR/state.json.
@@ -81,6 +83,11 @@ func (l layout) lock() string       { return filepath.Join(l.dir, lockFileName) 
 func (l layout) sandboxLog() string { return filepath.Join(l.dir, sandboxLogName) }
 func (l layout) kubeconfig() string { return filepath.Join(l.dir, kubeconfigFileName) }
 func (l layout) logs() string       { return filepath.Join(l.dir, logsDirName) }
+
+// signingKey and signingPub hold the key the sandbox's controller signs receipts and ledger
+// entries with (Ed25519, made by the first sandbox of the directory) and its public half.
+func (l layout) signingKey() string { return filepath.Join(l.dir, signingKeyName) }
+func (l layout) signingPub() string { return filepath.Join(l.dir, signingPubName) }
 
 // readState reads DIR/state.json; an absent file is an error satisfying errors.Is(err, fs.ErrNotExist).
 func readState(dir string) (*State, error) {

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/attest"
+	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/simulator"
 )
 
@@ -27,6 +31,8 @@ type release struct {
 type demoResult struct {
 	Releases []release
 	Summary  string
+	// Record is, for each release, its ledger and whether it verifies with the sandbox's key.
+	Record string
 }
 
 // demoFieldManager writes the demo's approval, as `tidegate approve` would with its own.
@@ -145,8 +151,71 @@ func (d *driver) story(ctx context.Context) (*demoResult, error) {
 	}
 	res.Summary = summary
 	fmt.Fprintf(d.out, "\nEvery gate decision of the demo, with its receipt (kubectl get gatereceipts NAME -o yaml):\n\n%s", summary)
+	record, err := d.record(ctx, res.Releases)
+	if err != nil {
+		return res, d.fail("the signed record", err)
+	}
+	res.Record = record
+	fmt.Fprintf(d.out, "\n%s", record)
 	return res, nil
 }
+
+// record says, for each release, what its ledger holds and whether it verifies with the sandbox's
+// public key, as tidegate receipts export and verify --bundle would check it.
+func (d *driver) record(ctx context.Context, releases []release) (string, error) {
+	l := layout{d.st.Dir}
+	pubPEM, err := os.ReadFile(l.signingPub())
+	if err != nil {
+		return "", err
+	}
+	pub, err := attest.ParsePublicKey(pubPEM)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", l.signingPub(), err)
+	}
+	keys := attest.NewKeySet(pub)
+	var b strings.Builder
+	fmt.Fprintf(&b, "The record of each release, signed by the sandbox's key %s (%s), checked as `%s receipts verify --bundle FILE --key %s` checks an exported bundle:\n\n",
+		short(pub.KeyID()), l.signingPub(), d.cli, l.signingPub())
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REVISION\tLEDGER\tENTRIES\tRECEIPTS\tSIGNED\tOUTCOME\tVERIFIED")
+	for _, rel := range releases {
+		bundle, _, err := ops.ExportBundle(ctx, d.c, d.st.Namespace, rolloutName, rel.Revision)
+		if ops.CodeOf(err) == ops.CodeUnmet {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno ledger\n", rel.Label)
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		signed := 0
+		for _, br := range bundle.Receipts {
+			if br.Receipt.Spec.Signature != nil {
+				signed++
+			}
+		}
+		v := attest.Verify(bundle, keys)
+		verified := "yes"
+		if !v.Verified {
+			f := v.Failures()[0]
+			verified = fmt.Sprintf("NO: %d checks failed, first %s %s: %s", len(v.Failures()), f.Record, f.Check, f.Detail)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d of %d\t%s\t%s\n", rel.Label, bundle.Ledger.Name, len(bundle.Ledger.Spec.Entries), len(bundle.Receipts),
+			signed, len(bundle.Receipts), orDash(bundle.Ledger.Spec.Outcome), verified)
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "\nExport one and check it offline:\n  %s receipts export --rollout %s --revision REVISION -f %s.bundle.json --kubeconfig %s\n  %s receipts verify --bundle %s.bundle.json --key %s\n",
+		d.cli, rolloutName, rolloutName, l.kubeconfig(), d.cli, rolloutName, l.signingPub())
+	return b.String(), nil
+}
+
+// short is a key id's first 12 characters.
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
 
 // completes is done when rev runs everywhere, and fails when it is held or rolled back.
 func completes(rev, label string) func(*v1alpha1.FleetRollout) (bool, error) {
