@@ -395,6 +395,12 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 			}
 		}
 	}
+	if i := p.res.GateWave; i >= 0 && p.policyErr != nil {
+		// What could not be decided is recorded too: a receipt per gate that says why.
+		if err := r.recordUndecided(ctx, p, i, p.res.Gates, p.policyErr); err != nil {
+			return retryable(err)
+		}
+	}
 	p.res = advance(p.world, p.res, decided)
 	p.res.Next = p.res.Next || progressOf(&p.Rollout.Status) != p.progress
 	if i := p.res.Decided; i >= 0 {

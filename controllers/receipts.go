@@ -275,7 +275,7 @@ func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, 
 		s := &rc.Spec
 		at := s.EvaluatedAt.Time
 		switch {
-		case recorded[rc.Name], s.Rollout != fr.Name, s.Gate != gate, s.Wave != wv.Name,
+		case rc.Annotations[UndecidedAnnotation] != "", recorded[rc.Name], s.Rollout != fr.Name, s.Gate != gate, s.Wave != wv.Name,
 			s.Candidate.Revision != st.Candidate.Revision, !slices.Equal(s.Targets, targets):
 			continue
 		case prev != nil && prev.DecidedAt != nil && !at.After(prev.DecidedAt.Time):

@@ -216,7 +216,6 @@ func short(id string) string {
 	return id
 }
 
-
 // completes is done when rev runs everywhere, and fails when it is held or rolled back.
 func completes(rev, label string) func(*v1alpha1.FleetRollout) (bool, error) {
 	return func(fr *v1alpha1.FleetRollout) (bool, error) {

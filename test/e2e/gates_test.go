@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -569,13 +570,56 @@ func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
 	if r := findCondition(fr, "Ready"); r == nil || r.Status != metav1.ConditionFalse || r.Reason != v1alpha1.InvalidPolicyReason {
 		t.Errorf("Ready should be False/InvalidPolicy: %+v", r)
 	}
+	// Each gate due on the canary has a receipt saying it could not be decided and why: one per
+	// gate however many reconciles stalled on it, never recorded in status.
+	undecided := func() map[string][]string {
+		out := map[string][]string{}
+		for _, rc := range s.receiptsOf(ctx, t, "web", rev2) {
+			if rc.Annotations[controllers.UndecidedAnnotation] == "policy" && rc.Spec.Wave == "canary" && rc.Spec.Result == v1alpha1.ResultInconclusive &&
+				reasonsContain(&rc, "not decided: the rollout's policy cannot decide", "policy.cue") {
+				out[rc.Spec.Gate] = append(out[rc.Spec.Gate], rc.Name)
+			}
+		}
+		return out
+	}
+	eventually(ctx, t, "a receipt of each undecided canary gate", func() (bool, string) {
+		u := undecided()
+		return len(u[v1alpha1.GateDeploySafe]) == 1 && len(u[v1alpha1.GateRollbackSafe]) == 1, fmt.Sprint(u)
+	})
+	// Two more reconciles, asked for as flux reconcile asks.
+	for i := range 2 {
+		s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) {
+			if fr.Annotations == nil {
+				fr.Annotations = map[string]string{}
+			}
+			fr.Annotations[meta.ReconcileRequestAnnotation] = fmt.Sprintf("undecided-%d", i)
+		})
+		eventually(ctx, t, "the reconcile asked for", func() (bool, string) {
+			fr := s.rollout(t, "web")
+			return fr.Status.LastHandledReconcileAt == fmt.Sprintf("undecided-%d", i), fr.Status.LastHandledReconcileAt
+		})
+	}
+	for gate, names := range undecided() {
+		if len(names) != 1 {
+			t.Errorf("%s: %d undecided receipts after more reconciles, want the one: %v", gate, len(names), names)
+		}
+	}
 
 	if _, err := policies.Commit("policy edit", map[string]string{"policy/policy.cue": defaultPolicy(t)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
+	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	if c := findCondition(s.rollout(t, "web"), "Stalled"); c != nil {
 		t.Errorf("Stalled should be gone after the fix: %+v", c)
+	}
+	for _, w := range done.Status.Waves {
+		for _, g := range w.Gates {
+			for _, names := range undecided() {
+				if slices.Contains(names, g.Receipt) {
+					t.Errorf("wave %s records the undecided receipt %s as its %s decision", w.Name, g.Receipt, g.Gate)
+				}
+			}
+		}
 	}
 }
 
