@@ -187,7 +187,7 @@ func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := string(tgcue.DefaultPolicyFiles()["default.cue"])
-	for _, r := range [][2]string{{`soak:           "1m"`, `soak:           "10s"`}, {`sampleInterval: "5s"`, `sampleInterval: "2s"`}, {`onFail:         "Hold"`, `onFail:         "Rollback"`}} {
+	for _, r := range [][2]string{{`soak:           "1m"`, `soak:           "15s"`}, {`sampleInterval: "5s"`, `sampleInterval: "2s"`}, {`onFail:         "Hold"`, `onFail:         "Rollback"`}} {
 		if !strings.Contains(want, r[0]) {
 			t.Fatalf("the default policy has no %q any more: update the demo's policy and this test", r[0])
 		}
@@ -202,7 +202,7 @@ func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := p.Settings()
-	if err != nil || s.Soak != 10*time.Second || s.SampleInterval != 2*time.Second || s.OnFail != v1alpha1.OnFailureRollback {
+	if err != nil || s.Soak != 15*time.Second || s.SampleInterval != 2*time.Second || s.OnFail != v1alpha1.OnFailureRollback {
 		t.Errorf("settings %+v, %v", s, err)
 	}
 }

@@ -39,7 +39,9 @@ type demoResult struct {
 const demoFieldManager = "tidegate-sandbox-demo"
 
 // The v3 fault: the pods of image :v3 lose readiness this long after they became ready. Long
-// enough for kustomize-controller to see the canary healthy, short enough to happen in the 10s soak.
+// enough for kustomize-controller to see the canary healthy, short enough to happen and be sampled
+// well within the 15s soak, which starts once the Kustomization is Ready (with a 10s soak, a loaded
+// machine once decided the canary's soak before a sample saw the loss).
 const v3After = 8 * time.Second
 
 // story plays the demo against the running sandbox: v2 passes every gate, v3 loses availability
