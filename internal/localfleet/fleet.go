@@ -105,6 +105,8 @@ type Fleet struct {
 	// HubProxyConfig reaches the hub through HubFaults as HubConfig's admin (nil without a hub
 	// proxy): the config to give the controller under test.
 	HubProxyConfig *rest.Config
+	// Registry is the fleet's OCI registry, for packages pushed as Flux OCI artifacts (oci.go).
+	Registry *Registry
 
 	hub            *envtest.Environment
 	testbinDir     string
@@ -168,7 +170,13 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = fn() }()
 	}
-	start(opts.Members+1, func() (err error) { f.git, err = startGitServer(); return err })
+	start(opts.Members+1, func() (err error) {
+		if f.git, err = startGitServer(); err != nil {
+			return err
+		}
+		f.Registry, err = StartRegistry()
+		return err
+	})
 	if f.trustHub {
 		// The members' authentication configuration names the hub's issuer and CA.
 		if err := f.startHub(kubeControllerManager); err != nil {
@@ -501,6 +509,7 @@ func (f *Fleet) Stop() {
 		// failed try (slow to answer on a loaded machine) is not stopped with the last: end whatever
 		// still names the fleet's directory, as the reaper would.
 		killLeftovers(f.Dir)
+		f.Registry.Stop()
 		if f.git != nil {
 			f.git.StopHTTP()
 			os.RemoveAll(f.git.Root())
