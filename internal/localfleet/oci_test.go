@@ -125,7 +125,6 @@ func TestRegistryPushAndSign(t *testing.T) {
 	}
 }
 
-
 func untarred(t *testing.T, l interface{ Compressed() (io.ReadCloser, error) }) map[string]string {
 	t.Helper()
 	rc, err := l.Compressed()
