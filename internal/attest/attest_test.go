@@ -1,6 +1,7 @@
 package attest_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -340,5 +341,51 @@ func TestAppendRefusesAFullLedger(t *testing.T) {
 	err := attest.Append(l, v1alpha1.LedgerEntry{Type: v1alpha1.LedgerEntryOutcome, Outcome: &v1alpha1.LedgerOutcome{Phase: v1alpha1.OutcomeHeld}}, metav1.Now(), nil)
 	if err == nil || !strings.Contains(err.Error(), "rolloutledger fleet/web-ledger-x holds 512 entries") {
 		t.Fatalf("appending to a full ledger: %v", err)
+	}
+}
+
+// A receipt about a candidate source-controller refused (no artifact, no artifact digest) is signed
+// about the digest its revision names, and verifies; the same receipt claimed for another digest
+// does not.
+func TestReceiptOfARefusedCandidateNamesItsDigest(t *testing.T) {
+	s, _, _, err := attest.GenerateKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "sha256:" + strings.Repeat("cd", 32)
+	spec := v1alpha1.GateReceiptSpec{Gate: v1alpha1.GateDeploySafe, Rollout: "web", Wave: "canary",
+		Candidate: v1alpha1.RevisionStatus{Revision: "v3@" + refused}, Targets: []string{"member-1"},
+		PolicyDigest: "builtin:sha256:0", Result: v1alpha1.ResultFail, Reasons: []string{"deploySafe.source.verified: not verified"},
+		EvaluatedAt: metav1.NewTime(time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC))}
+	rc, _, err := v1alpha1.NewGateReceipt("fleet", spec, []byte(`{"source":{"verified":false}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := attest.SignReceipt(s, rc); err != nil {
+		t.Fatalf("signing the receipt of a refused candidate: %v", err)
+	}
+	env, err := attest.DecodeEnvelope(rc.Spec.Signature.Envelope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := base64.StdEncoding.DecodeString(env.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st attest.Statement
+	if err := json.Unmarshal(payload, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Subject) != 1 || st.Subject[0].Name != spec.Candidate.Revision || st.Subject[0].Digest["sha256"] != strings.Repeat("cd", 32) {
+		t.Fatalf("subject %+v, want %s by its digest", st.Subject, spec.Candidate.Revision)
+	}
+	keys := attest.NewKeySet(s.Public())
+	if _, err := attest.VerifyReceiptSignature(rc, keys); err != nil {
+		t.Fatalf("verifying it: %v", err)
+	}
+	other := rc.DeepCopy()
+	other.Spec.Candidate.Revision = "v3@sha256:" + strings.Repeat("ef", 32)
+	if _, err := attest.VerifyReceiptSignature(other, keys); !errors.Is(err, attest.ErrStatementSubject) {
+		t.Fatalf("the receipt claimed for another digest: %v, want %v", err, attest.ErrStatementSubject)
 	}
 }

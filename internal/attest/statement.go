@@ -57,8 +57,14 @@ type LedgerEntryPredicate struct {
 }
 
 // candidateSubject is the statement subject for a candidate: its revision, by its artifact digest.
+// A candidate source-controller refused (its signature did not verify) has no artifact: the
+// subject is then the digest its revision names, the OCI manifest or the commit that was refused.
 func candidateSubject(c v1alpha1.RevisionStatus) ([]Subject, error) {
-	alg, hexDigest, ok := strings.Cut(c.Digest, ":")
+	digest := c.Digest
+	if digest == "" {
+		digest = c.Revision[strings.LastIndex(c.Revision, "@")+1:]
+	}
+	alg, hexDigest, ok := strings.Cut(digest, ":")
 	if !ok || alg == "" || hexDigest == "" {
 		return nil, fmt.Errorf("candidate %q has no artifact digest (%q) to sign a statement about", c.Revision, c.Digest)
 	}
