@@ -17,7 +17,7 @@ func BenchmarkEvaluateNoDisruption1000Clusters(b *testing.B) {
 func BenchmarkEvaluateNoDisruption1000ClustersFailing(b *testing.B) {
 	ev := wave(1000, 0)
 	for i := 0; i < 1000; i += 100 {
-		ev.Clusters[i].MinAvailableRatio = 0.5
+		ev.Clusters[i].SetAvailability(true, 0.5, 0)
 	}
 	benchmarkWave(b, ev, false)
 }
@@ -27,7 +27,7 @@ func BenchmarkEvaluateNoDisruption1000ClustersFailing(b *testing.B) {
 func BenchmarkEvaluateNoDisruption1000ClustersBudget(b *testing.B) {
 	ev := wave(1000, 20)
 	for i := 0; i < 1000; i += 100 {
-		ev.Clusters[i].MinAvailableRatio = 0.5
+		ev.Clusters[i].SetAvailability(true, 0.5, 0)
 	}
 	benchmarkWave(b, ev, true)
 }

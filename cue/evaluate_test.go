@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -178,7 +179,7 @@ func TestEvaluateOversizedWrapsSentinel(t *testing.T) {
 func TestReasonsNameClustersInOrder(t *testing.T) {
 	ev := wave(12, 0)
 	for _, i := range []int{2, 10, 11} {
-		ev.Clusters[i].MinAvailableRatio = 0.5
+		ev.Clusters[i].SetAvailability(true, 0.5, 0)
 	}
 	d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev)
 	if err != nil {
@@ -213,10 +214,12 @@ func wave(n, maxFailures int) NoDisruptionEvidence {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("member-%04d", i)
 		ev.Targets = append(ev.Targets, name)
-		ev.Clusters = append(ev.Clusters, ClusterContinuity{
-			Name: name, Ready: true, Revision: ev.Candidate.Revision, MinAvailableRatio: 1,
+		c := ClusterContinuity{
+			Name: name, Ready: true, Revision: ev.Candidate.Revision,
 			Samples: 24, ObservedSamples: 24, HealthChecks: HealthChecksPassed,
-		})
+		}
+		c.SetAvailability(true, 1, 0)
+		ev.Clusters = append(ev.Clusters, c)
 	}
 	return ev
 }
@@ -517,7 +520,7 @@ func TestInconclusiveOnlyWhenWhatWasObservedIsFine(t *testing.T) {
 		t.Fatalf("a wave failing only on an unobserved member: %+v %v, want Inconclusive naming member-0003", d, err)
 	}
 	ev := unobserved(0)
-	ev.Clusters[1].MinAvailableRatio = 0.5
+	ev.Clusters[1].SetAvailability(true, 0.5, 0)
 	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || d.Pass || d.Inconclusive {
 		t.Fatalf("observed disruption beside an unobserved member: %+v %v, want Fail", d, err)
 	}
@@ -525,7 +528,7 @@ func TestInconclusiveOnlyWhenWhatWasObservedIsFine(t *testing.T) {
 		t.Fatalf("an unobserved member within the failure budget: %+v %v, want Pass", d, err)
 	}
 	ev = unobserved(1)
-	ev.Clusters[1].MinAvailableRatio = 0.5
+	ev.Clusters[1].SetAvailability(true, 0.5, 0)
 	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || d.Pass || !d.Inconclusive {
 		t.Fatalf("one disrupted and one unobserved member over a budget of one: %+v %v, want Inconclusive (the unobserved one may be fine)", d, err)
 	}
@@ -548,5 +551,111 @@ func TestInconclusiveOnAOneTargetWave(t *testing.T) {
 	d, err := Evaluate(DefaultPolicy(), GateDeploySafe, ev)
 	if err != nil || d.Pass || !d.Inconclusive {
 		t.Fatalf("a one-target wave whose target could not be reached: %+v %v, want Inconclusive", d, err)
+	}
+}
+
+// unmeasured marks the listed members of ev as never read by a sample: no sample observed them, so
+// their availability was not measured, and the evidence says they could not be observed.
+func unmeasured(ev NoDisruptionEvidence, members ...int) NoDisruptionEvidence {
+	for _, i := range members {
+		c := &ev.Clusters[i]
+		c.ObservedSamples, c.FailedSamples = 0, c.Samples
+		c.SetAvailability(false, 0, 0)
+		ev.Unobserved = append(ev.Unobserved, Unobserved{Name: c.Name, Reason: "its last sample could not read any workload"})
+	}
+	return ev
+}
+
+// A measure that was not taken is absent from the evidence and named in unset, never a number; the
+// default policy passes no cluster on it, under either form of the budget, and the gate is
+// Inconclusive (the member's coverage failed too), not a CUE error and not a Pass.
+func TestUnmeasuredAvailabilityIsAbsentAndInconclusive(t *testing.T) {
+	ev := unmeasured(wave(4, 0), 3)
+	data, err := json.Marshal(ev.Clusters[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(data); strings.Contains(s, `"minAvailableRatio":`) || strings.Contains(s, `"unavailableSeconds":`) ||
+		!strings.Contains(s, `"unset":["minAvailableRatio","unavailableSeconds"]`) {
+		t.Errorf("a member not measured: %s", s)
+	}
+	if data, _ := json.Marshal(ev.Clusters[0]); !strings.Contains(string(data), `"unavailableSeconds":0`) || strings.Contains(string(data), `"unset"`) {
+		t.Errorf("a measured 0 is a measurement, and is there: %s", data)
+	}
+
+	d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev)
+	if err != nil || d.Pass || !d.Inconclusive || !reflect.DeepEqual(d.Unobserved, []string{"member-0003"}) {
+		t.Fatalf("a member not measured, no budget: %+v %v, want Inconclusive naming member-0003", d, err)
+	}
+	want := `noDisruption.clusters.3.unset.0: not measured: no sample read any workload, and a measure that was not taken passes nothing (clusters.3: member-0003; unset.0: "minAvailableRatio")`
+	if !slices.Contains(d.Reasons, want) {
+		t.Errorf("reasons %q should say what was not measured: %q", d.Reasons, want)
+	}
+
+	// With a budget the policy counts unwell members in a comprehension, where an absent measure
+	// cannot be compared: two members not measured are two failures over a budget of one.
+	d, err = Evaluate(DefaultPolicy(), GateNoDisruption, unmeasured(wave(4, 1), 2, 3))
+	if err != nil || d.Pass || !d.Inconclusive || !slices.Contains(d.Reasons, "noDisruption._budget: 2 clusters failed, more than the wave's maxFailures of 1: member-0002, member-0003") {
+		t.Fatalf("two members not measured over a budget of one: %+v %v, want Inconclusive", d, err)
+	}
+	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, unmeasured(wave(4, 1), 3)); err != nil || !d.Pass {
+		t.Fatalf("a member not measured within the budget: %+v %v, want Pass", d, err)
+	}
+
+	// Evidence that leaves a measure out without naming it in unset passes nothing either.
+	ev = wave(4, 0)
+	ev.Clusters[3].MinAvailableRatio = nil
+	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || d.Pass {
+		t.Fatalf("a measure left out, no budget: %+v %v, want a failed gate", d, err)
+	}
+	ev = wave(4, 1)
+	ev.Clusters[2].UnavailableSeconds, ev.Clusters[3].MinAvailableRatio = nil, nil
+	if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev); err != nil || d.Pass ||
+		!slices.Contains(d.Reasons, "noDisruption._budget: 2 clusters failed, more than the wave's maxFailures of 1: member-0002, member-0003") {
+		t.Fatalf("two measures left out over a budget of one: %+v %v, want a failed gate counting both", d, err)
+	}
+}
+
+// The default policy finds a member at the candidate by the artifact its revision names, the part
+// after the last "@": a source pinned by digest reports "sha256:<d>" where the tracked OCI
+// repository said "latest@sha256:<d>" (and a Git source pinned by commit "sha1:<c>"). A member at
+// another artifact fails, with a reason naming both revisions.
+func TestRevisionComparedByArtifact(t *testing.T) {
+	digest, other := "sha256:"+strings.Repeat("d", 64), "sha256:"+strings.Repeat("e", 64)
+	for _, maxFailures := range []int{0, 1} {
+		oci := func(revisions ...string) NoDisruptionEvidence {
+			ev := wave(len(revisions), maxFailures)
+			ev.Candidate.Revision = "latest@" + digest
+			for i, r := range revisions {
+				ev.Clusters[i].Revision = r
+			}
+			return ev
+		}
+		for _, revisions := range [][]string{{digest, digest, digest}, {"latest@" + digest, "v2@" + digest, digest}} {
+			if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, oci(revisions...)); err != nil || !d.Pass {
+				t.Errorf("maxFailures %d: members at the candidate's digest %q: %+v %v, want Pass", maxFailures, revisions, d, err)
+			}
+		}
+		git := wave(2, maxFailures)
+		git.Clusters[1].Revision = "sha1:2222222222222222222222222222222222222222"
+		if d, err := Evaluate(DefaultPolicy(), GateNoDisruption, git); err != nil || !d.Pass {
+			t.Errorf("maxFailures %d: a Git member pinned by commit: %+v %v, want Pass", maxFailures, d, err)
+		}
+		// Not the candidate: another digest, another digest under the candidate's tag, a revision
+		// that only ends like the candidate's id.
+		for _, wrong := range []string{other, "latest@" + other, "x" + digest} {
+			ev := oci(digest, wrong, wrong)
+			d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev)
+			if err != nil || d.Pass || d.Inconclusive {
+				t.Fatalf("maxFailures %d: members at %s: %+v %v, want Fail", maxFailures, wrong, d, err)
+			}
+			want := "noDisruption._budget: 2 clusters failed, more than the wave's maxFailures of 1: member-0001, member-0002"
+			if maxFailures == 0 {
+				want = fmt.Sprintf("noDisruption.clusters.1.revision: the cluster runs %s, not the candidate latest@%s (clusters.1: member-0001)", wrong, digest)
+			}
+			if !slices.Contains(d.Reasons, want) {
+				t.Errorf("maxFailures %d: reasons %q, want %q", maxFailures, d.Reasons, want)
+			}
+		}
 	}
 }

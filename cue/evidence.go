@@ -185,17 +185,37 @@ const (
 
 // ClusterContinuity is #ClusterContinuity: one cluster's soak, summarised.
 type ClusterContinuity struct {
-	Name               string  `json:"name"`
-	Ready              bool    `json:"ready"`
-	Revision           string  `json:"revision"`
-	MinAvailableRatio  float64 `json:"minAvailableRatio"`
-	UnavailableSeconds float64 `json:"unavailableSeconds"`
-	Samples            int     `json:"samples"`
-	FailedSamples      int     `json:"failedSamples"`
-	ObservedSamples    int     `json:"observedSamples"`
-	HealthChecks       string  `json:"healthChecks"`
+	Name     string `json:"name"`
+	Ready    bool   `json:"ready"`
+	Revision string `json:"revision"`
+	// MinAvailableRatio and UnavailableSeconds are nil when they were not measured (no sample read
+	// any workload); Unset then names them. SetAvailability sets all three.
+	MinAvailableRatio  *float64 `json:"minAvailableRatio,omitempty"`
+	UnavailableSeconds *float64 `json:"unavailableSeconds,omitempty"`
+	Unset              []string `json:"unset,omitempty"`
+	Samples            int      `json:"samples"`
+	FailedSamples      int      `json:"failedSamples"`
+	ObservedSamples    int      `json:"observedSamples"`
+	HealthChecks       string   `json:"healthChecks"`
 	// Transient is what kustomize-controller was doing, when it was between two outcomes.
 	Transient string `json:"transient,omitempty"`
+}
+
+// The measures of #ClusterContinuity that its unset can name, sorted.
+const (
+	MeasureMinAvailableRatio  = "minAvailableRatio"
+	MeasureUnavailableSeconds = "unavailableSeconds"
+)
+
+// SetAvailability records the cluster's availability measures when measured, and otherwise
+// leaves them absent and names them in Unset: a measurement that was not taken has no value.
+func (c *ClusterContinuity) SetAvailability(measured bool, minAvailableRatio, unavailableSeconds float64) {
+	if !measured {
+		c.MinAvailableRatio, c.UnavailableSeconds = nil, nil
+		c.Unset = []string{MeasureMinAvailableRatio, MeasureUnavailableSeconds}
+		return
+	}
+	c.MinAvailableRatio, c.UnavailableSeconds, c.Unset = &minAvailableRatio, &unavailableSeconds, nil
 }
 
 // RollbackSafeEvidence is #RollbackSafeEvidence.

@@ -29,8 +29,7 @@ func TestReasonPath(t *testing.T) {
 // Every reason the built-in policy gives leads back to the evidence value it is about.
 func TestEvidenceAtFollowsReasons(t *testing.T) {
 	ev := wave(12, 0)
-	ev.Clusters[10].MinAvailableRatio = 0.5
-	ev.Clusters[10].UnavailableSeconds = 45
+	ev.Clusters[10].SetAvailability(true, 0.5, 45)
 	d, err := Evaluate(DefaultPolicy(), GateNoDisruption, ev)
 	if err != nil || d.Pass || len(d.Reasons) != 2 {
 		t.Fatalf("decision %+v, %v: want two reasons", d, err)

@@ -57,9 +57,10 @@ func unobservedReasons(gate string, doc map[string]any) []string {
 // assumeObserved is the evidence document as if the named targets had shown, where they could not
 // be observed, what a healthy member shows: a preflight entry reachable (its API and dry-run findings
 // kept), a continuity entry Ready at the candidate with its health checks passed and sampled over
-// the whole soak (the availability it was seen at kept), and gone from the lists of failed
-// targets; the unobserved list is dropped. What was observed of them stays, so a disruption seen
-// before a member went dark still fails the gate. Targets and budgets stay as they are.
+// the whole soak (the availability it was seen at kept; a measure that was not taken, fully
+// available), and gone from the lists of failed targets; the unobserved list is dropped. What was
+// observed of them stays, so a disruption seen before a member went dark still fails the gate.
+// Targets and budgets stay as they are.
 func assumeObserved(doc map[string]any, names map[string]bool) map[string]any {
 	candidate := ""
 	if c, ok := doc["candidate"].(map[string]any); ok {
@@ -120,14 +121,16 @@ func assumeHealthy(e map[string]any, candidate string, expected any) {
 	if _, ok := e["ready"]; ok {
 		e["ready"] = true
 	}
-	// No unavailable time means no sample saw a workload below: a ratio below 1 is then the 0 of
-	// a member no sample could read (nothing known), not an observation.
-	if u, ok := e["unavailableSeconds"].(json.Number); ok {
-		if f, err := u.Float64(); err == nil && f == 0 {
-			if _, ok := e["minAvailableRatio"]; ok {
-				e["minAvailableRatio"] = json.Number("1")
-			}
+	// A measure that was not taken (absent, named in unset) is what a healthy member shows; one
+	// that was taken is an observation and stays.
+	if _, ok := e["observedSamples"]; ok {
+		if _, ok := e[MeasureMinAvailableRatio]; !ok {
+			e[MeasureMinAvailableRatio] = json.Number("1")
 		}
+		if _, ok := e[MeasureUnavailableSeconds]; !ok {
+			e[MeasureUnavailableSeconds] = json.Number("0")
+		}
+		delete(e, "unset")
 	}
 	if h, ok := e["healthChecks"].(string); ok && h != HealthChecksPassed && h != HealthChecksNone {
 		e["healthChecks"] = HealthChecksPassed

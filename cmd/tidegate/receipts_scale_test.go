@@ -32,10 +32,11 @@ func wideNoDisruption(n int) (tgcue.NoDisruptionEvidence, []string) {
 	for i := range n {
 		name := fmt.Sprintf("%s-%05d", regions[i%len(regions)], i)
 		ev.Targets = append(ev.Targets, name)
-		c := tgcue.ClusterContinuity{Name: name, Ready: true, Revision: cand.Revision, MinAvailableRatio: 1, Samples: 118 + r.Intn(4), HealthChecks: tgcue.HealthChecksPassed}
+		c := tgcue.ClusterContinuity{Name: name, Ready: true, Revision: cand.Revision, Samples: 118 + r.Intn(4), HealthChecks: tgcue.HealthChecksPassed}
 		c.ObservedSamples = c.Samples
+		c.SetAvailability(true, 1, 0)
 		if r.Intn(20) == 0 {
-			c.MinAvailableRatio, c.UnavailableSeconds = float64(9+r.Intn(3))/12, float64(r.Intn(30000))/1000
+			c.SetAvailability(true, float64(9+r.Intn(3))/12, float64(r.Intn(30000))/1000)
 		}
 		ev.Clusters = append(ev.Clusters, c)
 	}

@@ -14,11 +14,12 @@
 //
 // It fails closed everywhere a measurement is missing: a workload that is missing or being deleted
 // counts as unavailable (ratio 0) for that sample; one of an unsupported kind or that could not be
-// read (a timeout, an error) saw nothing, and its sample counts one interval as unavailable; a
-// cluster with no samples, or none that read anything, has a MinAvailableRatio of 0; unavailable
-// time is counted conservatively (a whole interval between two samples counts when either end of
-// it saw a workload below); and gaps longer than three sample intervals are reported, never
-// smoothed over.
+// read (a timeout, an error) saw nothing: its sample is a failed sample (FailedSamples), which a
+// gate weighs as missing evidence, not as disruption; a cluster with no samples, or none that read
+// anything, is not Measured: its MinAvailableRatio and UnavailableSeconds are no measurement, and
+// the gate's evidence leaves them out; unavailable time is counted conservatively (a whole interval
+// between two samples counts when either end of it saw a workload below); and gaps longer than
+// three sample intervals are reported, never smoothed over.
 //
 // Memory is bounded: a cluster keeps at most Options.MaxSamples compact samples (when it has more,
 // the oldest are folded into a running summary rather than forgotten) and Options.MaxErrors

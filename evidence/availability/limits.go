@@ -71,7 +71,7 @@ func Limits(summaries ...ClusterSummary) []string {
 		out = append(out, line)
 	}
 	if len(none) > 0 {
-		out = append(out, fmt.Sprintf("no availability samples %s: nothing is known of the workloads there (minAvailableRatio 0)", on(none)))
+		out = append(out, fmt.Sprintf("no availability samples %s: nothing is known of the workloads there (minAvailableRatio and unavailableSeconds not measured)", on(none)))
 	}
 	if len(longGaps) > 0 {
 		out = append(out, fmt.Sprintf("gaps of more than %s (%d sample intervals) between samples %s: availability during them is unknown",
@@ -84,11 +84,11 @@ func Limits(summaries ...ClusterSummary) []string {
 		out = append(out, fmt.Sprintf("sampling stopped early %s: the end of the window was not observed", on(earlyEnd)))
 	}
 	if len(reads) > 0 {
-		out = append(out, fmt.Sprintf("workload reads failed (timeouts, errors) %s: each such sample counted one sample interval as unavailable; those workloads may have been available",
+		out = append(out, fmt.Sprintf("workload reads failed (timeouts, errors) %s: such a sample did not observe every workload, and counts neither as available nor as unavailable time",
 			on(reads)))
 	}
 	if len(noWorkloads) > 0 {
-		out = append(out, fmt.Sprintf("no Deployment, StatefulSet or DaemonSet to sample %s: availability was not measured (minAvailableRatio 1)",
+		out = append(out, fmt.Sprintf("no Deployment, StatefulSet or DaemonSet to sample %s: there is no workload availability to lose (minAvailableRatio 1)",
 			on(noWorkloads)))
 	}
 	if len(folded) > 0 {

@@ -86,9 +86,10 @@ type ClusterSummary struct {
 	// Samples is how many samples the window has.
 	Samples int
 	// MinAvailableRatio is the lowest available/desired ratio any workload was seen at, in [0, 1]: 1 for
-	// a workload that desires no replicas (and for a sample of no workloads), 0 for one that was missing,
-	// and 0 when the window has no sample that read anything (nothing is known). A read that failed saw
-	// nothing, so it is not a ratio: it lowers the observed samples instead (FailedSamples).
+	// a workload that desires no replicas (and for a sample of no workloads), 0 for one that was missing.
+	// A read that failed saw nothing, so it is not a ratio: it lowers the observed samples instead
+	// (FailedSamples). It is a measurement only when Measured; otherwise it is 0, and that 0 means
+	// nothing.
 	MinAvailableRatio float64
 	// Worst is the workload behind MinAvailableRatio when it is below 1; nil otherwise.
 	Worst *Shortfall
@@ -96,7 +97,9 @@ type ClusterSummary struct {
 	// conservatively: the whole interval between two consecutive samples counts when either of them saw
 	// a workload below (or missing), and such a last sample counts until Until, and for at least one
 	// Interval. A sample whose reads failed saw nothing and counts nothing here: what was not observed
-	// is not disruption. It counts in FailedSamples, which a gate weighs as missing evidence.
+	// is not disruption. It counts in FailedSamples, which a gate weighs as missing evidence. It is a
+	// measurement only when Measured: with no sample that read a workload, no unavailable time could
+	// be seen, and its 0 means nothing.
 	UnavailableSeconds float64
 	// FirstSample and LastSample are the times of the window's first and last samples.
 	FirstSample, LastSample time.Time
@@ -126,6 +129,10 @@ type ClusterSummary struct {
 	// summary also counts some samples taken outside it.
 	Folded bool
 }
+
+// Measured says the window has a sample that read some workload (or had none to read): only then
+// are MinAvailableRatio and UnavailableSeconds measurements.
+func (s ClusterSummary) Measured() bool { return s.Observed > 0 }
 
 // sample is one compact sample of a cluster: all its workloads read at one time.
 type sample struct {
@@ -335,8 +342,7 @@ func (h *history) noteError(msg string, now time.Time, limit int) {
 // Summary summarises the samples of cluster taken in the window [since, until]. A zero since opens the
 // window at the first sample kept, a zero until closes it at the last; a caller deciding a soak passes
 // its start and end, so that Limits can report the time at either end that nobody sampled. A cluster
-// without samples in the window, or one the Sampler never saw, has Samples 0 and a MinAvailableRatio
-// of 0.
+// without samples in the window, or one the Sampler never saw, has Samples 0 and is not Measured.
 func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()

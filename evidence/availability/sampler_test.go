@@ -135,6 +135,19 @@ func TestUnavailableTimeIsCountedConservatively(t *testing.T) {
 			if (got.Worst != nil) != seen {
 				t.Fatalf("worst %+v with ratio %v", got.Worst, tc.ratio)
 			}
+			// The ratio and the unavailable time are measurements when some sample read a workload
+			// (or had none to read), and only then.
+			measured := false
+			for _, st := range tc.steps {
+				read := len(st.rs) == 0
+				for _, r := range st.rs {
+					read = read || !r.failed
+				}
+				measured = measured || read
+			}
+			if got.Measured() != measured {
+				t.Fatalf("measured %t, want %t", got.Measured(), measured)
+			}
 		})
 	}
 }
@@ -154,16 +167,16 @@ func TestWorstNamesTheWorkloadAndWhenItWasLowest(t *testing.T) {
 func TestNoSamplesFailClosed(t *testing.T) {
 	s := New(Options{})
 	got := s.Summary("member-9", at(0), at(60))
-	if got.Samples != 0 || got.MinAvailableRatio != 0 || got.Cluster != "member-9" {
+	if got.Samples != 0 || got.Measured() || got.Cluster != "member-9" {
 		t.Fatalf("a cluster never sampled: %+v", got)
 	}
 	// Samples outside the window are no samples either.
 	rec(t, s, 100, ok(1))
 	got = s.Summary(cl, at(0), at(60))
-	if got.Samples != 0 || got.MinAvailableRatio != 0 {
+	if got.Samples != 0 || got.Measured() {
 		t.Fatalf("a window without samples: %+v", got)
 	}
-	want := []string{"no availability samples on member-1: nothing is known of the workloads there (minAvailableRatio 0)"}
+	want := []string{"no availability samples on member-1: nothing is known of the workloads there (minAvailableRatio and unavailableSeconds not measured)"}
 	if l := Limits(got); !reflect.DeepEqual(l, want) {
 		t.Fatalf("limits %q, want %q", l, want)
 	}
@@ -290,7 +303,7 @@ func TestErrorsAreKeptDistinctAndBounded(t *testing.T) {
 	if got := s.Summary(cl, at(0), at(4)); len(got.Errors) != 1 || !strings.HasPrefix(got.Errors[0], "reading Deployment") || got.ReadErrors != 1 {
 		t.Fatalf("errors up to 4s: %q", got.Errors)
 	}
-	want := "workload reads failed (timeouts, errors) on member-1 (6 reads in 6 samples): each such sample counted one sample interval as unavailable; those workloads may have been available"
+	want := "workload reads failed (timeouts, errors) on member-1 (6 reads in 6 samples): such a sample did not observe every workload, and counts neither as available nor as unavailable time"
 	if l := Limits(got); l[1] != want {
 		t.Fatalf("limits %q", l)
 	}
@@ -305,9 +318,9 @@ func TestWaveLimitsNameClustersBoundedly(t *testing.T) {
 	sums[1] = ClusterSummary{Cluster: "member-2", Interval: 5 * time.Second, Samples: 12, MaxGap: 6 * time.Second, MinAvailableRatio: 1}
 	want := []string{
 		"workload availability sampled every 5s; an outage shorter than the largest gap between samples (9s on member-1) may be missed",
-		"no availability samples on member-3, member-4, member-5, member-6, member-7 and 1 more: nothing is known of the workloads there (minAvailableRatio 0)",
-		"workload reads failed (timeouts, errors) on member-1 (2 reads in 1 sample): each such sample counted one sample interval as unavailable; those workloads may have been available",
-		"no Deployment, StatefulSet or DaemonSet to sample on member-2: availability was not measured (minAvailableRatio 1)",
+		"no availability samples on member-3, member-4, member-5, member-6, member-7 and 1 more: nothing is known of the workloads there (minAvailableRatio and unavailableSeconds not measured)",
+		"workload reads failed (timeouts, errors) on member-1 (2 reads in 1 sample): such a sample did not observe every workload, and counts neither as available nor as unavailable time",
+		"no Deployment, StatefulSet or DaemonSet to sample on member-2: there is no workload availability to lose (minAvailableRatio 1)",
 	}
 	if l := Limits(sums...); !reflect.DeepEqual(l, want) {
 		t.Fatalf("limits\n%s\nwant\n%s", strings.Join(l, "\n"), strings.Join(want, "\n"))

@@ -480,7 +480,8 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 		s := c.samples(w.Settings.SampleInterval).Summary(sampleKey(fr, name), since, w.Now)
 		s.Cluster = name
 		summaries = append(summaries, s)
-		cc.Samples, cc.FailedSamples, cc.MinAvailableRatio, cc.UnavailableSeconds = s.Samples, s.FailedSamples, s.MinAvailableRatio, s.UnavailableSeconds
+		cc.Samples, cc.FailedSamples = s.Samples, s.FailedSamples
+		cc.SetAvailability(s.Measured(), s.MinAvailableRatio, s.UnavailableSeconds)
 		cc.ObservedSamples = s.Samples - s.FailedSamples
 		switch {
 		case s.LastFailed:

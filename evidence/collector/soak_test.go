@@ -44,8 +44,8 @@ func TestSamplingRunsOnItsOwnTickerNotOnReconciles(t *testing.T) {
 	}
 	ev := out.Evidence.(tgcue.NoDisruptionEvidence)
 	for _, cc := range ev.Clusters {
-		if cc.Samples <= reconciles || cc.MinAvailableRatio != 1 {
-			t.Errorf("%s: %d samples after %d reconcile, ratio %v; want more samples than reconciles, fully available", cc.Name, cc.Samples, reconciles, cc.MinAvailableRatio)
+		if cc.Samples <= reconciles || cc.MinAvailableRatio == nil || *cc.MinAvailableRatio != 1 {
+			t.Errorf("%s: %d samples after %d reconcile, ratio %v (unset %q); want more samples than reconciles, fully available", cc.Name, cc.Samples, reconciles, cc.MinAvailableRatio, cc.Unset)
 		}
 	}
 

@@ -2,6 +2,8 @@ package collector
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/fleets"
 )
 
@@ -106,5 +109,67 @@ func TestNoDisruptionEvidenceReadsThroughTransientStates(t *testing.T) {
 	}
 	if dec.Pass || !strings.Contains(strings.Join(dec.Reasons, "\n"), "2 clusters failed, more than the wave's maxFailures of 1: d, c") {
 		t.Errorf("d as seen and c held back are two failures over a budget of one: %+v", dec)
+	}
+}
+
+// A measure that was not taken is absent from noDisruption's evidence and named in unset: a member
+// whose every read failed, and one with no sample at all, have no minAvailableRatio or
+// unavailableSeconds (not a 0 that reads as a measurement); a member sampled with nothing below
+// has both, 0 seconds included. The gate is then Inconclusive, not failed on a made-up ratio.
+func TestNoDisruptionEvidenceLeavesOutWhatWasNotMeasured(t *testing.T) {
+	const rev = "main@sha1:2222222222222222222222222222222222222222"
+	readyAt := metav1.NewTime(time.Date(2026, 3, 1, 9, 58, 0, 0, time.UTC))
+	sc := rolloutScope(v1alpha1.WaveStatus{Name: "canary", Phase: v1alpha1.WaveSoaking, Clusters: []string{"a", "dark", "unsampled"}, ReadyAt: &readyAt})
+	objects := map[string]*kustomizev1.Kustomization{}
+	for _, name := range sc.Rollout.Status.Waves[0].Clusters {
+		k := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+		k.Spec.SourceRef.Name, k.Spec.Wait = "web-2", true
+		k.Status.ObservedGeneration, k.Status.LastAppliedRevision = 1, rev
+		for _, c := range []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionTrue, meta.ReconciliationSucceededReason, "Applied revision"),
+			cond(meta.HealthyCondition, metav1.ConditionTrue, meta.SucceededReason, "ok")} {
+			c.ObservedGeneration = 1
+			k.Status.Conditions = append(k.Status.Conditions, c)
+		}
+		objects[name] = k
+	}
+	sc.Observe(objects)
+	c := &Collector{}
+	web := []availability.Workload{{Kind: "Deployment", Namespace: "apps", Name: "web"}}
+	for at := readyAt.Time; !at.After(sc.Now); at = at.Add(5 * time.Second) {
+		// a has no workload to read: every sample sees it whole. dark's reads all fail (no client).
+		if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, "a"), nil, nil, at); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, "dark"), nil, web, at); err == nil {
+			t.Fatal("a read without a client should fail")
+		}
+	}
+	ev := c.noDisruption(sc, &sc.Rollout.Status.Waves[0])
+	data, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Clusters []map[string]any `json:"clusters"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil || len(doc.Clusters) != 3 {
+		t.Fatalf("clusters %s: %v", data, err)
+	}
+	if a := doc.Clusters[0]; a["minAvailableRatio"] != 1.0 || a["unavailableSeconds"] != 0.0 || a["unset"] != nil {
+		t.Errorf("a was sampled with nothing below: its measures are there, 0 seconds included: %v", a)
+	}
+	for _, cl := range doc.Clusters[1:] {
+		_, ratio := cl["minAvailableRatio"]
+		_, seconds := cl["unavailableSeconds"]
+		if ratio || seconds || fmt.Sprint(cl["unset"]) != "[minAvailableRatio unavailableSeconds]" {
+			t.Errorf("%s was not measured: no measures, both named in unset: %v", cl["name"], cl)
+		}
+	}
+	if n := len(ev.Unobserved); n != 2 {
+		t.Errorf("dark and unsampled should be unobserved: %+v", ev.Unobserved)
+	}
+	dec, err := tgcue.Evaluate(tgcue.DefaultPolicy(), tgcue.GateNoDisruption, ev)
+	if err != nil || dec.Pass || !dec.Inconclusive || strings.Join(dec.Unobserved, ",") != "dark,unsampled" {
+		t.Errorf("a wave whose only failures are members not measured is Inconclusive: %+v %v", dec, err)
 	}
 }

@@ -287,7 +287,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 	}
 	var ev tgcue.NoDisruptionEvidence
 	evidenceOf(t, rc, &ev)
-	if len(ev.Clusters) != 1 || !ev.Clusters[0].Ready || ev.Clusters[0].Samples < 2 || ev.Clusters[0].MinAvailableRatio >= 0.9 || ev.Clusters[0].UnavailableSeconds <= 0 {
+	if len(ev.Clusters) != 1 || !ev.Clusters[0].Ready || ev.Clusters[0].Samples < 2 || ev.Clusters[0].MinAvailableRatio == nil || *ev.Clusters[0].MinAvailableRatio >= 0.9 || ev.Clusters[0].UnavailableSeconds == nil || *ev.Clusters[0].UnavailableSeconds <= 0 {
 		t.Errorf("evidence should show a Ready Kustomization whose workload lost availability: %+v", ev.Clusters)
 	}
 	if len(ev.Limits) == 0 {

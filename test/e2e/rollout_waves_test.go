@@ -190,7 +190,7 @@ func TestE2ERolloutWaves(t *testing.T) {
 				var ev tgcue.NoDisruptionEvidence
 				evidenceOf(t, &rc, &ev)
 				for _, c := range ev.Clusters {
-					if !c.Ready || c.Samples < 1 || c.MinAvailableRatio != 1 || c.HealthChecks != tgcue.HealthChecksPassed {
+					if !c.Ready || c.Samples < 1 || c.MinAvailableRatio == nil || *c.MinAvailableRatio != 1 || c.HealthChecks != tgcue.HealthChecksPassed {
 						t.Errorf("wave %s continuity of %s: %+v", w.Name, c.Name, c)
 					}
 				}
