@@ -135,7 +135,9 @@ func stepOnce(w *world) stepResult {
 		}
 	}
 
-	if !w.Candidate.Exists || !collector.SameRevision(w.Candidate.Revision, st.Candidate.Revision) {
+	// A pinned source whose verification failed never serves the revision: its gates decide on
+	// that (deploySafe's provenance) rather than wait for an artifact that will not come.
+	if !w.Candidate.Exists || (!collector.SameRevision(w.Candidate.Revision, st.Candidate.Revision) && !w.Candidate.VerifyFailed) {
 		msg := fmt.Sprintf("waiting for pinned source %s to fetch revision %s", st.Candidate.Source, st.Candidate.Revision)
 		if w.Candidate.Message != "" {
 			msg += ": " + w.Candidate.Message

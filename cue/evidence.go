@@ -28,10 +28,11 @@ type Evidence struct {
 	Unobserved []Unobserved `json:"unobserved,omitempty"`
 }
 
-// Revision is a revision with its artifact digest (#Revision).
+// Revision is a revision with its artifact digest (#Revision); Digest is empty for a candidate
+// whose artifact source-controller refused.
 type Revision struct {
 	Revision string `json:"revision"`
-	Digest   string `json:"digest"`
+	Digest   string `json:"digest,omitempty"`
 }
 
 // ObjectRef names one Kubernetes object (#ObjectRef); Namespace is "" for a cluster-scoped one.
@@ -59,7 +60,11 @@ type SourceEvidence struct {
 	Verified bool `json:"verified"`
 	// Verification is the provider ("cosign", ...), "" when the source asks for none.
 	Verification string `json:"verification"`
-	Message      string `json:"message,omitempty"`
+	// Revision is the revision whose signature was verified: the artifact revision of the
+	// candidate's pinned source, which names one digest (OCI) or commit (Git). Empty when not
+	// verified.
+	Revision string `json:"revision,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 // RenderEvidence is the kustomize build of the candidate: the first MaxRenderedObjects objects,

@@ -113,7 +113,7 @@ func (c *Collector) collect(ctx context.Context, sc *Scope, gate string, i int) 
 	)
 	switch gate {
 	case v1alpha1.GateDeploySafe:
-		out.Evidence = c.deploySafe(ctx, sc, wv)
+		out.Evidence, err = c.deploySafe(ctx, sc, wv)
 	case v1alpha1.GateRollbackSafe:
 		out.Evidence, out.Approvals, err = c.rollbackSafe(ctx, sc, wv)
 	case v1alpha1.GateRollbackSucceeds:
@@ -222,12 +222,24 @@ func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now 
 // the wave, with the objects as its Kustomization substitutes them and the wave's failure budget.
 // The first wave's preflight also covers every later wave's planned targets (laterWaves), so that
 // a cluster that cannot take the candidate is found before the canary runs it.
-func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) tgcue.DeploySafeEvidence {
+func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (tgcue.DeploySafeEvidence, error) {
 	fr := sc.Rollout
 	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	ev.Preflight.MaxFailures = maxFailuresOf(fr.WaveSpec(wv.Name))
 	later := laterWaves(sc, wv)
-	ev.Source = tgcue.SourceEvidence{Verified: sc.Candidate.Verified, Verification: sc.Candidate.Verification, Message: sc.Candidate.VerifyMessage}
+	ev.Source = sourceEvidence(sc.Candidate)
+	if src := sc.Candidate; src.VerifyFailed && !SignatureRefused(src.VerifyMessage) {
+		// The verification did not run to a verdict: nothing is known of the signature yet.
+		ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "source-controller could not verify the candidate's signature: " + src.VerifyMessage})
+		ev.Render.Error = "the candidate is not served until its signature is verified"
+		return ev, fmt.Errorf("%w: source-controller could not verify the signature of the candidate (pinned source %s): %s", ErrUnobserved, src.Name, src.VerifyMessage)
+	} else if src.VerifyFailed {
+		// A verdict: the candidate is refused, and no artifact of it will ever be served. That is
+		// known, not unobserved: the gate decides on it now.
+		ev.Render.Error = "source-controller refused the candidate's signature and serves no artifact of it"
+		ev.Limits = append(ev.Limits, "no render and no preflight: source-controller refused the candidate, so there is nothing to build or to ask the clusters about")
+		return ev, nil
+	}
 
 	pkg, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
 	var objs []*unstructured.Unstructured
@@ -259,7 +271,7 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 
 	if !ev.Render.OK {
 		ev.Limits = append(ev.Limits, "no preflight: the candidate did not render, so there is nothing to ask the clusters about")
-		return ev
+		return ev, nil
 	}
 	names := slices.Clone(ev.Targets)
 	for _, lw := range later {
@@ -280,6 +292,17 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	ev.Limits = append(ev.Limits, "the preflight is a server-side dry-run at decision time; admission webhooks and quotas may still decide otherwise when Flux applies")
 	if len(later) > 0 {
 		ev.Limits = append(ev.Limits, "the later waves' preflight covers the clusters planned for them now; each wave is checked again, on its own members, before it starts")
+	}
+	return ev, nil
+}
+
+// sourceEvidence is the candidate's provenance as its pinned source reports it. Its verification
+// is the one of the source's current spec, which pins one digest or commit: what is verified is
+// the revision the source serves, and a refused one is never served.
+func sourceEvidence(src SourceState) tgcue.SourceEvidence {
+	ev := tgcue.SourceEvidence{Verified: src.Verified, Verification: src.Verification, Message: src.VerifyMessage}
+	if src.Verified {
+		ev.Revision = src.Revision
 	}
 	return ev
 }

@@ -73,6 +73,10 @@ type SourceState struct {
 	Verification  string
 	Verified      bool
 	VerifyMessage string
+	// VerifyFailed is true when source-controller tried to verify the source's current spec and
+	// could not (SourceVerified=False at its generation). It then stores no artifact: a pinned
+	// source so refused never serves its revision, and deploySafe decides on the refusal.
+	VerifyFailed bool
 }
 
 func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) SourceState {
@@ -85,8 +89,24 @@ func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) SourceS
 	}
 	if c := conditions.Get(getter, sourcev1.SourceVerifiedCondition); c != nil {
 		s.Verified, s.VerifyMessage = c.Status == metav1.ConditionTrue, c.Message
+		s.VerifyFailed = c.Status == metav1.ConditionFalse && c.ObservedGeneration == getter.GetGeneration()
 	}
 	return s
+}
+
+// SignatureRefused tells whether a failed verification's message is a verdict on the signature:
+// none was found, none matched the keys, or one did not verify (cosign, notation and OpenPGP say
+// so in these words). Any other failure (the registry did not answer, the key Secret is missing)
+// is verification that could not run, which observes nothing about the artifact.
+func SignatureRefused(message string) bool {
+	m := strings.ToLower(message)
+	for _, verdict := range []string{"no matching signatures", "no signatures found", "invalid signature",
+		"signature verification failed", "no signature is associated", "unable to verify"} {
+		if strings.Contains(m, verdict) {
+			return true
+		}
+	}
+	return false
 }
 
 // GetSource reads a Flux source of the rollout's namespace and returns its object and state.

@@ -3,6 +3,7 @@ package attest
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -119,6 +120,27 @@ func signed(s *Signer, payload []byte) (*v1alpha1.RecordSignature, error) {
 		return nil, err
 	}
 	return &v1alpha1.RecordSignature{KeyID: s.KeyID(), Envelope: enc}, nil
+}
+
+// SignedStatement is the in-toto statement a record's envelope carries, read without checking the
+// signature (VerifyReceiptSignature checks it).
+func SignedStatement(sig *v1alpha1.RecordSignature) (Statement, error) {
+	var st Statement
+	if sig == nil {
+		return st, ErrUnsigned
+	}
+	env, err := DecodeEnvelope(sig.Envelope)
+	if err != nil {
+		return st, err
+	}
+	payload, err := base64.StdEncoding.DecodeString(env.Payload)
+	if err != nil {
+		return st, fmt.Errorf("the envelope's payload is not base64: %w", err)
+	}
+	if err := json.Unmarshal(payload, &st); err != nil {
+		return st, fmt.Errorf("the signed payload is not an in-toto statement: %w", err)
+	}
+	return st, nil
 }
 
 // Errors of the signature checks, for callers that name what failed.

@@ -165,9 +165,15 @@ With --demo it then plays the story against the running sandbox, a commit at a t
 change of wave, gate and phase as it happens: v2 passes every gate wave by wave; v3 loses
 availability on the canary, fails noDisruption and is rolled back; v4 changes a StatefulSet's
 volumeClaimTemplates, is blocked by rollbackSafe before its first wave, is approved, and completes.
-It ends with a table of every gate decision and its receipt.`,
+It ends with a table of every gate decision and its receipt.
+
+With --oci the package is not read from Git: each release of podinfo is pushed to the sandbox's
+OCI registry as a Flux OCI artifact and signed with a cosign key made in DIR (cosign.key,
+cosign.pub), and the rollout's OCIRepository has source-controller verify the signature
+(spec.verify): every wave runs on OCI digests, and deploySafe passes on the verified signature.`,
 		Example: `  tidegate sandbox up
   tidegate sandbox up --demo
+  tidegate sandbox up --demo --oci
   tidegate sandbox up --clusters 5 --dir /tmp/sandbox`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -189,6 +195,7 @@ It ends with a table of every gate decision and its receipt.`,
 	}
 	cmd.Flags().IntVar(&o.clusters, "clusters", defaultClusters, "how many member clusters")
 	cmd.Flags().BoolVar(&o.demo, "demo", false, "then play the demo story (v2 passes, v3 is rolled back, v4 needs an approval)")
+	cmd.Flags().BoolVar(&o.oci, "oci", false, "deliver the package as signed Flux OCI artifacts from the sandbox's registry, verified by source-controller with cosign")
 	addDirFlag(cmd, &o.dir)
 	addTestbinFlag(cmd, &o.testbin)
 	return cmd
@@ -204,6 +211,7 @@ func newRunCommand() *cobra.Command {
 		clusters   int
 		dir        string
 		testbinDir string
+		oci        bool
 	)
 	cmd := &cobra.Command{
 		Use:    "run",
@@ -227,13 +235,14 @@ func newRunCommand() *cobra.Command {
 				}
 				ctx = stopWhenGone(ctx, pid)
 			}
-			if err := runBackground(ctx, abs, clusters, testbinDir, cmd.ErrOrStderr()); err != nil {
+			if err := runBackground(ctx, abs, clusters, testbinDir, oci, cmd.ErrOrStderr()); err != nil {
 				return &Error{Code: 1, Err: err}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&clusters, "clusters", defaultClusters, "how many member clusters")
+	cmd.Flags().BoolVar(&oci, "oci", false, "deliver the package as signed Flux OCI artifacts")
 	addDirFlag(cmd, &dir)
 	addTestbinFlag(cmd, &testbinDir)
 	return cmd

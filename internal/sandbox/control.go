@@ -32,8 +32,10 @@ import (
 
 // controlBackend is what the endpoint acts on.
 type controlBackend interface {
-	// Commit commits files (path → content) to repo, removing the paths in remove, and pushes.
-	Commit(ctx context.Context, repo, message string, files map[string]string, remove []string) (sha string, err error)
+	// Commit commits files (path → content) to repo, removing the paths in remove, and pushes. It
+	// returns the commit and the revision the package's Flux source reports for it: the commit's,
+	// or, when the sandbox delivers the package as OCI artifacts, the artifact's it was pushed as.
+	Commit(ctx context.Context, repo, message string, files map[string]string, remove []string) (sha, revision string, err error)
 	// ReadFile returns a file of repo's branch head.
 	ReadFile(ctx context.Context, repo, path string) (string, error)
 	// Clusters are the member clusters' names.
@@ -106,12 +108,12 @@ func newControlHandler(token string, b controlBackend) http.Handler {
 			fail(w, http.StatusBadRequest, errors.New("a commit needs a message and files to write or remove"))
 			return
 		}
-		sha, err := b.Commit(r.Context(), req.Repo, req.Message, req.Files, req.Remove)
+		sha, rev, err := b.Commit(r.Context(), req.Repo, req.Message, req.Files, req.Remove)
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err)
 			return
 		}
-		reply(w, commitResponse{SHA: sha, Revision: "main@sha1:" + sha})
+		reply(w, commitResponse{SHA: sha, Revision: rev})
 	})
 	mux.HandleFunc("GET /v1/files", func(w http.ResponseWriter, r *http.Request) {
 		repo, path := r.URL.Query().Get("repo"), r.URL.Query().Get("path")

@@ -28,14 +28,14 @@ func newFakeBackend() *fakeBackend {
 	return &fakeBackend{clusters: []string{"member-1", "member-2"}, files: map[string]string{}, faults: map[string]simulator.Fault{}}
 }
 
-func (b *fakeBackend) Commit(_ context.Context, repo, message string, files map[string]string, remove []string) (string, error) {
+func (b *fakeBackend) Commit(_ context.Context, repo, message string, files map[string]string, remove []string) (string, string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.commits = append(b.commits, commitRequest{Repo: repo, Message: message, Files: files, Remove: remove})
 	for p, c := range files {
 		b.files[repo+"/"+p] = c
 	}
-	return "0123456789abcdef0123456789abcdef01234567", nil
+	return "0123456789abcdef0123456789abcdef01234567", "main@sha1:0123456789abcdef0123456789abcdef01234567", nil
 }
 
 func (b *fakeBackend) ReadFile(_ context.Context, repo, path string) (string, error) {

@@ -35,6 +35,9 @@ const (
 	releaseFile       = "app/kustomization.yaml"
 	dbFile            = "app/db.yaml"
 	gitServerVar      = "git_server"
+	registryVar       = "oci_registry"
+	cosignSecret      = "cosign-pub"
+	ociTag            = "latest"
 	clusterLabel      = "env"
 	clusterLabelValue = "sandbox"
 )
@@ -121,4 +124,58 @@ func setStorage(db, from, size string) (string, error) {
 		return "", fmt.Errorf("%s should have one `storage: %s` line; the demo expects the package as the sandbox committed it", dbFile, from)
 	}
 	return storagePattern.ReplaceAllString(db, "${1}"+size), nil
+}
+
+// The podinfo source of the fleet repository's hub/sources.yaml, and what --oci puts in its place:
+// an OCIRepository of the sandbox's registry (${oci_registry}, substituted like ${git_server})
+// that has source-controller verify each artifact's cosign signature with the public key of the
+// Secret beside it.
+const (
+	gitPodinfoSource = `apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata:
+  name: podinfo
+  namespace: fleet
+spec:
+  interval: 5s
+  url: ${git_server}/podinfo.git
+  ref:
+    branch: main
+`
+	ociPodinfoSource = `apiVersion: source.toolkit.fluxcd.io/v1
+kind: OCIRepository
+metadata:
+  name: podinfo
+  namespace: fleet
+spec:
+  interval: 5s
+  url: oci://${oci_registry}/podinfo
+  ref:
+    tag: ` + ociTag + `
+  # The sandbox's registry speaks plain HTTP on loopback.
+  insecure: true
+  verify:
+    provider: cosign
+    secretRef:
+      name: ` + cosignSecret + `
+`
+	rolloutGitSource = `  sourceRef:
+    kind: GitRepository
+    name: podinfo
+`
+)
+
+// ociFleet rewrites the fleet repository's files for a package delivered as OCI artifacts: the
+// podinfo source becomes the OCIRepository above, the rollout's sourceRef names it, and a Secret
+// holds the cosign public key (a public key: it may live in Git).
+func ociFleet(files map[string]string, cosignPub []byte) error {
+	sources, rollout := files["hub/sources.yaml"], files["hub/podinfo.yaml"]
+	if !strings.Contains(sources, gitPodinfoSource) || !strings.Contains(rollout, rolloutGitSource) {
+		return fmt.Errorf("the embedded fleet repository's podinfo source or rollout changed: update ociFleet")
+	}
+	secret := "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: " + cosignSecret + "\n  namespace: " + fleetNamespace +
+		"\nstringData:\n  cosign.pub: |\n" + indent(string(cosignPub), "    ")
+	files["hub/sources.yaml"] = strings.Replace(sources, gitPodinfoSource, ociPodinfoSource, 1) + secret
+	files["hub/podinfo.yaml"] = strings.Replace(rollout, rolloutGitSource, strings.Replace(rolloutGitSource, "GitRepository", "OCIRepository", 1), 1)
+	return nil
 }

@@ -179,6 +179,42 @@ func TestDemoHubObjects(t *testing.T) {
 	}
 }
 
+// With --oci the hub's podinfo source is an OCIRepository of the sandbox's registry that asks
+// source-controller to verify cosign signatures with the public key of the Secret beside it, and
+// the rollout names it.
+func TestDemoHubObjectsOnOCI(t *testing.T) {
+	files, err := repoFiles(repoFleet, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+	if err := ociFleet(files, []byte(pub)); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, files, "hub")
+	want := []string{"FleetCluster fleet/member-1", "FleetCluster fleet/member-2", "FleetRollout fleet/podinfo",
+		"GitRepository fleet/platform-policies", "OCIRepository fleet/podinfo", "Secret fleet/" + cosignSecret}
+	if got := refs(objs); !slices.Equal(got, want) {
+		t.Fatalf("hub renders %v, want %v", got, want)
+	}
+	src := find(t, objs, "OCIRepository", repoPodinfo).Object
+	url, _, _ := unstructured.NestedString(src, "spec", "url")
+	provider, _, _ := unstructured.NestedString(src, "spec", "verify", "provider")
+	secret, _, _ := unstructured.NestedString(src, "spec", "verify", "secretRef", "name")
+	tag, _, _ := unstructured.NestedString(src, "spec", "ref", "tag")
+	if url != "oci://${"+registryVar+"}/"+repoPodinfo || provider != "cosign" || secret != cosignSecret || tag != ociTag {
+		t.Errorf("OCIRepository podinfo: url %q, verify %s with %s, tag %q", url, provider, secret, tag)
+	}
+	key, _, _ := unstructured.NestedString(find(t, objs, "Secret", cosignSecret).Object, "stringData", "cosign.pub")
+	if key != pub {
+		t.Errorf("the Secret holds %q, want the public key", key)
+	}
+	kind, _, _ := unstructured.NestedString(find(t, objs, "FleetRollout", rolloutName).Object, "spec", "sourceRef", "kind")
+	if kind != "OCIRepository" {
+		t.Errorf("the rollout's source is a %s", kind)
+	}
+}
+
 // The demo's policy is the built-in default with three settings changed; when the default changes,
 // copy cue/policy/default.cue to demo/platform-policies/podinfo/policy.cue and change them again.
 func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {

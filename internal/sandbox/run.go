@@ -42,6 +42,8 @@ type sandboxRun struct {
 	dir      string
 	members  int
 	testbin  string // the directory of the test binaries, as up resolved it
+	oci      bool   // the package is delivered as signed OCI artifacts (oci.go)
+	pkg      *ociPackage
 	state    *stateWriter
 	out      io.Writer // the process's own log (DIR/sandbox.log)
 	fleet    *localfleet.Fleet
@@ -57,7 +59,7 @@ type sandboxRun struct {
 }
 
 // runBackground is `sandbox run`: it returns when ctx ends, after stopping everything it started.
-func runBackground(ctx context.Context, dir string, members int, testbin string, out io.Writer) error {
+func runBackground(ctx context.Context, dir string, members int, testbin string, oci bool, out io.Writer) error {
 	lock, err := acquireLock(dir)
 	if errors.Is(err, errLocked) {
 		return fmt.Errorf("a sandbox already runs in %s (it holds %s)", dir, layout{dir}.lock())
@@ -71,7 +73,7 @@ func runBackground(ctx context.Context, dir string, members int, testbin string,
 	}
 
 	l := layout{dir}
-	r := &sandboxRun{dir: dir, members: members, testbin: testbin, out: out, repos: map[string]*remoteRepo{}}
+	r := &sandboxRun{dir: dir, members: members, testbin: testbin, oci: oci, out: out, repos: map[string]*remoteRepo{}}
 	r.state = &stateWriter{dir: dir, now: time.Now, s: State{
 		PID: os.Getpid(), Dir: dir, Namespace: fleetNamespace, StartedAt: time.Now(),
 		LogDir: l.logs(), SandboxLog: l.sandboxLog(), Steps: []Step{},
@@ -143,7 +145,11 @@ func (r *sandboxRun) start(ctx context.Context) error {
 	if err := st.step("starting tidegate and the workload simulator", func() error { return r.startTidegate(ctx) }); err != nil {
 		return err
 	}
-	if err := st.step("committing the demo repositories fleet, podinfo and platform-policies", r.commitDemo); err != nil {
+	what := "committing the demo repositories fleet, podinfo and platform-policies"
+	if r.oci {
+		what += ", and pushing podinfo to the OCI registry as a signed artifact"
+	}
+	if err := st.step(what, r.commitDemo); err != nil {
 		return err
 	}
 	if err := st.step("bootstrapping Flux on the hub: Kustomization flux-system/fleet applies ./hub of the fleet repository", func() error {
@@ -269,10 +275,21 @@ func (r *sandboxRun) startTidegate(ctx context.Context) error {
 // commitDemo creates the demo's repositories on the Git server with their first commit.
 func (r *sandboxRun) commitDemo() error {
 	urls, initial := map[string]string{}, map[string]string{}
+	if r.oci {
+		var err error
+		if r.pkg, err = newOCIPackage(layout{r.dir}, r.fleet.Registry); err != nil {
+			return err
+		}
+	}
 	for _, name := range demoRepos {
 		files, err := repoFiles(name, r.members)
 		if err != nil {
 			return err
+		}
+		if name == repoFleet && r.pkg != nil {
+			if err := ociFleet(files, r.pkg.key.PublicPEM); err != nil {
+				return err
+			}
 		}
 		repo, sha, err := r.fleet.NewRepo(name, files)
 		if err != nil {
@@ -280,8 +297,18 @@ func (r *sandboxRun) commitDemo() error {
 		}
 		r.repos[name] = &remoteRepo{url: repo.URL, branch: repo.Branch}
 		urls[name], initial[name] = repo.URL, repo.Revision(sha)
+		if name == repoPodinfo && r.pkg != nil {
+			if initial[name], err = r.pkg.push(files, nil, "podinfo "+sha[:8]); err != nil {
+				return err
+			}
+		}
 	}
-	return r.state.update(func(s *State) { s.Git, s.Initial = urls, initial })
+	return r.state.update(func(s *State) {
+		s.Git, s.Initial = urls, initial
+		if r.pkg != nil {
+			s.OCI = &OCIState{Repository: r.pkg.repository, CosignPub: layout{r.dir}.cosignPub()}
+		}
+	})
 }
 
 // bootstrap does what `flux bootstrap` would: a GitRepository for the fleet repository and a
@@ -309,7 +336,7 @@ func (r *sandboxRun) bootstrap(ctx context.Context) error {
 			Prune:     true,
 			Timeout:   &metav1.Duration{Duration: time.Minute},
 			SourceRef: kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.GitRepositoryKind, Name: bootstrapName},
-			PostBuild: &kustomizev1.PostBuild{Substitute: map[string]string{gitServerVar: server}},
+			PostBuild: &kustomizev1.PostBuild{Substitute: map[string]string{gitServerVar: server, registryVar: f.Registry.Host}},
 		},
 	}
 	for _, obj := range []client.Object{src, ks} {
@@ -359,11 +386,19 @@ func (r *sandboxRun) stop() {
 
 var errStarting = errors.New("the sandbox is still starting")
 
-func (r *sandboxRun) Commit(ctx context.Context, repo, message string, files map[string]string, remove []string) (string, error) {
+func (r *sandboxRun) Commit(ctx context.Context, repo, message string, files map[string]string, remove []string) (string, string, error) {
 	if !r.ready.Load() {
-		return "", errStarting
+		return "", "", errStarting
 	}
-	return r.repos[repo].Commit(ctx, message, files, remove)
+	sha, err := r.repos[repo].Commit(ctx, message, files, remove)
+	if err != nil {
+		return "", "", err
+	}
+	if repo != repoPodinfo || r.pkg == nil {
+		return sha, "main@sha1:" + sha, nil
+	}
+	rev, err := r.pkg.push(files, remove, message)
+	return sha, rev, err
 }
 
 func (r *sandboxRun) ReadFile(ctx context.Context, repo, path string) (string, error) {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/scheme"
@@ -85,6 +88,19 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 // shows v4 known-good everywhere, v3 rejected, a receipt for every gate; status shows it running;
 // down leaves no process of it behind, and a second down has nothing to do.
 func TestSandboxDemo(t *testing.T) {
+	t.Parallel()
+	playDemo(t, false)
+}
+
+// The same story with --oci: every release is a Flux OCI artifact in the sandbox's registry,
+// signed with the sandbox's cosign key and verified by source-controller; the waves run on digests,
+// and every passing deploySafe receipt says the signature was verified for its candidate's digest.
+func TestSandboxDemoOCI(t *testing.T) {
+	t.Parallel()
+	playDemo(t, true)
+}
+
+func playDemo(t *testing.T, oci bool) {
 	if testing.Short() {
 		t.Skip("starts a fleet of four API servers and plays the demo (about 5 minutes)")
 	}
@@ -112,7 +128,7 @@ func TestSandboxDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	res, err := up(ctx, log, upOptions{clusters: 3, demo: true, dir: dir, runArgs: commandArgs(run), cli: "tidegate"})
+	res, err := up(ctx, log, upOptions{clusters: 3, demo: true, oci: oci, dir: dir, runArgs: commandArgs(run), cli: "tidegate"})
 	t.Logf("up --demo took %s", time.Since(start).Round(time.Second))
 	if st, serr := readState(dir); serr == nil {
 		fleetDir, pid = st.FleetDir, st.PID
@@ -125,6 +141,11 @@ func TestSandboxDemo(t *testing.T) {
 	// The story's releases and their outcomes.
 	if len(res.Releases) != 4 {
 		t.Fatalf("releases %+v", res.Releases)
+	}
+	for _, r := range res.Releases {
+		if want := map[bool]string{false: "main@sha1:", true: ociTag + "@sha256:"}[oci]; !strings.HasPrefix(r.Revision, want) {
+			t.Errorf("release %s is revision %s, want %s<...>", r.Label, r.Revision, want)
+		}
 	}
 	rev := map[string]string{}
 	for _, r := range res.Releases {
@@ -159,7 +180,7 @@ func TestSandboxDemo(t *testing.T) {
 		if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: v1alpha1.KustomizationName(rolloutName, member)}, &ks); err != nil {
 			t.Fatal(err)
 		}
-		if ks.Status.LastAppliedRevision != rev["v4"] {
+		if !collector.SameRevision(ks.Status.LastAppliedRevision, rev["v4"]) || oci != (ks.Status.LastAppliedRevision == digestOf(rev["v4"])) {
 			t.Errorf("%s's Kustomization applied %s, want v4 %s", member, ks.Status.LastAppliedRevision, rev["v4"])
 		}
 		mc := memberClient(ctx, t, hub, member)
@@ -189,6 +210,19 @@ func TestSandboxDemo(t *testing.T) {
 		for _, r := range res.Releases {
 			if r.Revision == s.Candidate.Revision && !strings.Contains(res.Summary, rc.Name) {
 				t.Errorf("the summary does not list receipt %s", rc.Name)
+			}
+		}
+		if oci && s.Gate == v1alpha1.GateDeploySafe && s.Result == v1alpha1.ResultPass {
+			raw, err := s.StoredEvidence(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ev tgcue.DeploySafeEvidence
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if !ev.Source.Verified || ev.Source.Verification != "cosign" || ev.Source.Revision != digestOf(s.Candidate.Revision) {
+				t.Errorf("receipt %s: deploySafe passed on source %+v, want cosign's verification of %s", rc.Name, ev.Source, digestOf(s.Candidate.Revision))
 			}
 		}
 		if s.Gate == v1alpha1.GateRollbackSafe && s.Candidate.Revision == rev["v4"] && s.Result == v1alpha1.ResultPass &&
@@ -347,5 +381,8 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(b, ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
+
+// digestOf is the digest (OCI) or commit a Flux revision names: its part after the last "@".
+func digestOf(rev string) string { return rev[strings.LastIndex(rev, "@")+1:] }
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

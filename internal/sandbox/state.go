@@ -51,6 +51,8 @@ type State struct {
 	Git map[string]string `json:"git,omitempty"`
 	// Initial maps each demo repository to the revision of its first commit (`main@sha1:<sha>`).
 	Initial map[string]string `json:"initial,omitempty"`
+	// OCI is where the package is pushed when the sandbox delivers it as OCI artifacts (--oci).
+	OCI *OCIState `json:"oci,omitempty"`
 	// Control is the background process's control endpoint, for the demo driver.
 	Control *Control `json:"control,omitempty"`
 	// Steps are the start-up steps, in order.
@@ -59,6 +61,15 @@ type State struct {
 	Ready bool `json:"ready"`
 	// Error says why the start-up failed; the background process then exits.
 	Error string `json:"error,omitempty"`
+}
+
+// OCIState is the sandbox's OCI delivery of the package.
+type OCIState struct {
+	// Repository is the package's repository in the sandbox's registry (<host>/podinfo); each
+	// release is pushed to its tag latest and signed.
+	Repository string `json:"repository"`
+	// CosignPub is the public key (cosign.pub) source-controller verifies the signatures with.
+	CosignPub string `json:"cosignPub"`
 }
 
 // Control is the address of the control endpoint and the token it requires.
@@ -88,6 +99,8 @@ func (l layout) logs() string       { return filepath.Join(l.dir, logsDirName) }
 // entries with (Ed25519, made by the first sandbox of the directory) and its public half.
 func (l layout) signingKey() string { return filepath.Join(l.dir, signingKeyName) }
 func (l layout) signingPub() string { return filepath.Join(l.dir, signingPubName) }
+func (l layout) cosignKey() string  { return filepath.Join(l.dir, "cosign.key") }
+func (l layout) cosignPub() string  { return filepath.Join(l.dir, "cosign.pub") }
 
 // readState reads DIR/state.json; an absent file is an error satisfying errors.Is(err, fs.ErrNotExist).
 func readState(dir string) (*State, error) {

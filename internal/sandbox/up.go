@@ -30,7 +30,9 @@ import (
 type upOptions struct {
 	clusters int
 	demo     bool
-	dir      string
+	// oci delivers the package as signed OCI artifacts (sandbox run --oci).
+	oci bool
+	dir string
 	// runArgs run the background process from the root command (["sandbox", "run"]).
 	runArgs []string
 	// cli is the root command's name, for the hints printed.
@@ -153,6 +155,9 @@ func spawn(o upOptions) (*child, error) {
 	}
 	defer logFile.Close()
 	args := append(append([]string{}, o.runArgs...), "--clusters", strconv.Itoa(o.clusters), "--dir", o.dir, "--testbin", o.testbin)
+	if o.oci {
+		args = append(args, "--oci")
+	}
 	cmd := exec.Command(exe, args...)
 	cmd.Dir = o.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
