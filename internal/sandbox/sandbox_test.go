@@ -30,6 +30,7 @@ import (
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/scheme"
+	"github.com/tidegate/tidegate/test/dssecheck"
 )
 
 // mainEnv makes the test binary run the sandbox command instead of the tests: `sandbox up` re-executes
@@ -86,27 +87,22 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 // The whole story, through the commands: up --demo starts a sandbox of three clusters in the
 // background and plays v2 (passes), v3 (rolled back), v4 (blocked, approved, completes); the hub then
 // shows v4 known-good everywhere, v3 rejected, a receipt for every gate; status shows it running;
-// down leaves no process of it behind, and a second down has nothing to do.
-func TestSandboxDemo(t *testing.T) {
-	t.Parallel()
-	playDemo(t, false)
-}
-
-// The same story with --oci: every release is a Flux OCI artifact in the sandbox's registry,
+// down leaves no process of it behind, and a second down has nothing to do. The same story runs,
+// at the same time, with --oci: every release is a Flux OCI artifact in the sandbox's registry,
 // signed with the sandbox's cosign key and verified by source-controller; the waves run on digests,
 // and every passing deploySafe receipt says the signature was verified for its candidate's digest.
-func TestSandboxDemoOCI(t *testing.T) {
-	t.Parallel()
-	playDemo(t, true)
-}
-
-func playDemo(t *testing.T, oci bool) {
+func TestSandboxDemo(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a fleet of four API servers and plays the demo (about 5 minutes)")
+		t.Skip("starts two fleets of four API servers and plays the demo on each (about 5 minutes)")
 	}
 	t.Setenv(mainEnv, "1")
 	// A killed test binary must not leave a sandbox behind.
 	t.Setenv(watchPIDEnv, strconv.Itoa(os.Getpid()))
+	t.Run("git", func(t *testing.T) { t.Parallel(); playDemo(t, false) })
+	t.Run("oci", func(t *testing.T) { t.Parallel(); playDemo(t, true) })
+}
+
+func playDemo(t *testing.T, oci bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "sandbox")
@@ -266,6 +262,10 @@ func playDemo(t *testing.T, oci bool) {
 			t.Errorf("receipt %s is not signed by the sandbox's key %s: %+v", rc.Name, pub.KeyID(), rc.Spec.Signature)
 		}
 	}
+	independent, err := dssecheck.New(pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range res.Releases {
 		b, missing, err := ops.ExportBundle(ctx, hub, fleetNamespace, rolloutName, r.Revision)
 		if err != nil || len(missing) > 0 {
@@ -273,6 +273,17 @@ func playDemo(t *testing.T, oci bool) {
 		}
 		if v := attest.Verify(b, attest.NewKeySet(pub)); !v.Verified {
 			t.Errorf("the record of %s does not verify: %+v", r.Label, v.Failures())
+		}
+		// And every envelope of it with go-securesystemslib's DSSE verifier, not tidegate's.
+		for _, br := range b.Receipts {
+			if _, err := independent.Verify(br.Receipt.Spec.Signature.Envelope); err != nil {
+				t.Errorf("%s: the independent verifier refuses receipt %s: %v", r.Label, br.Receipt.Name, err)
+			}
+		}
+		for i, e := range b.Ledger.Spec.Entries {
+			if _, err := independent.Verify(e.Signature.Envelope); err != nil {
+				t.Errorf("%s: the independent verifier refuses ledger entry %d: %v", r.Label, i, err)
+			}
 		}
 		if !regexpMatch(`(?m)^`+r.Label+`\s+\S+-ledger-\S+\s+\d+\s+(\d+)\s+(\d+) of (\d+)\s+\S+\s+yes$`, res.Record) {
 			t.Errorf("the demo's record should show %s's ledger signed and verified:\n%s", r.Label, res.Record)
