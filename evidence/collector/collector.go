@@ -228,12 +228,13 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	ev.Preflight.MaxFailures = maxFailuresOf(fr.WaveSpec(wv.Name))
 	later := laterWaves(sc, wv)
 	ev.Source = sourceEvidence(sc.Candidate)
-	if src := sc.Candidate; src.VerifyFailed && !SignatureRefused(src.VerifyMessage) {
-		// The verification did not run to a verdict: nothing is known of the signature yet.
-		ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "source-controller could not verify the candidate's signature: " + src.VerifyMessage})
-		ev.Render.Error = "the candidate is not served until its signature is verified"
-		return ev, fmt.Errorf("%w: source-controller could not verify the signature of the candidate (pinned source %s): %s", ErrUnobserved, src.Name, src.VerifyMessage)
-	} else if src.VerifyFailed {
+	if src := sc.Candidate; src.VerifyFailed {
+		if !SignatureRefused(src.VerifyMessage) {
+			// The verification did not run to a verdict: nothing is known of the signature yet.
+			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "source-controller could not verify the candidate's signature: " + src.VerifyMessage})
+			ev.Render.Error = "the candidate is not served until its signature is verified"
+			return ev, fmt.Errorf("%w: source-controller could not verify the signature of the candidate (pinned source %s): %s", ErrUnobserved, src.Name, src.VerifyMessage)
+		}
 		// A verdict: the candidate is refused, and no artifact of it will ever be served. That is
 		// known, not unobserved: the gate decides on it now.
 		ev.Render.Error = "source-controller refused the candidate's signature and serves no artifact of it"
