@@ -1,10 +1,6 @@
 package sandbox
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"sync"
 
 	"github.com/tidegate/tidegate/internal/localfleet"
@@ -54,28 +50,13 @@ func (p *ociPackage) push(files map[string]string, remove []string, message stri
 // sandboxCosignKey is the sandbox directory's cosign key: read from cosign.key, or made and
 // written there (mode 0600) with its public key in cosign.pub.
 func sandboxCosignKey(l layout) (*localfleet.CosignKey, error) {
-	if b, err := os.ReadFile(l.cosignKey()); err == nil {
-		k, err := localfleet.ParseCosignKey(b)
-		if err != nil {
-			return nil, fmt.Errorf("the sandbox's cosign key %s: %w (remove it to make a new one)", l.cosignKey(), err)
-		}
-		return k, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	k, err := localfleet.NewCosignKey()
-	if err != nil {
-		return nil, err
-	}
-	private, err := k.PrivatePEM()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(l.cosignPub(), k.PublicPEM, 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(l.cosignKey(), private, 0o600); err != nil {
-		return nil, err
-	}
-	return k, nil
+	return keyFile(l.cosignKey(), l.cosignPub(), "cosign key", localfleet.ParseCosignKey,
+		func() (*localfleet.CosignKey, []byte, []byte, error) {
+			k, err := localfleet.NewCosignKey()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			private, err := k.PrivatePEM()
+			return k, private, k.PublicPEM, err
+		})
 }

@@ -423,24 +423,32 @@ func (r *sandboxRun) ClearFault(cluster, workload string) { r.sim.ClearFault(clu
 // sandboxSigner is the sandbox directory's signing key: read from signing.key, or made (Ed25519)
 // and written there, mode 0600, with its public key in signing.pub.
 func sandboxSigner(l layout) (*attest.Signer, error) {
-	if b, err := os.ReadFile(l.signingKey()); err == nil {
-		s, err := attest.ParsePrivateKey(b)
+	return keyFile(l.signingKey(), l.signingPub(), "signing key", attest.ParsePrivateKey,
+		func() (*attest.Signer, []byte, []byte, error) { return attest.GenerateKey(true) })
+}
+
+// keyFile reads the private key at keyPath with parse, or, when there is none, makes one with
+// generate and writes it there (mode 0600) and its public key to pubPath.
+func keyFile[K any](keyPath, pubPath, what string, parse func([]byte) (K, error), generate func() (K, []byte, []byte, error)) (K, error) {
+	var zero K
+	if b, err := os.ReadFile(keyPath); err == nil {
+		k, err := parse(b)
 		if err != nil {
-			return nil, fmt.Errorf("the sandbox's signing key %s: %w (remove it to make a new one)", l.signingKey(), err)
+			return zero, fmt.Errorf("the sandbox's %s %s: %w (remove it to make a new one)", what, keyPath, err)
 		}
-		return s, nil
+		return k, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+		return zero, err
 	}
-	s, private, public, err := attest.GenerateKey(true)
+	k, private, public, err := generate()
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	if err := os.WriteFile(l.signingPub(), public, 0o644); err != nil {
-		return nil, err
+	if err := os.WriteFile(pubPath, public, 0o644); err != nil {
+		return zero, err
 	}
-	if err := os.WriteFile(l.signingKey(), private, 0o600); err != nil {
-		return nil, err
+	if err := os.WriteFile(keyPath, private, 0o600); err != nil {
+		return zero, err
 	}
-	return s, nil
+	return k, nil
 }

@@ -394,6 +394,9 @@ func alive(pid int) bool {
 }
 
 // digestOf is the digest (OCI) or commit a Flux revision names: its part after the last "@".
-func digestOf(rev string) string { return rev[strings.LastIndex(rev, "@")+1:] }
+func digestOf(rev string) string {
+	_, digest, _ := collector.SplitRevision(rev)
+	return digest
+}
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }

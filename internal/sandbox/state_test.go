@@ -129,3 +129,38 @@ func TestShortRevisionAndCommit(t *testing.T) {
 		t.Errorf("empty revisions stay empty")
 	}
 }
+
+// The sandbox's keys are made once, the private half mode 0600, and read back on the next start.
+func TestSandboxKeysAreMadeOnceAndKept(t *testing.T) {
+	l := layout{t.TempDir()}
+	signer, err := sandboxSigner(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cosign, err := sandboxCosignKey(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{l.signingKey(), l.cosignKey()} {
+		if info, err := os.Stat(p); err != nil || info.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v", p, err, info)
+		}
+	}
+	again, err := sandboxSigner(l)
+	if err != nil || again.KeyID() != signer.KeyID() {
+		t.Errorf("the signing key read back: %v, key %s, want %s", err, again.KeyID(), signer.KeyID())
+	}
+	cosignAgain, err := sandboxCosignKey(l)
+	if err != nil || string(cosignAgain.PublicPEM) != string(cosign.PublicPEM) {
+		t.Errorf("the cosign key read back: %v", err)
+	}
+	if pub, err := os.ReadFile(l.cosignPub()); err != nil || string(pub) != string(cosign.PublicPEM) {
+		t.Errorf("cosign.pub: %v", err)
+	}
+	if err := os.WriteFile(l.cosignKey(), []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandboxCosignKey(l); err == nil || !strings.Contains(err.Error(), "remove it to make a new one") {
+		t.Errorf("a broken cosign.key: %v", err)
+	}
+}
