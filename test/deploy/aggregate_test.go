@@ -99,6 +99,13 @@ func TestDeployUserRolesAggregate(t *testing.T) {
 		}
 		return sar.Status.Allowed
 	}
+	// The RBAC authorizer sees new bindings through its informers, a moment after they are written:
+	// wait until each user's binding is seen before asking anything of it.
+	for _, u := range []struct{ user, verb string }{{"viewer", "get"}, {"editor", "patch"}} {
+		waitFor(ctx, t, time.Minute, u.user+"'s binding seen by the authorizer", func() (bool, string) {
+			return may(u.user, u.verb, "fleetrollouts", "", namespace), u.user + " may not " + u.verb + " fleetrollouts"
+		})
+	}
 	for _, c := range []struct {
 		user, verb, resource, subresource string
 		want                              bool
