@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -98,12 +99,15 @@ func TestCheckController(t *testing.T) {
 	if err := k8s.Update(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
+	leases := authorizationv1.ResourceAttributes{Namespace: controllerNamespace, Verb: "create", Group: "coordination.k8s.io", Resource: "leases"}
+	waitAuthorized(ctx, t, controllerUser, nil, leases, false)
 	checks = checksOf(ctx, t, exitNo)
 	expectCheck(t, checks, "controller RBAC", checkFailed, "tidegate-controller may not create leases.coordination.k8s.io in tidegate-system, get leases.coordination.k8s.io in tidegate-system, update leases.coordination.k8s.io in tidegate-system")
 	lease.Rules = rules
 	if err := k8s.Update(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
+	waitAuthorized(ctx, t, controllerUser, nil, leases, true)
 	expectCheck(t, checks, "controller tidegate-system/tidegate-controller", checkFailed, "0/1 replicas ready (ghcr.io/tidegate/tidegate-controller:v0.3.0)")
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, UpdatedReplicas: 1}
 	if err := k8s.Status().Update(ctx, dep); err != nil {
@@ -204,6 +208,9 @@ func TestCheckVerdicts(t *testing.T) {
 	}
 }
 
+// controllerUser is the controller ServiceAccount's user name.
+const controllerUser = "system:serviceaccount:" + controllerNamespace + ":" + controllerServiceAccount
+
 // installController creates the controller's Deployment (not ready: envtest runs no Deployment
 // controller), ServiceAccount and RBAC as config/controller does, removed when the test ends.
 func installController(ctx context.Context, t *testing.T) *appsv1.Deployment {
@@ -244,6 +251,9 @@ func installController(ctx context.Context, t *testing.T) *appsv1.Deployment {
 		}
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 	}
+	// Both bindings seen by the hub's authorizer before anything asks what the controller may do.
+	waitAuthorized(ctx, t, controllerUser, nil, authorizationv1.ResourceAttributes{Verb: "list", Group: "tidegate.dev", Resource: "fleetrollouts"}, true)
+	waitAuthorized(ctx, t, controllerUser, nil, authorizationv1.ResourceAttributes{Namespace: controllerNamespace, Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}, true)
 	return dep
 }
 
@@ -273,5 +283,7 @@ func userKubeconfig(ctx context.Context, t *testing.T, name string, rules ...rba
 		}
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 	}
+	r := rules[0]
+	waitAuthorized(ctx, t, name, nil, authorizationv1.ResourceAttributes{Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}, true)
 	return path
 }

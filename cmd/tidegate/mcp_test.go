@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -235,20 +234,5 @@ func viewerRBAC(ctx context.Context, t *testing.T, user string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), binding); _ = k8s.Delete(context.Background(), role) })
-	// The API server's RBAC authorizer reads from its informers: wait until it lets user read.
-	for {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: writesNS, Verb: "get", Group: v1alpha1.GroupVersion.Group, Resource: "fleetrollouts"}}}
-		if err := k8s.Create(ctx, sar); err != nil {
-			t.Fatal(err)
-		}
-		if sar.Status.Allowed {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("RBAC never let %s read fleetrollouts", user)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitAuthorized(ctx, t, user, nil, authorizationv1.ResourceAttributes{Namespace: writesNS, Verb: "get", Group: v1alpha1.GroupVersion.Group, Resource: "fleetrollouts"}, true)
 }
