@@ -199,6 +199,10 @@ func (r *FleetRolloutReconciler) resolveTarget(ctx context.Context, p *pass) out
 		p.Target = fr.Spec.Revision
 	case state.Revision != "":
 		p.Target = state.Revision
+		if state.VerifyFailed {
+			p.TrackedRefused = fmt.Sprintf("%s %s refused the newest artifact of its reference and serves %s, the last it verified: %s",
+				kind, name, state.Revision, state.VerifyMessage)
+		}
 	default:
 		p.TargetWhy = fmt.Sprintf("%s %s has no artifact yet: %s", kind, name, state.Message)
 	}

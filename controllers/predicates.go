@@ -146,15 +146,17 @@ func (p *kustomizationChanges) remember(o client.Object, v kustomizationView) {
 	p.settled[client.ObjectKeyFromObject(o)] = v
 }
 
-// sourceView is what the engine reads of a Flux source: its artifact and whether it is Ready.
+// sourceView is what the engine reads of a Flux source: its artifact, whether it is Ready and
+// whether its artifact was verified.
 type sourceView struct {
 	revision, digest, url string
-	ready                 conditionView
+	ready, verified       conditionView
 	generation            int64
 }
 
-// sourceChanged passes a source update that changes its artifact, its Ready condition or its spec,
-// as kustomize-controller's SourceRevisionChangePredicate does for the artifact.
+// sourceChanged passes a source update that changes its artifact, its Ready or SourceVerified
+// condition or its spec, as kustomize-controller's SourceRevisionChangePredicate does for the
+// artifact.
 var sourceChanged = viewChanged[sourceView]{view: func(o client.Object) sourceView {
 	v := sourceView{generation: o.GetGeneration()}
 	if src, ok := o.(sourcev1.Source); ok {
@@ -164,6 +166,7 @@ var sourceChanged = viewChanged[sourceView]{view: func(o client.Object) sourceVi
 	}
 	if g, ok := o.(conditions.Getter); ok {
 		v.ready = conditionOf(g, meta.ReadyCondition)
+		v.verified = conditionOf(g, sourcev1.SourceVerifiedCondition)
 	}
 	return v
 }}

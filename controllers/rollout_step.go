@@ -75,6 +75,12 @@ func (r stepResult) waiting() string {
 func step(w *world) stepResult {
 	res := stepOnce(w)
 	trackLag(w)
+	if st := &w.Rollout.Status; res.Wait == nil && w.TrackedRefused != "" && st.Revert == nil &&
+		(st.Phase == v1alpha1.PhaseCompleted || st.Phase == v1alpha1.PhaseRolledBack) {
+		// At rest on what the tracked source serves, while it refuses what it was asked for: the
+		// next rollout waits for a release it can verify.
+		res.waitFor(v1alpha1.WaitingForSource, "", nil, nil, "%s", w.TrackedRefused)
+	}
 	return res
 }
 

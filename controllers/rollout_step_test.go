@@ -11,6 +11,8 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -44,6 +46,8 @@ type sim struct {
 	throughput int
 	// inconclusive makes a gate Inconclusive (about cluster "unseen") while it is true.
 	inconclusive map[string]bool
+	// trackedRefused is what the world says of a tracked source that refused its newest artifact.
+	trackedRefused string
 	// decisions counts the gate decisions made, by gate.
 	decisions map[string]int
 	settings  tgcue.Settings
@@ -87,7 +91,8 @@ func (s *sim) turn(target string) (stepResult, fleets.WavePlan) {
 		s.t.Fatal(err)
 	}
 	s.plan = plan
-	w := &world{Rollout: s.fr, Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings}
+	w := &world{Rollout: s.fr, Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings,
+		TrackedRefused: s.trackedRefused}
 	if c := s.fr.Status.Candidate; c != nil {
 		w.Candidate = collector.SourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
 	}
@@ -788,6 +793,37 @@ func TestStepHeldBack(t *testing.T) {
 			t.Errorf("the held-back member was switched: %+v", s.ks["c"])
 		}
 	})
+}
+
+// A tracked source that refused its newest artifact (its signature did not verify) keeps serving
+// the last one it verified: a rollout of that one goes on as ever, and at rest the rollout says it
+// waits for the source, with source-controller's reason, until the source verifies again.
+func TestStepTrackedSourceRefused(t *testing.T) {
+	s := newSim(t, "a", "b")
+	s.run("r1", v1alpha1.PhaseCompleted)
+	if wf := s.fr.Status.WaitingFor; wf != nil {
+		t.Fatalf("a rollout at rest on a verified source waits for %+v", wf)
+	}
+	const refused = "OCIRepository web refused the newest artifact of its reference and serves r2, the last it verified: no matching signatures"
+	s.trackedRefused = refused
+	s.untilWave("r2", 0, v1alpha1.WaveSoaking)
+	if wf := s.fr.Status.WaitingFor; wf == nil || wf.Reason != v1alpha1.WaitingForSoak {
+		t.Errorf("the rollout of the last verified artifact should soak as ever: %+v", wf)
+	}
+	s.run("r2", v1alpha1.PhaseCompleted)
+	s.once("r2")
+	if wf := s.fr.Status.WaitingFor; wf == nil || wf.Reason != v1alpha1.WaitingForSource || wf.Message != refused {
+		t.Fatalf("at rest, the rollout should wait for the source that refused its newest artifact: %+v", wf)
+	}
+	setReadyByPhase(s.fr, "")
+	if c := conditions.Get(s.fr, meta.ReadyCondition); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "runs on 2 clusters; "+refused) {
+		t.Errorf("Ready should be True and say what the source refused: %+v", c)
+	}
+	s.trackedRefused = ""
+	s.once("r2")
+	if wf := s.fr.Status.WaitingFor; wf != nil || s.fr.Status.Phase != v1alpha1.PhaseCompleted {
+		t.Errorf("once the source verifies again nothing is waited for: %s %+v", s.fr.Status.Phase, wf)
+	}
 }
 
 func TestWaveDeadlineGrowsWithTheWave(t *testing.T) {

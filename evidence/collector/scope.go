@@ -32,6 +32,10 @@ type Scope struct {
 	Target string
 	// TargetWhy says why Target is empty.
 	TargetWhy string
+	// TrackedRefused says, when spec.revision is empty and source-controller refused the tracked
+	// source's newest artifact (its verification failed), that the source still serves the last
+	// artifact it verified, which is Target, and why the newer one was refused.
+	TrackedRefused string
 	// Clusters are the FleetClusters of the rollout's namespace, by name; Inventory is the same as
 	// the fleet model sees it.
 	Clusters  map[string]*v1alpha1.FleetCluster
