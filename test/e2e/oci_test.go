@@ -30,7 +30,8 @@ import (
 // where the tracked source says latest@sha256:<hex>) and noDisruption passes on them. An unsigned
 // artifact and one signed with another key, each asked for with spec.revision, never reach a
 // cluster: source-controller refuses them, deploySafe fails on the refusal with a signed receipt
-// about that digest, and the canary is blocked before anything of it is applied.
+// about that digest, and the canary is blocked before anything of it is applied. An unsigned push
+// over the tracked tag is refused the same way, and the rollout at rest says it waits for its source.
 func TestE2EOCIRolloutVerified(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := testContext(10 * time.Minute)
@@ -173,6 +174,30 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 	if now := s.generations(t, "web"); !maps.Equal(gen, now) {
 		t.Errorf("going back to the known-good moved a Kustomization: generations %v, then %v", gen, now)
 	}
+
+	// An unsigned push over the tracked tag: source-controller refuses it and keeps serving v2,
+	// nothing moves, and the rollout, Completed on v2, says it waits for the source and why. Once
+	// the artifact is signed the source verifies it and the rollout takes it up.
+	v5 := push("latest", "v5", nil)
+	eventually(ctx, t, "rollout web waiting for its source, which refused "+v5.Revision(), func() (bool, string) {
+		fr := s.rollout(t, "web")
+		wf, ready := fr.Status.WaitingFor, conditions.Get(fr, meta.ReadyCondition)
+		return fr.Status.Phase == v1alpha1.PhaseCompleted && wf != nil && wf.Reason == v1alpha1.WaitingForSource &&
+			strings.Contains(wf.Message, "OCIRepository web refused the newest artifact of its reference and serves "+v2.Revision()) &&
+			strings.Contains(wf.Message, "no matching signatures") &&
+			ready != nil && ready.Status == metav1.ConditionTrue && strings.Contains(ready.Message, wf.Message), describe(fr)
+	})
+	if now := s.generations(t, "web"); !maps.Equal(gen, now) {
+		t.Errorf("an unsigned push over the tag moved a Kustomization: generations %v, then %v", gen, now)
+	}
+	if err := localfleet.Sign(v5, key); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "rollout web taking up "+v5.Revision()+" once it is signed", func() (bool, string) {
+		fr := s.rollout(t, "web")
+		c, wf := fr.Status.Candidate, fr.Status.WaitingFor
+		return c != nil && c.Revision == v5.Revision() && (wf == nil || wf.Reason != v1alpha1.WaitingForSource), describe(fr)
+	})
 }
 
 func deploySafeEvidence(t *testing.T, rc *v1alpha1.GateReceipt) tgcue.DeploySafeEvidence {
