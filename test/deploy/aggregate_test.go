@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,16 +87,12 @@ func TestDeployUserRolesAggregate(t *testing.T) {
 	}
 	may := func(user, verb, resource, subresource, ns string) bool {
 		t.Helper()
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: []string{"system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Verb: verb, Group: "tidegate.dev", Resource: resource, Subresource: subresource,
-			},
-		}}
-		if err := admin.Create(ctx, sar); err != nil {
+		st, err := reviewAccess(ctx, admin, user, []string{"system:authenticated"},
+			access{group: "tidegate.dev", resource: resource, subresource: subresource, verb: verb, namespace: ns})
+		if err != nil {
 			t.Fatal(err)
 		}
-		return sar.Status.Allowed
+		return st.Allowed
 	}
 	// The RBAC authorizer sees new bindings through its informers, a moment after they are written:
 	// wait until each user's binding is seen before asking anything of it.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -86,16 +85,11 @@ func TestDeployFleetNamespacesOverlay(t *testing.T) {
 	}
 	may := func(a access) bool {
 		t.Helper()
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: saUser, Groups: saGroups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: a.namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource,
-			},
-		}}
-		if err := c.Create(ctx, sar); err != nil {
+		st, err := reviewAccess(ctx, c, saUser, saGroups, a)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return sar.Status.Allowed
+		return st.Allowed
 	}
 	// The RBAC authorizer learns of new bindings through its informers, a moment after they are
 	// written: every allowed request is waited for first, and only then is anything expected denied,

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // fleetNS stands for any namespace FleetRollouts and FleetClusters live in.
@@ -19,6 +21,20 @@ type access struct {
 	group, resource, subresource, verb, namespace string
 	// why says where the controllers make the request (allowed) or why they must not (denied).
 	why string
+}
+
+// reviewAccess asks the API server c talks to whether user, of groups, may make the request a.
+func reviewAccess(ctx context.Context, c client.Client, user string, groups []string, a access) (*authorizationv1.SubjectAccessReviewStatus, error) {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user, Groups: groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: a.namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource,
+		},
+	}}
+	if err := c.Create(ctx, sar); err != nil {
+		return nil, fmt.Errorf("reviewing %s for %s: %w", a, user, err)
+	}
+	return &sar.Status, nil
 }
 
 func (a access) String() string {
@@ -160,16 +176,7 @@ func TestDeployManifestsRBAC(t *testing.T) {
 	ctx := hub(t, time.Minute)
 
 	review := func(user string, groups []string, a access) (*authorizationv1.SubjectAccessReviewStatus, error) {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: groups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: a.namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource,
-			},
-		}}
-		if err := admin.Create(ctx, sar); err != nil {
-			return nil, fmt.Errorf("reviewing %s: %w", a, err)
-		}
-		return &sar.Status, nil
+		return reviewAccess(ctx, admin, user, groups, a)
 	}
 
 	// The authorizer is RBAC, not AlwaysAllow: a user without bindings is denied, and the
