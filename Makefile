@@ -95,17 +95,23 @@ fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing inpu
 		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$$time" -fuzzminimizetime 5x "$$pkg"; \
 	done
 
-# make test runs the packages in two steps: every package but test/e2e (two at a time, as go test
-# does on two cores), then test/e2e alone, E2E_PARALLEL scenarios at once. Run beside the scale
-# smoke and the sandbox, the e2e fleets met load they never meet alone: fleet starts past their
-# five minutes, a scenario's timing checks missed (docs/testing.md).
-NON_E2E_PKGS = $$(go list ./... | grep -v '/test/e2e$$')
+# make test runs the packages in three phases, each marked for hack/testsummary, which prints each
+# phase's time, the slowest tests and the slow fleet starts: every package but test/e2e and
+# RACE_PKGS (two at a time, as go test does on two cores), then test/e2e alone, E2E_PARALLEL
+# scenarios at once, then RACE_PKGS, once, under the race detector. Run beside the scale smoke and
+# the sandbox, the e2e fleets met load they never meet alone: fleet starts past their five minutes,
+# a scenario's timing checks missed (docs/testing.md).
+RACE_PKGS_RE = $(subst $(eval) ,|,$(patsubst ./%/,%,$(RACE_PKGS)))
+NON_E2E_PKGS = $$(go list ./... | grep -v -E '/test/e2e$$|/tidegate/($(RACE_PKGS_RE))$$')
 
 .PHONY: test
-test: testbin vet fuzz-short ## Run every test: the fuzz targets briefly (fuzz-short), unit and envtest, end to end, then RACE_PKGS under -race (builds the test binaries first when missing).
-	{ go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m $(NON_E2E_PKGS); rest=$$?; \
+test: testbin vet fuzz-short ## Run every test: the fuzz targets briefly (fuzz-short), unit and envtest, end to end, and RACE_PKGS under -race (builds the test binaries first when missing).
+	mkdir -p bin
+	{ echo "=== phase packages"; \
+		go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m $(NON_E2E_PKGS); rest=$$?; \
+		echo "=== phase e2e"; \
 		go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -parallel $(E2E_PARALLEL) ./test/e2e/; e2e=$$?; \
-		echo "=== again under the race detector: $(RACE_PKGS)"; \
+		echo "=== phase race"; \
 		go test -json -race $(GO_TEST_FLAGS) -count=1 -timeout 30m $(RACE_PKGS); race=$$?; \
 		exit $$((rest | e2e | race)); } 2>&1 | tee bin/test.json | go run ./hack/testsummary
 

@@ -1,17 +1,32 @@
 // Command testsummary reads `go test -json` on stdin and prints what a person needs: each package's
-// result, the whole output of every failed test, and a closing line "N passed, N failed, N skipped".
+// result, the whole output of every failed test, where the time went (each phase's wall time, the
+// slowest tests, the slow local fleet starts), and a closing line "N passed, N failed, N skipped".
 // It exits 1 when any test or package failed.
+//
+// A non-JSON line "=== phase NAME" starts a phase; the phase's time runs from the first to the last
+// Time of the events after it. Other non-JSON lines go straight through.
 package main
 
 import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"sort"
 	"strings"
+	"time"
+)
+
+const (
+	phaseMarker  = "=== phase "
+	fleetStarted = "localfleet: fleet started in "
+	slowestShown = 10
+	slowFleet    = time.Minute
 )
 
 type event struct {
+	Time    time.Time
 	Action  string
 	Package string
 	Test    string
@@ -19,59 +34,185 @@ type event struct {
 	Elapsed float64
 }
 
+// phase is a stretch of the input after one "=== phase" marker.
+type phase struct {
+	name        string
+	first, last time.Time
+}
+
+// testTime is one top-level test's result.
+type testTime struct {
+	pkg, test, phase string
+	elapsed          float64
+}
+
+// fleetStart is one "localfleet: fleet started in" line.
+type fleetStart struct {
+	pkg, test, phase string
+	took             time.Duration
+}
+
 func main() {
+	if !summarise(os.Stdin, os.Stdout) {
+		os.Exit(1)
+	}
+}
+
+// summarise reads `go test -json` from r, writes the summary to w and reports whether every test and
+// package passed.
+func summarise(r io.Reader, w io.Writer) (ok bool) {
 	var passed, failed, skipped int
 	pkgFailed := false
 	outputs := map[string][]string{} // package/test → buffered output
-	in := bufio.NewScanner(os.Stdin)
+	var phases []*phase
+	var tests []testTime
+	var fleets []fleetStart
+	in := bufio.NewScanner(r)
 	in.Buffer(make([]byte, 1<<20), 16<<20)
 	for in.Scan() {
 		line := in.Bytes()
 		var e event
 		if err := json.Unmarshal(line, &e); err != nil || e.Action == "" {
+			if name, found := strings.CutPrefix(string(line), phaseMarker); found {
+				phases = append(phases, &phase{name: strings.TrimSpace(name)})
+			}
 			// Build errors and other non-JSON lines go straight through.
-			fmt.Println(string(line))
+			fmt.Fprintln(w, string(line))
 			continue
+		}
+		if !e.Time.IsZero() {
+			if len(phases) == 0 {
+				phases = append(phases, &phase{name: "(none)"})
+			}
+			p := phases[len(phases)-1]
+			if p.first.IsZero() {
+				p.first = e.Time
+			}
+			p.last = e.Time
+		}
+		phaseName := ""
+		if len(phases) > 0 {
+			phaseName = phases[len(phases)-1].name
 		}
 		key := e.Package + "/" + e.Test
 		switch e.Action {
+		case "build-output":
+			// The compiler's messages of a package that did not build (go test -json sends them as
+			// events since Go 1.24).
+			fmt.Fprint(w, e.Output)
 		case "output":
 			outputs[key] = append(outputs[key], e.Output)
+			if took, ok := parseFleetStart(e.Output); ok {
+				fleets = append(fleets, fleetStart{e.Package, e.Test, phaseName, took})
+			}
 		case "pass", "fail", "skip":
 			if e.Test == "" {
-				fmt.Printf("%-4s %s (%.1fs)\n", map[string]string{"pass": "ok", "fail": "FAIL", "skip": "ok"}[e.Action], e.Package, e.Elapsed)
+				fmt.Fprintf(w, "%-4s %s (%.1fs)\n", map[string]string{"pass": "ok", "fail": "FAIL", "skip": "ok"}[e.Action], e.Package, e.Elapsed)
 				if e.Action == "fail" {
 					pkgFailed = true
-					printOutput(outputs[key])
+					printOutput(w, outputs[key])
 				}
 				delete(outputs, key)
 				continue
+			}
+			if !strings.Contains(e.Test, "/") {
+				tests = append(tests, testTime{e.Package, e.Test, phaseName, e.Elapsed})
 			}
 			switch e.Action {
 			case "pass":
 				passed++
 			case "skip":
 				skipped++
-				fmt.Printf("  skip %s %s\n", e.Package, e.Test)
+				fmt.Fprintf(w, "  skip %s %s\n", e.Package, e.Test)
 			case "fail":
 				failed++
-				fmt.Printf("--- FAIL: %s %s (%.1fs)\n", e.Package, e.Test, e.Elapsed)
-				printOutput(outputs[key])
+				fmt.Fprintf(w, "--- FAIL: %s %s (%.1fs)\n", e.Package, e.Test, e.Elapsed)
+				printOutput(w, outputs[key])
 			}
 			delete(outputs, key)
 		}
 	}
-	fmt.Printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped)
-	if failed > 0 || pkgFailed {
-		os.Exit(1)
+	readOK := true
+	if err := in.Err(); err != nil {
+		fmt.Fprintf(w, "testsummary: reading stdin: %v\n", err)
+		readOK = false
+	}
+	printTimes(w, phases, tests, fleets)
+	fmt.Fprintf(w, "%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	return readOK && failed == 0 && !pkgFailed
+}
+
+// parseFleetStart finds "localfleet: fleet started in 74.3s ..." in one line of test output.
+func parseFleetStart(out string) (time.Duration, bool) {
+	_, rest, ok := strings.Cut(out, fleetStarted)
+	if !ok {
+		return 0, false
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return 0, false
+	}
+	d, err := time.ParseDuration(fields[0])
+	if err != nil {
+		return 0, false
+	}
+	return d, true
+}
+
+// printTimes writes where the time went: each phase's wall time, the slowest top-level tests and
+// every local fleet start over slowFleet.
+func printTimes(w io.Writer, phases []*phase, tests []testTime, fleets []fleetStart) {
+	if len(phases) == 0 && len(tests) == 0 && len(fleets) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "where the time went:")
+	if len(phases) > 0 {
+		fmt.Fprintln(w, "  phases:")
+		for _, p := range phases {
+			fmt.Fprintf(w, "    %-10s %s\n", p.name, round(p.last.Sub(p.first)))
+		}
+	}
+	if len(tests) > 0 {
+		sort.SliceStable(tests, func(i, j int) bool { return tests[i].elapsed > tests[j].elapsed })
+		fmt.Fprintln(w, "  slowest tests:")
+		for _, t := range tests[:min(len(tests), slowestShown)] {
+			fmt.Fprintf(w, "    %7.1fs %s %s%s\n", t.elapsed, t.pkg, t.test, inPhase(t.phase, len(phases)))
+		}
+	}
+	if len(fleets) > 0 {
+		var total time.Duration
+		var slow []fleetStart
+		for _, f := range fleets {
+			total += f.took
+			if f.took > slowFleet {
+				slow = append(slow, f)
+			}
+		}
+		fmt.Fprintf(w, "  fleet starts: %d, %s in all, %d over %.0fs\n", len(fleets), round(total), len(slow), slowFleet.Seconds())
+		for _, f := range slow {
+			fmt.Fprintf(w, "    %7.1fs %s%s\n", f.took.Seconds(), strings.TrimSpace(f.pkg+" "+f.test), inPhase(f.phase, len(phases)))
+		}
 	}
 }
 
-func printOutput(lines []string) {
+// inPhase names a test's phase when there is more than one.
+func inPhase(name string, phases int) string {
+	if phases < 2 || name == "" {
+		return ""
+	}
+	return " [" + name + "]"
+}
+
+// round rounds d to a tenth of a second.
+func round(d time.Duration) time.Duration {
+	return d.Round(100 * time.Millisecond)
+}
+
+func printOutput(w io.Writer, lines []string) {
 	for _, l := range lines {
 		if strings.HasPrefix(l, "=== ") {
 			continue
 		}
-		fmt.Print("    " + l)
+		fmt.Fprint(w, "    "+l)
 	}
 }
