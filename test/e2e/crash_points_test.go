@@ -34,7 +34,7 @@ func (s *fleetSetup) crashThrough(ctx context.Context, t *testing.T, points ...c
 	t.Helper()
 	for _, p := range points {
 		crash := newCrashAt(p.point)
-		h := startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
+		h := startTidegate(t, s, controllers.Options{TestHook: crash.hook})
 		if p.during != nil {
 			p.during()
 		}
@@ -219,7 +219,7 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 			}
 		},
 	})
-	h := startTidegate(t, s.f, controllers.Options{})
+	h := startTidegate(t, s, controllers.Options{})
 	rev1 := s.repo.Revision(first)
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
 	// The ring needs an approval, and soaks long enough for the controller to be stopped in the middle.
@@ -326,7 +326,7 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 	)
 
 	// In the middle of the ring's soak, the controller stops (nothing is being written) and another starts.
-	h = startTidegate(t, s.f, controllers.Options{})
+	h = startTidegate(t, s, controllers.Options{})
 	var soaking *v1alpha1.FleetRollout
 	eventually(ctx, t, "the ring soaking", func() (bool, string) {
 		soaking = s.rollout(t, "web")
@@ -351,7 +351,7 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 			}
 		}},
 	)
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	eventually(ctx, t, "the old known-good's pinned source pruned", func() (bool, string) {
 		return !s.pinExists(ctx, t, rev1), "still there"
 	})
@@ -374,7 +374,7 @@ func TestE2ECrashPointsAlongARollback(t *testing.T) {
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
-	h := startTidegate(t, s.f, controllers.Options{})
+	h := startTidegate(t, s, controllers.Options{})
 	one := int32(1)
 	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
@@ -384,8 +384,8 @@ func TestE2ECrashPointsAlongARollback(t *testing.T) {
 	gen1 := s.generations(t, "web")
 
 	// v2 is broken on both ring members: the canary passes, the ring fails beyond its budget.
-	s.sim.SetFault("member-2", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
-	s.sim.SetFault("member-3", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+	s.faults.SetFault("member-2", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+	s.faults.SetFault("member-3", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
 	rev2 := s.commitVersion(t, "v2")
 	phase := func(want string) func() {
 		return func() {
@@ -406,7 +406,7 @@ func TestE2ECrashPointsAlongARollback(t *testing.T) {
 		crashPoint{point: "rollback:member-2", atCrash: phase(v1alpha1.PhaseRollingBack)},
 		crashPoint{point: "status:phase:" + v1alpha1.PhaseRolledBack, atCrash: phase(v1alpha1.PhaseRollingBack)},
 	)
-	h = startTidegate(t, s.f, controllers.Options{})
+	h = startTidegate(t, s, controllers.Options{})
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev2)
 	if !done.IsRejected(rev2) {
 		t.Errorf("the rolled back revision should be rejected: %+v", done.Status.Rejected)
@@ -437,13 +437,13 @@ func TestE2ECrashPointsAlongARollback(t *testing.T) {
 			}
 		},
 	})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	eventually(ctx, t, "the rollout deleted", func() (bool, string) {
 		var got v1alpha1.FleetRollout
 		err := s.f.Hub.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: "web"}, &got)
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q after the rollout was deleted (deletionPolicy Orphan), want v1", m.Name, v)
 		}

@@ -48,7 +48,7 @@ func (c *crashAt) wait(ctx context.Context, t *testing.T) {
 
 func (s *fleetSetup) generations(t *testing.T, rollout string) map[string]int64 {
 	out := map[string]int64{}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if ks := s.kustomization(t, rollout, m.Name); ks != nil {
 			out[m.Name] = ks.Generation
 		}
@@ -65,14 +65,14 @@ func TestE2ECrashPointsDuringWaves(t *testing.T) {
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
-	h := startTidegate(t, s.f, controllers.Options{})
+	h := startTidegate(t, s, controllers.Options{})
 	s.rollOutFirst(ctx, t, first, nil)
 	h.Stop(t)
 	gen1 := s.generations(t, "web")
 
 	// Crash 1: the ring wave is recorded as started, its first switch never happens.
 	crash := newCrashAt("switch:member-2")
-	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
+	h = startTidegate(t, s, controllers.Options{TestHook: crash.hook})
 	rev2 := s.commitVersion(t, "v2")
 	crash.wait(ctx, t)
 	h.Stop(t)
@@ -89,7 +89,7 @@ func TestE2ECrashPointsDuringWaves(t *testing.T) {
 
 	// Crash 2 is armed for the last wave, halfway through its switches.
 	crash = newCrashAt("switch:member-5")
-	h = startTidegate(t, s.f, controllers.Options{TestHook: crash.hook})
+	h = startTidegate(t, s, controllers.Options{TestHook: crash.hook})
 	// The recorded ring wave finishes; the hold keeps the last wave from starting.
 	eventually(ctx, t, "ring succeeded and rest held", func() (bool, string) {
 		fr := s.rollout(t, "web")
@@ -109,7 +109,7 @@ func TestE2ECrashPointsDuringWaves(t *testing.T) {
 		t.Fatalf("member-5 was switched before the crash point")
 	}
 
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	checkWaveOrder(t, done)
 	if !done.Status.Waves[1].StartedAt.Equal(ring.StartedAt) || !equalStrings(done.Status.Waves[1].Clusters, ring.Clusters) {

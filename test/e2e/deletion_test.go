@@ -35,7 +35,7 @@ import (
 func TestE2EDeletingARollout(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	rev := s.repo.Revision(first)
@@ -49,12 +49,12 @@ func TestE2EDeletingARollout(t *testing.T) {
 	if !slices.Contains(web.Finalizers, v1alpha1.Finalizer) {
 		t.Errorf("the rollout's finalizers are %v, want %s", web.Finalizers, v1alpha1.Finalizer)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if ks := s.kustomization(t, "web", m.Name); ks == nil || ks.Spec.DeletionPolicy != kustomizev1.DeletionPolicyOrphan {
 			t.Fatalf("the Kustomization of %s does not say deletionPolicy Orphan: %+v", m.Name, ks)
 		}
 	}
-	edited := s.f.Members[1].Name
+	edited := s.members[1].Name
 	stripped := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"deletionPolicy":null}}`))
 	if err := s.f.Hub.Patch(ctx, s.kustomization(t, "web", edited), stripped, client.FieldOwner("e2e")); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestE2EDeletingARollout(t *testing.T) {
 	}
 
 	s.deleteRollout(ctx, t, "web")
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q once the rollout and its Kustomizations are gone, want v1 (orphaned)", m.Name, v)
 		}
@@ -84,7 +84,7 @@ func TestE2EDeletingARollout(t *testing.T) {
 	again := twoWaveRollout(s.ns)
 	again.Name = "again"
 	s.createRollout(ctx, t, again, rev, func(fr *v1alpha1.FleetRollout) { fr.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete })
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if ks := s.kustomization(t, "again", m.Name); ks == nil || ks.Spec.DeletionPolicy != kustomizev1.DeletionPolicyDelete {
 			t.Fatalf("the Kustomization of %s does not say deletionPolicy Delete: %+v", m.Name, ks)
 		}
@@ -93,7 +93,7 @@ func TestE2EDeletingARollout(t *testing.T) {
 	s.deleteRollout(ctx, t, "again")
 	// The rollout went only after its Kustomizations, and each of them only after kustomize-controller
 	// pruned what it applied: nothing of the package is left by now.
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "" {
 			t.Errorf("%s still runs %q after the rollout with deletionPolicy Delete is gone, want the package pruned", m.Name, v)
 		}
@@ -154,7 +154,7 @@ func (s *fleetSetup) receiptNames(ctx context.Context, t *testing.T, rollout str
 func (s *fleetSetup) memberDeployment(ctx context.Context, t *testing.T, cluster string) bool {
 	t.Helper()
 	var d appsv1.Deployment
-	err := s.f.Member(cluster).Client.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "web"}, &d)
+	err := s.f.Member(cluster).Client.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: "web"}, &d)
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("reading the web Deployment of %s: %v", cluster, err)
 	}

@@ -25,7 +25,7 @@ func TestE2ELeaderFailoverMidSoak(t *testing.T) {
 		LeaderElection: true, LeaderElectionNamespace: s.ns,
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 	}
-	leader := startTidegateWith(t, s.f, s.f.HubConfig, cfg, controllers.Options{})
+	leader := startTidegateWith(t, s, s.f.HubConfig, cfg, controllers.Options{})
 	select {
 	case <-leader.elected:
 	case <-ctx.Done():
@@ -47,7 +47,7 @@ func TestE2ELeaderFailoverMidSoak(t *testing.T) {
 		}
 		return nil
 	}
-	standby := startTidegateWith(t, s.f, s.f.HubConfig, cfg, controllers.Options{TestHook: watchWrites})
+	standby := startTidegateWith(t, s, s.f.HubConfig, cfg, controllers.Options{TestHook: watchWrites})
 	mu.Lock()
 	elected = standby.elected
 	mu.Unlock()

@@ -35,14 +35,15 @@ func byController(r *http.Request) bool { return strings.HasPrefix(r.UserAgent()
 
 // startTidegateThroughHubProxy runs the controller against the hub's fault proxy, under its own
 // User-Agent.
-func startTidegateThroughHubProxy(t *testing.T, f *localfleet.Fleet, opts controllers.Options) *controllerHandle {
+func startTidegateThroughHubProxy(t *testing.T, s *fleetSetup, opts controllers.Options) *controllerHandle {
 	t.Helper()
+	f := s.f
 	if f.HubProxyConfig == nil {
 		t.Fatal("the fleet has no hub fault proxy: start it with Options.FaultProxies naming \"hub\"")
 	}
 	cfg := rest.CopyConfig(f.HubProxyConfig)
 	cfg.UserAgent = controllerAgent
-	return startTidegateOn(t, f, cfg, opts)
+	return startTidegateOn(t, s, cfg, opts)
 }
 
 // converged checks that the rollout of rev ended where it should and lost nothing on the way: every
@@ -111,7 +112,7 @@ const soakOfTwoSamples = 10 * time.Second
 func rolledOutThroughHubProxy(ctx context.Context, t *testing.T) (*fleetSetup, map[string]int64) {
 	t.Helper()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"hub"}})
-	startTidegateThroughHubProxy(t, s.f, controllers.Options{})
+	startTidegateThroughHubProxy(t, s, controllers.Options{})
 	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {
 		for i := range fr.Spec.Waves {
 			fr.Spec.Waves[i].Soak = &metav1.Duration{Duration: soakOfTwoSamples}
@@ -224,7 +225,7 @@ func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	one := int32(1)
@@ -269,8 +270,9 @@ func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 // found again), and a later healthy revision completes.
 func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 	t.Parallel()
-	s, first := newFleetSetup(t, 3, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	// A fleet of its own: it restarts source-controller and empties its storage.
+	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -281,9 +283,9 @@ func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 	})
 	fr := s.rollout(t, "web")
 	canary := fr.Status.Waves[0].Clusters[0]
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if m.Name != canary {
-			s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+			s.faults.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
 		}
 	}
 
@@ -310,7 +312,7 @@ func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 	if !fr.IsRejected(rev2) {
 		t.Errorf("the rolled back revision should be rejected: %+v", fr.Status.Rejected)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q after the rollback, want v1", m.Name, v)
 		}
@@ -326,8 +328,8 @@ func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 		t.Errorf("the known-good's artifact was not built again: %v", err)
 	}
 
-	for _, m := range s.f.Members {
-		s.sim.ClearFaults(m.Name)
+	for _, m := range s.members {
+		s.faults.ClearFaults(m.Name)
 	}
 	before := s.generations(t, "web")
 	rev3 := s.commitVersion(t, "v3")
@@ -353,7 +355,7 @@ func limitsContain(rc *v1alpha1.GateReceipt, part string) bool {
 func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
@@ -362,7 +364,7 @@ func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
 	})
 	fr := s.rollout(t, "web")
 	canary, other := fr.Status.Waves[0].Clusters[0], ""
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if m.Name != canary {
 			other = m.Name
 		}
@@ -407,8 +409,10 @@ func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
 		return rest.Phase == v1alpha1.WaveProgressing && wf != nil && wf.Wave == "rest" && wf.Until == nil &&
 			strings.Contains(wf.Message, other+" is suspended") && strings.Contains(wf.Message, "flux resume kustomization "+v1alpha1.KustomizationName("web", other)), describe(fr)
 	})
-	// Past the wave's deadline, it still waits and has failed nothing.
-	deadline := rest.StartedAt.Add(2*30*time.Second + time.Minute + 10*time.Second)
+	// Past the wave's deadline (twice the Kustomizations' timeout, a minute, and half a second per
+	// switched cluster: controllers.deadlineFor), it still waits and has failed nothing.
+	waveDeadline := 2*testHealthTimeout + time.Minute + time.Duration(len(rest.Clusters))*time.Second/2
+	deadline := rest.StartedAt.Add(waveDeadline + 10*time.Second)
 	for time.Now().Before(deadline) {
 		fr = s.rollout(t, "web")
 		if fr.Status.Waves[1].Phase != v1alpha1.WaveProgressing || fr.Status.Phase != v1alpha1.PhaseProgressing {

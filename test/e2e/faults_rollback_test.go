@@ -27,7 +27,7 @@ import (
 func TestE2EFaultMemberBlackholedDuringRollback(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -37,7 +37,7 @@ func TestE2EFaultMemberBlackholedDuringRollback(t *testing.T) {
 	})
 	gen1 := s.generations(t, "web")
 
-	s.sim.SetFault("member-3", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
+	s.faults.SetFault("member-3", simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":v2"})
 	rev2 := s.commitVersion(t, "v2")
 	// member-2 runs v2 in the rest wave, then stops answering; member-3 is still failing its health check.
 	eventually(ctx, t, "member-2 Ready at v2 in the rest wave", func() (bool, string) {

@@ -26,7 +26,7 @@ import (
 func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -80,7 +80,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	if done.Status.LastKnownGood == nil || done.Status.LastKnownGood.Revision != rev2 {
 		t.Errorf("known-good %+v, want %s", done.Status.LastKnownGood, rev2)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if got := s.memberVersion(ctx, m.Name); got != "v2" {
 			t.Errorf("%s runs %q, want v2", m.Name, got)
 		}
@@ -111,7 +111,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"member-3"}})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -131,7 +131,7 @@ func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
 	if len(wv.HeldBack) != 1 || wv.HeldBack[0].Cluster != "member-3" || !strings.Contains(wv.HeldBack[0].Reason, "unreachable") {
 		t.Errorf("member-3 should be held back as unreachable: %+v", wv.HeldBack)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		want := "v2"
 		if m.Name == "member-3" {
 			want = "v1"
@@ -160,7 +160,7 @@ func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
 func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
-	h := startTidegate(t, s.f, controllers.Options{})
+	h := startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -168,7 +168,7 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 		fr.Spec.Waves[0].Soak = &metav1.Duration{Duration: 50 * time.Second}
 	})
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
-	s.sim.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 10 * time.Second})
+	s.faults.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 10 * time.Second})
 	rev2 := s.commitVersion(t, "v2")
 
 	eventually(ctx, t, "the canary's lost availability written to status", func() (bool, string) {
@@ -183,7 +183,7 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 		}
 		return false, describe(fr)
 	})
-	s.sim.ClearFaults(canary)
+	s.faults.ClearFaults(canary)
 	h.Stop(t)
 	atStop := s.rollout(t, "web")
 	if atStop.Status.Waves[0].Phase != v1alpha1.WaveSoaking {
@@ -192,7 +192,7 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 	// The workload recovers while no controller runs.
 	eventually(ctx, t, "the canary's workload available again", func() (bool, string) {
 		var d appsv1.Deployment
-		if err := s.f.Member(canary).Client.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "web"}, &d); err != nil {
+		if err := s.f.Member(canary).Client.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: "web"}, &d); err != nil {
 			return false, err.Error()
 		}
 		want := int32(1)
@@ -202,7 +202,7 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 		return d.Status.AvailableReplicas >= want, fmt.Sprintf("%d/%d available", d.Status.AvailableReplicas, want)
 	})
 
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	held := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
 	if w := held.Status.Waves[0]; w.Phase != v1alpha1.WaveFailed || !w.ReadyAt.Equal(atStop.Status.Waves[0].ReadyAt) {
 		t.Fatalf("the canary wave should fail on the soak it started before the restart: %+v", w)

@@ -29,7 +29,7 @@ import (
 func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -84,7 +84,7 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 
 	s.f.Member(canary).Faults.Clear()
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if got := s.memberVersion(ctx, m.Name); got != "v2" {
 			t.Errorf("%s runs %q, want v2", m.Name, got)
 		}
@@ -158,7 +158,7 @@ func findConditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
 func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(12 * time.Minute)
 	defer cancel()
 	one := int32(1)
@@ -228,7 +228,7 @@ func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 	eventually(ctx, t, "every member runs v2 and none lags", func() (bool, string) {
 		fr := s.rollout(t, "web")
 		var versions []string
-		for _, m := range s.f.Members {
+		for _, m := range s.members {
 			versions = append(versions, s.memberVersion(ctx, m.Name))
 		}
 		return !slices.ContainsFunc(versions, func(v string) bool { return v != "v2" }) && fr.Status.LaggingCount == 0 && len(fr.Status.Lagging) == 0,

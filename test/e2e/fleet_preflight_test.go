@@ -14,6 +14,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
 const serviceMonitorYAML = `apiVersion: monitoring.coreos.com/v1
@@ -59,8 +60,9 @@ func (s *fleetSetup) installServiceMonitorCRD(ctx context.Context, t *testing.T,
 // the receipts' evidence, and never switched; the last wave's own deploySafe checked it again.
 func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 	t.Parallel()
-	s, first := newFleetSetup(t, 3, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	// A fleet of its own: it installs a CRD, cluster-wide, on some members and not others.
+	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -81,7 +83,7 @@ func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultFail {
 		t.Fatalf("the canary's deploySafe should fail: %+v", rc)
 	}
-	if !reasonsContain(rc, "deploySafe.preflight.laterWaves", "rest", lacking, "ServiceMonitor demo/web") {
+	if !reasonsContain(rc, "deploySafe.preflight.laterWaves", "rest", lacking, "ServiceMonitor "+s.ns+"/web") {
 		t.Errorf("reasons should name wave rest, %s and the ServiceMonitor: %q", lacking, rc.Spec.Reasons)
 	}
 	if reasonsContain(rc, having) {

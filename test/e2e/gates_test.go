@@ -37,11 +37,12 @@ func twoWaveRollout(ns string) *v1alpha1.FleetRollout {
 			SourceRef: v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"},
 			Path:      "./app",
 			Template: v1alpha1.KustomizationTemplate{
-				Interval: &metav1.Duration{Duration: time.Minute},
-				Timeout:  &metav1.Duration{Duration: testHealthTimeout},
-				Wait:     &noWait,
+				Interval:        &metav1.Duration{Duration: time.Minute},
+				Timeout:         &metav1.Duration{Duration: testHealthTimeout},
+				TargetNamespace: ns,
+				Wait:            &noWait,
 				HealthChecks: []meta.NamespacedObjectKindReference{
-					{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Namespace: "demo"},
+					{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Namespace: ns},
 				},
 			},
 			Waves: []v1alpha1.Wave{
@@ -138,7 +139,7 @@ func (s *fleetSetup) createRollout(ctx context.Context, t *testing.T, fr *v1alph
 // policyRepo serves a policy from a Git repository "policies" through the GitRepository "policies".
 func (s *fleetSetup) policyRepo(t *testing.T, files map[string]string) *localfleet.GitRepo {
 	t.Helper()
-	repo, _, err := s.f.NewRepo("policies", files)
+	repo, _, err := s.f.NewRepo(s.ns+"-policies", files)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func usePolicy(fr *v1alpha1.FleetRollout) {
 func (s *fleetSetup) receiptsOf(ctx context.Context, t *testing.T, rollout, rev string) []v1alpha1.GateReceipt {
 	t.Helper()
 	var list v1alpha1.GateReceiptList
-	if err := s.f.Hub.List(ctx, &list); err != nil {
+	if err := s.f.Hub.List(ctx, &list, client.InNamespace(s.ns)); err != nil {
 		t.Fatal(err)
 	}
 	var out []v1alpha1.GateReceipt
@@ -208,7 +209,7 @@ func (s *fleetSetup) waitGate(ctx context.Context, t *testing.T, name, gate stri
 func (s *fleetSetup) nothingApplied(ctx context.Context, t *testing.T, rollout, rev, version string, d time.Duration, clusters ...string) {
 	t.Helper()
 	if len(clusters) == 0 {
-		for _, m := range s.f.Members {
+		for _, m := range s.members {
 			clusters = append(clusters, m.Name)
 		}
 	}
@@ -263,7 +264,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -272,7 +273,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 	})
 
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
-	s.sim.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 10 * time.Second})
+	s.faults.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 10 * time.Second})
 	rev2 := s.commitVersion(t, "v2")
 	held := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
 	if w := held.Status.Waves[0]; w.Phase != v1alpha1.WaveFailed {
@@ -293,7 +294,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 	if len(ev.Limits) == 0 {
 		t.Errorf("noDisruption evidence should say what sampling cannot see")
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		want := "v1"
 		if m.Name == canary {
 			want = "v2"
@@ -327,7 +328,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, withFiles("v1", map[string]string{"app/pvc.yaml": pvcYAML, "app/db.yaml": statefulSetYAML("1Gi")}))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
@@ -365,7 +366,7 @@ func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
 		if rc == nil || rc.Spec.Result != v1alpha1.ResultPass || len(rc.Spec.Approvals) != 1 || rc.Spec.Approvals[0].By != "dba" {
 			t.Fatalf("%s: the passing rollbackSafe receipt should record the approval: %+v", step.version, rc)
 		}
-		for _, m := range s.f.Members {
+		for _, m := range s.members {
 			if v := s.memberVersion(ctx, m.Name); v != step.version {
 				t.Errorf("%s: %s runs %q", step.version, m.Name, v)
 			}
@@ -381,7 +382,7 @@ func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
 func TestE2EIrreversibleMigrationNeedsApproval(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), nil)
@@ -427,7 +428,7 @@ spec:
 func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
@@ -475,7 +476,7 @@ func TestE2EDeploySafeRequiresProvenance(t *testing.T) {
 deploySafe: source: verified: true | error("the candidate's provenance must be verified: set spec.verify on the source")
 `,
 	})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(5 * time.Minute)
 	defer cancel()
 	fr := twoWaveRollout(s.ns)
@@ -510,7 +511,7 @@ values: {
 protected: ["image"]
 `
 	s, first := newFleetSetup(t, 2, withFiles("v1", map[string]string{"app/tidegate/install.cue": schema}))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	fr := twoWaveRollout(s.ns)
@@ -546,7 +547,7 @@ func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), usePolicy)
@@ -629,7 +630,7 @@ func TestE2ERehearsal(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t, "rehearsal:      false", "rehearsal:      true")})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)

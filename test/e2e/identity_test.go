@@ -85,8 +85,8 @@ func TestE2EMembersThroughWorkloadIdentity(t *testing.T) {
 	if len(secrets.Items) != 0 {
 		t.Fatalf("the fleet's namespace should hold no Secret: %d", len(secrets.Items))
 	}
-	startTidegate(t, s.f, controllers.Options{})
-	for _, m := range s.f.Members {
+	startTidegate(t, s, controllers.Options{})
+	for _, m := range s.members {
 		s.waitClusterReachable(ctx, t, m.Name, metav1.ConditionTrue)
 	}
 
@@ -94,7 +94,7 @@ func TestE2EMembersThroughWorkloadIdentity(t *testing.T) {
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)
 	rev2 := s.commitVersion(t, "v2")
 	fr := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if got := s.memberVersion(ctx, m.Name); got != "v2" {
 			t.Errorf("%s runs %q, want v2", m.Name, got)
 		}
@@ -116,7 +116,7 @@ func TestE2EMembersThroughWorkloadIdentity(t *testing.T) {
 	}
 
 	// Tokens for an audience no member accepts: the member refuses them.
-	m := s.f.Members[0]
+	m := s.members[0]
 	wrong := &v1alpha1.FleetCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "wrong-audience", Namespace: s.ns, Labels: map[string]string{"tidegate.dev/test": "not-selected"}},
 		Spec:       v1alpha1.FleetClusterSpec{KubeConfig: identity(s.f, m, "elsewhere", "someone-else", true)},

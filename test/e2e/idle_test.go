@@ -19,7 +19,6 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
 // TestE2EIdleRolloutCostsNothing: a completed rollout on a fleet where real kustomize-controller
@@ -28,12 +27,12 @@ import (
 // spec.interval, not once per Flux status write.
 func TestE2EIdleRolloutCostsNothing(t *testing.T) {
 	t.Parallel()
-	// A namespace of its own tells this test's rollout apart in the process-wide metrics registry,
-	// which the managers of the tests running beside it share.
-	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{Namespace: "idle"})
+	// Its namespace, its own on the shared fleet, tells this test's rollout apart in the
+	// process-wide metrics registry, which the managers of the tests running beside it share; the
+	// requests counted are its own manager's.
+	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	var requests hubRequests
-	s.f.HubConfig = requests.wrap(s.f.HubConfig) // the manager's requests, not the test's
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegateOn(t, s, requests.wrap(s.f.HubConfig), controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	const fluxInterval, rolloutInterval = 5 * time.Second, 10 * time.Second

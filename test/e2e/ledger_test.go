@@ -46,7 +46,7 @@ func TestE2ESignedReceiptsAndLedger(t *testing.T) {
 	buildFluxPlugin(t, tidegate)
 
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{Signer: signer})
+	startTidegate(t, s, controllers.Options{Signer: signer})
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)
 	rev2 := s.commitVersion(t, "v2")

@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,7 +21,9 @@ func TestMain(m *testing.M) {
 	// (startTidegate); the process-wide logger is shared by the tests running in parallel, so it
 	// keeps nothing.
 	ctrl.SetLogger(logr.Discard())
-	os.Exit(m.Run())
+	code := m.Run()
+	stopShared()
+	os.Exit(code)
 }
 
 // fleetStarts bounds how many fleets start at once. The tests run in parallel (go test -parallel,
@@ -36,5 +39,8 @@ func startFleet(t *testing.T, opts localfleet.Options) *localfleet.Fleet {
 	t.Helper()
 	fleetStarts <- struct{}{}
 	defer func() { <-fleetStarts }()
-	return localfleet.StartForTest(t, opts)
+	began := time.Now()
+	f := localfleet.StartForTest(t, opts)
+	t.Logf("localfleet: fleet started in %.1fs (hub and %d members, own)", time.Since(began).Seconds(), opts.Members)
+	return f
 }

@@ -41,7 +41,7 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startTidegate(t, s.f, controllers.Options{Signer: signer})
+	startTidegate(t, s, controllers.Options{Signer: signer})
 
 	key, err := localfleet.NewCosignKey()
 	if err != nil {
@@ -54,7 +54,7 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 	reg := s.f.Registry
 	push := func(tag, version string, signWith *localfleet.CosignKey) localfleet.Artifact {
 		t.Helper()
-		a, err := localfleet.PushArtifact(reg.Host+"/web:"+tag, version, demoPackage(version))
+		a, err := localfleet.PushArtifact(reg.Host+"/"+s.ns+"/web:"+tag, version, demoPackage(version))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 	src := &sourcev1.OCIRepository{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: s.ns},
 		Spec: sourcev1.OCIRepositorySpec{
-			URL:       reg.URL("web"),
+			URL:       reg.URL(s.ns + "/web"),
 			Reference: &sourcev1.OCIRepositoryRef{Tag: "latest"},
 			Insecure:  true,
 			Interval:  metav1.Duration{Duration: 2 * time.Second},
@@ -95,7 +95,7 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 			t.Errorf("%s should have passed for %s: %+v", gate, v2.Revision(), conditions.Get(done, gate))
 		}
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v2" {
 			t.Errorf("%s runs %q, want v2", m.Name, v)
 		}

@@ -71,13 +71,13 @@ func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
 	s, first := newFleetSetup(t, 2, unmodifiedPackage("v1"))
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		// targetNamespace does not create the namespace; the platform does.
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "podinfo"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 
 	fr := twoWaveRollout(s.ns)
 	fr.Name = "podinfo"
@@ -117,7 +117,7 @@ func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
 		t.Errorf("the evidence rendered %s, want %s", got, want)
 	}
 
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		// Every object the evidence judged is the one Flux applied, where it applied it.
 		for _, o := range ev.Render.Objects {
 			gv, err := schema.ParseGroupVersion(o.APIVersion)
@@ -146,7 +146,7 @@ func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
 func TestE2EGoingBackPrunesWhatTheCandidateAdds(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, withFiles("v1", nil))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), nil)

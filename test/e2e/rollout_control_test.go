@@ -50,7 +50,7 @@ func (s *fleetSetup) resourceVersions(ctx context.Context, t *testing.T, name st
 func TestE2EHoldAndSuspend(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	s.rollOutFirst(ctx, t, first, nil)
@@ -69,7 +69,7 @@ func TestE2EHoldAndSuspend(t *testing.T) {
 			t.Errorf("wave %s started while held: %s", w.Name, describe(held))
 		}
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q while held, want v1", m.Name, v)
 		}
@@ -99,7 +99,7 @@ func TestE2EHoldAndSuspend(t *testing.T) {
 	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Suspend = false })
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	checkWaveOrder(t, done)
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v2" {
 			t.Errorf("%s runs %q after resume, want v2", m.Name, v)
 		}
@@ -112,7 +112,7 @@ func TestE2EHoldAndSuspend(t *testing.T) {
 func TestE2ENewRevisionDuringWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(8 * time.Minute)
 	defer cancel()
 	s.rollOutFirst(ctx, t, first, nil)
@@ -131,21 +131,21 @@ func TestE2ENewRevisionDuringWave(t *testing.T) {
 		if fr.Status.LastKnownGood != nil && fr.Status.LastKnownGood.Revision == rev2 {
 			return true, ""
 		}
-		for _, m := range s.f.Members {
+		for _, m := range s.members {
 			if watch.everRan(m.Name, "v3") {
 				t.Fatalf("%s ran v3 before v2 finished: %s", m.Name, describe(fr))
 			}
 		}
 		return false, describe(fr)
 	})
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if !watch.everRan(m.Name, "v2") {
 			t.Errorf("%s never ran v2: it was skipped", m.Name)
 		}
 	}
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev3)
 	checkWaveOrder(t, done)
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v3" {
 			t.Errorf("%s runs %q, want v3", m.Name, v)
 		}
@@ -158,7 +158,7 @@ func TestE2ENewRevisionDuringWave(t *testing.T) {
 func TestE2EBadRollouts(t *testing.T) {
 	t.Parallel()
 	s, _ := newFleetSetup(t, 2, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(4 * time.Minute)
 	defer cancel()
 
@@ -181,7 +181,7 @@ func TestE2EBadRollouts(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ name, reason, says string }{
-		{"no-source", v1alpha1.SourceNotFoundReason, "GitRepository fleet/missing not found"},
+		{"no-source", v1alpha1.SourceNotFoundReason, "GitRepository " + s.ns + "/missing not found"},
 		{"no-path", v1alpha1.GateFailedReason, "does-not-exist"},
 		{"no-clusters", v1alpha1.NoClustersSelectedReason, "selects no eligible FleetCluster"},
 		{"empty-wave", v1alpha1.InvalidWaveReason, `wave "gpu": spec.waves[1]: the wave has no clusters`},
@@ -192,7 +192,7 @@ func TestE2EBadRollouts(t *testing.T) {
 			return c != nil && c.Status == "False" && c.Reason == tc.reason && containsStr(c.Message, tc.says), describe(fr)
 		})
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "" {
 			t.Errorf("%s got the package (%q) from a bad rollout", m.Name, v)
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
 // versionWatch samples every member's running version in the background and records every version each
@@ -27,7 +26,7 @@ func (s *fleetSetup) watchVersions(t *testing.T) *versionWatch {
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
-			for _, m := range s.f.Members {
+			for _, m := range s.members {
 				v := s.memberVersion(ctx, m.Name)
 				w.mu.Lock()
 				if w.seen[m.Name] == nil {
@@ -55,7 +54,7 @@ func (w *versionWatch) everRan(cluster, version string) bool {
 func TestE2EBrokenCanaryHolds(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureHold })
@@ -99,7 +98,7 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 	if got.Status.Phase != v1alpha1.PhaseHeld || got.Status.Waves[1].Phase != v1alpha1.WavePending {
 		t.Errorf("rollout moved while held: %s", describe(got))
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if m.Name != canary.Clusters[0] && watch.everRan(m.Name, "v2") {
 			t.Errorf("%s ran v2, but only the canary %s should ever have", m.Name, canary.Clusters[0])
 		}
@@ -119,9 +118,9 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 // controller's metrics follow: the phase, each wave's, the gate decisions, the rollback.
 func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	t.Parallel()
-	// A namespace of its own, for its metrics (metric).
-	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{Namespace: "fleet-rollsback"})
-	startTidegate(t, s.f, controllers.Options{})
+	// Its namespace, its own on the shared fleet, tells its metrics apart (metric).
+	s, first := newFleetSetup(t, 5, demoPackage("v1"))
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
@@ -153,7 +152,7 @@ func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	if !watch.everRan(canary, "v2") {
 		t.Errorf("the canary %s never ran v2: the failure was not observed from the workload", canary)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q after the rollback, want v1", m.Name, v)
 		}

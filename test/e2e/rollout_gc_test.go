@@ -29,7 +29,7 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{
 		SourceControllerArgs: []string{"--artifact-retention-ttl=1s", "--artifact-retention-records=1"},
 	})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
@@ -55,7 +55,7 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 	if pin.Status.Artifact == nil || pin.Status.Artifact.Revision != rev1 || pin.Status.Artifact.Digest != got.Status.LastKnownGood.Digest {
 		t.Errorf("known-good pin serves %+v, want %s with digest %s", pin.Status.Artifact, rev1, got.Status.LastKnownGood.Digest)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q after the rollback, want v1", m.Name, v)
 		}
@@ -71,8 +71,8 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 // the completed rollout back to prev through the write and job calls the CLI and MCP server make.
 func (s *fleetSetup) rollBackCompleted(ctx context.Context, t *testing.T, prev, bad string) {
 	t.Helper()
-	for _, m := range s.f.Members {
-		s.sim.ClearFaults(m.Name)
+	for _, m := range s.members {
+		s.faults.ClearFaults(m.Name)
 	}
 	if _, _, _, err := ops.Apply(ctx, s.f.Hub, s.ns, "web", ops.Retry(time.Now())); err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func (s *fleetSetup) rollBackCompleted(ctx context.Context, t *testing.T, prev, 
 	if h := historyRevisions(back); !slices.Equal(h, []string{prev, bad}) || back.Status.Revert != nil || !back.IsRejected(bad) {
 		t.Errorf("after the rollback: history %v, revert %+v, rejected %+v", h, back.Status.Revert, back.Status.Rejected)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q after the rollback of the completed rollout, want v1", m.Name, v)
 		}

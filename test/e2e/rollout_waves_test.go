@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
@@ -33,8 +34,9 @@ func threeWaveRollout(ns, name string) *v1alpha1.FleetRollout {
 			SourceRef: v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"},
 			Path:      "./app",
 			Template: v1alpha1.KustomizationTemplate{
-				Interval: &metav1.Duration{Duration: time.Minute},
-				Timeout:  &metav1.Duration{Duration: testHealthTimeout},
+				Interval:        &metav1.Duration{Duration: time.Minute},
+				Timeout:         &metav1.Duration{Duration: testHealthTimeout},
+				TargetNamespace: ns,
 			},
 			Waves: []v1alpha1.Wave{
 				{Name: "canary", Count: &one, Soak: soak},
@@ -49,7 +51,7 @@ func threeWaveRollout(ns, name string) *v1alpha1.FleetRollout {
 // memberVersion reads the demo ConfigMap's version from a member API server ("" when absent).
 func (s *fleetSetup) memberVersion(ctx context.Context, cluster string) string {
 	var cm corev1.ConfigMap
-	if err := s.f.Member(cluster).Client.Get(ctx, types.NamespacedName{Namespace: "demo", Name: "web-version"}, &cm); err != nil {
+	if err := s.f.Member(cluster).Client.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: "web-version"}, &cm); err != nil {
 		return ""
 	}
 	return cm.Data["version"]
@@ -62,7 +64,7 @@ func (s *fleetSetup) memberVersion(ctx context.Context, cluster string) string {
 func TestE2ERolloutWaves(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	if err := s.f.Hub.Create(ctx, threeWaveRollout(s.ns, "web")); err != nil {
@@ -75,7 +77,7 @@ func TestE2ERolloutWaves(t *testing.T) {
 		t.Fatalf("lastKnownGood after the first rollout = %+v, want %s with a digest", fr.Status.LastKnownGood, s.repo.Revision(first))
 	}
 	checkWaveOrder(t, fr)
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if v := s.memberVersion(ctx, m.Name); v != "v1" {
 			t.Errorf("%s runs %q, want v1", m.Name, v)
 		}
@@ -100,7 +102,7 @@ func TestE2ERolloutWaves(t *testing.T) {
 	if v := s.memberVersion(ctx, canary); v != "v2" {
 		t.Errorf("canary %s runs %q while soaking, want v2", canary, v)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		if m.Name == canary {
 			continue
 		}
@@ -120,7 +122,7 @@ func TestE2ERolloutWaves(t *testing.T) {
 	if fr.Status.LastKnownGood.Revision != rev2 {
 		t.Errorf("lastKnownGood = %s, want %s", fr.Status.LastKnownGood.Revision, rev2)
 	}
-	for _, m := range s.f.Members {
+	for _, m := range s.members {
 		ks := s.kustomization(t, "web", m.Name)
 		if ks == nil || ks.Status.LastAppliedRevision != rev2 {
 			t.Errorf("kustomization of %s: lastAppliedRevision should be %s, got %+v", m.Name, rev2, ks)
@@ -130,7 +132,7 @@ func TestE2ERolloutWaves(t *testing.T) {
 		}
 	}
 	var receipts v1alpha1.GateReceiptList
-	if err := s.f.Hub.List(ctx, &receipts); err != nil {
+	if err := s.f.Hub.List(ctx, &receipts, client.InNamespace(s.ns)); err != nil {
 		t.Fatal(err)
 	}
 	// Every wave has one passing receipt for each gate it needed: deploySafe and rollbackSucceeds

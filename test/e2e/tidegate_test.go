@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -52,25 +53,35 @@ func (h *controllerHandle) Stop(t *testing.T) {
 // startTidegate runs tidegate's controllers in-process against the fleet's hub, wired as the manager
 // binary wires them. Each manager logs to its own fleet's tidegate-controller.log (the tests run in
 // parallel, each on its own fleet); the process-wide logger discards (TestMain).
-func startTidegate(t *testing.T, f *localfleet.Fleet, opts controllers.Options) *controllerHandle {
+func startTidegate(t *testing.T, s *fleetSetup, opts controllers.Options) *controllerHandle {
 	t.Helper()
-	return startTidegateWith(t, f, f.HubConfig, controllers.ManagerConfig{}, opts)
+	return startTidegateWith(t, s, s.f.HubConfig, controllers.ManagerConfig{}, opts)
 }
 
 // startTidegateOn is startTidegate with the controller reaching the hub through cfg, such as the
 // hub's fault proxy (f.HubProxyConfig).
-func startTidegateOn(t *testing.T, f *localfleet.Fleet, cfg *rest.Config, opts controllers.Options) *controllerHandle {
+func startTidegateOn(t *testing.T, s *fleetSetup, cfg *rest.Config, opts controllers.Options) *controllerHandle {
 	t.Helper()
-	return startTidegateWith(t, f, cfg, controllers.ManagerConfig{}, opts)
+	return startTidegateWith(t, s, cfg, controllers.ManagerConfig{}, opts)
 }
 
 // startTidegateWith is startTidegate reaching the hub through hub, with a manager configured by cfg
 // (its Logger is set here).
-func startTidegateWith(t *testing.T, f *localfleet.Fleet, hub *rest.Config, cfg controllers.ManagerConfig, opts controllers.Options) *controllerHandle {
+func startTidegateWith(t *testing.T, s *fleetSetup, hub *rest.Config, cfg controllers.ManagerConfig, opts controllers.Options) *controllerHandle {
 	t.Helper()
-	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("tidegate-controller.log")))
+	logName := "tidegate-controller.log"
+	if s.shared {
+		logName = "tidegate-controller-" + s.ns + ".log"
+	}
+	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(s.f.OpenLog(logName)))
 	cfg.Logger = logger
-	mgr, err := ctrl.NewManager(hub, controllers.ManagerOptions(cfg))
+	mgrOpts := controllers.ManagerOptions(cfg)
+	if s.shared {
+		// On the shared fleet a scenario's manager sees its own namespace only, as a controller
+		// installed for one tenant would: the other scenarios' rollouts are not its business.
+		mgrOpts.Cache.DefaultNamespaces = map[string]cache.Config{s.ns: {}}
+	}
+	mgr, err := ctrl.NewManager(hub, mgrOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,24 +102,53 @@ func startTidegateWith(t *testing.T, f *localfleet.Fleet, hub *rest.Config, cfg 
 	return h
 }
 
-// fleetSetup is a fleet with FleetClusters for every member and a tracked GitRepository.
+// fleetSetup is a scenario's part of a fleet: FleetClusters for its members in its namespace, and a
+// tracked GitRepository "fleet" in the same namespace.
 type fleetSetup struct {
 	f    *localfleet.Fleet
 	repo *localfleet.GitRepo
-	sim  *simulator.Simulator
-	ns   string
+	// faults sets the simulator's faults on the scenario's own workloads.
+	faults *faults
+	// ns is the scenario's namespace: on the hub, where its objects live, and on the members, where
+	// its package is applied (every rollout's template sets it as targetNamespace).
+	ns string
+	// members are the members the scenario has FleetClusters for: the first N of the fleet's.
+	members []*localfleet.Member
+	// shared says the fleet is the shared one (shared_test.go): the scenario's manager caches its
+	// namespace only.
+	shared bool
 }
 
+// newFleetSetup sets a scenario up on the shared fleet (shared_test.go) with members FleetClusters
+// (at most sharedMembers) and a Git repository of its own holding files.
 func newFleetSetup(t *testing.T, members int, files map[string]string) (*fleetSetup, string) {
 	t.Helper()
-	return newFleetSetupWith(t, members, files, localfleet.Options{})
+	if members > sharedMembers {
+		t.Fatalf("the shared fleet has %d members, %d asked for", sharedMembers, members)
+	}
+	f, sim := sharedFleet(t)
+	ns := testNamespace(t)
+	if err := f.WriteMemberSecrets(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	s := &fleetSetup{f: f, ns: ns, members: f.Members[:members], shared: true, faults: &faults{sim: sim, ns: ns}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpSharedLogs(t, f, ns)
+		}
+	})
+	return s, s.setUp(t, files, secretRef)
 }
 
+// newFleetSetupWith sets a scenario up on a fleet of its own, started with opts and members members.
 func newFleetSetupWith(t *testing.T, members int, files map[string]string, opts localfleet.Options) (*fleetSetup, string) {
 	t.Helper()
-	return newFleetSetupReaching(t, members, files, opts, func(_ *localfleet.Fleet, m *localfleet.Member) *meta.KubeConfigReference {
-		return &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: m.KubeConfigSecret}}
-	})
+	return newFleetSetupReaching(t, members, files, opts, secretRef)
+}
+
+// secretRef reaches a member through its kubeconfig Secret.
+func secretRef(_ *localfleet.Fleet, m *localfleet.Member) *meta.KubeConfigReference {
+	return &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: m.KubeConfigSecret}}
 }
 
 // newFleetSetupReaching is newFleetSetupWith with each member's FleetCluster reaching it as
@@ -118,44 +158,58 @@ func newFleetSetupReaching(t *testing.T, members int, files map[string]string, o
 	t.Helper()
 	opts.Members = members
 	f := startFleet(t, opts)
+	sim, stopSim := startSimulator(f)
+	t.Cleanup(stopSim)
+	s := &fleetSetup{f: f, ns: f.Namespace, members: f.Members, faults: &faults{sim: sim, ns: f.Namespace}}
+	return s, s.setUp(t, files, kubeConfig)
+}
+
+// startSimulator starts the workload simulator on every member of f; stop stops it. Its errors (a
+// member it cannot reach) go to the fleet's simulator.log, printed when a test fails.
+func startSimulator(f *localfleet.Fleet) (sim *simulator.Simulator, stop func()) {
+	clients := map[string]client.Client{}
+	for _, m := range f.Members {
+		clients[m.Name] = m.Client
+	}
+	sim = simulator.New(clients, simulator.Options{})
+	log := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("simulator.log")))
+	ctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), log))
+	sim.Start(ctx)
+	return sim, func() { cancel(); sim.Stop() }
+}
+
+// setUp creates the scenario's Git repository holding files, its FleetClusters and its tracked
+// source, and returns the repository's first commit.
+func (s *fleetSetup) setUp(t *testing.T, files map[string]string, kubeConfig func(f *localfleet.Fleet, m *localfleet.Member) *meta.KubeConfigReference) string {
+	t.Helper()
 	ctx := context.Background()
-	repo, sha, err := f.NewRepo("fleet", files)
+	repo, sha, err := s.f.NewRepo(s.ns, files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &fleetSetup{f: f, repo: repo, ns: f.Namespace}
-	waitMembersServing(t, f)
-	memberClients := map[string]client.Client{}
-	for _, m := range f.Members {
-		memberClients[m.Name] = m.Client
-	}
-	s.sim = simulator.New(memberClients, simulator.Options{})
-	// The simulator's errors (a member it cannot reach) go to the fleet's logs, printed when a test fails.
-	simLog := zap.New(zap.UseDevMode(true), zap.WriteTo(f.OpenLog("simulator.log")))
-	simCtx, stopSim := context.WithCancel(logf.IntoContext(context.Background(), simLog))
-	s.sim.Start(simCtx)
-	t.Cleanup(func() { stopSim(); s.sim.Stop() })
-	for i, m := range f.Members {
+	s.repo = repo
+	waitMembersServing(t, s.members)
+	for i, m := range s.members {
 		fc := &v1alpha1.FleetCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: s.ns, Labels: map[string]string{"index": fmt.Sprint(i + 1)}},
-			Spec:       v1alpha1.FleetClusterSpec{KubeConfig: kubeConfig(f, m)},
+			Spec:       v1alpha1.FleetClusterSpec{KubeConfig: kubeConfig(s.f, m)},
 		}
-		if err := f.Hub.Create(ctx, fc); err != nil {
+		if err := s.f.Hub.Create(ctx, fc); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s.gitSource(t, "fleet", repo)
-	return s, sha
+	return sha
 }
 
 // waitMembersServing waits until every member's API server answers a read: the scenarios start from
 // a fleet whose members all serve, and on a loaded machine a member's API server can still be
 // coming up (envtest retries a control plane that was slow to start) when the fleet is handed over.
-func waitMembersServing(t *testing.T, f *localfleet.Fleet) {
+func waitMembersServing(t *testing.T, members []*localfleet.Member) {
 	t.Helper()
 	ctx, cancel := testContext(2 * time.Minute)
 	defer cancel()
-	for _, m := range f.Members {
+	for _, m := range members {
 		eventually(ctx, t, m.Name+"'s API server serving", func() (bool, string) {
 			var nss corev1.NamespaceList
 			err := m.Client.List(ctx, &nss, client.Limit(1))
@@ -259,7 +313,7 @@ func (s *fleetSetup) commitVersion(t *testing.T, version string) string {
 
 // breakVersion makes the demo workload crash-loop wherever it runs the image of version.
 func (s *fleetSetup) breakVersion(version string) {
-	for _, m := range s.f.Members {
-		s.sim.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":" + version})
+	for _, m := range s.members {
+		s.faults.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":" + version})
 	}
 }

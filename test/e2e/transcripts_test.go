@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/localfleet"
 	"github.com/tidegate/tidegate/internal/testbin"
 )
 
@@ -57,8 +58,9 @@ func TestE2ETranscripts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, first := newFleetSetup(t, 3, transcriptPackage("v1"))
-	startTidegate(t, s.f, controllers.Options{})
+	// A fleet of its own: the transcripts name the fleet's namespace ("fleet") and the package's.
+	s, first := newFleetSetupWith(t, 3, transcriptPackage("v1"), localfleet.Options{})
+	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
 
@@ -66,6 +68,7 @@ func TestE2ETranscripts(t *testing.T) {
 	// the rollout as it is committed, v2 is approved wave by wave from the three entry paths.
 	rev1 := s.repo.Revision(first)
 	fr := threeWaveRollout(s.ns, "web")
+	fr.Spec.Template.TargetNamespace = "" // the package's own namespace, as the transcripts show it
 	one := int32(1)
 	fr.Spec.Waves[1].Percent, fr.Spec.Waves[1].Count = nil, &one
 	for i := range fr.Spec.Waves {
@@ -159,7 +162,7 @@ func TestE2ETranscripts(t *testing.T) {
 		args = []string{"fleet", "tree", "web", "-n", s.ns}
 		r = fluxRun(0, args...)
 		tr.command("flux "+shellJoin(args), r)
-		for _, m := range s.f.Members {
+		for _, m := range s.members {
 			rev := kg.Revision
 			if m.Name == member("canary") {
 				rev = cand.Revision
@@ -190,15 +193,15 @@ func TestE2ETranscripts(t *testing.T) {
 		args = []string{"get", "kustomizations", "-n", s.ns, "-l", v1alpha1.RolloutLabel + "=web"}
 		r = fluxRun(0, args...)
 		tr.command("flux "+shellJoin(args), r)
-		for _, m := range s.f.Members {
+		for _, m := range s.members {
 			rev := shortRevision(kg.Revision)
 			if m.Name == member("canary") || m.Name == member("ring") {
 				rev = shortRevision(cand.Revision)
 			}
 			expectLine(t, r.stdout, v1alpha1.KustomizationName("web", m.Name), rev, "False", "True", "Applied", "revision:", rev)
 		}
-		if n := len(nonEmptyLines(r.stdout)); n != len(s.f.Members)+1 {
-			t.Errorf("flux get kustomizations -l %s=web shows %d lines, want a header and %d Kustomizations:\n%s", v1alpha1.RolloutLabel, n, len(s.f.Members), r.stdout)
+		if n := len(nonEmptyLines(r.stdout)); n != len(s.members)+1 {
+			t.Errorf("flux get kustomizations -l %s=web shows %d lines, want a header and %d Kustomizations:\n%s", v1alpha1.RolloutLabel, n, len(s.members), r.stdout)
 		}
 		tr.check(t)
 	})

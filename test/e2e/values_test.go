@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
 // tenantPackage is the demo package with its namespace and a region as install-time values, and
@@ -54,8 +55,9 @@ func (s *fleetSetup) tenantConfig(ctx context.Context, member, ns string) map[st
 // it, and that wave does not start.
 func TestE2EClusterValues(t *testing.T) {
 	t.Parallel()
-	s, first := newFleetSetup(t, 1, tenantPackage("v1"))
-	member := s.f.Members[0]
+	// A fleet of its own: each tenant's values name a namespace of its own on the member.
+	s, first := newFleetSetupWith(t, 1, tenantPackage("v1"), localfleet.Options{})
+	member := s.members[0]
 	ctx, cancel := testContext(6 * time.Minute)
 	defer cancel()
 	tenant := func(name, ring string, values map[string]string) {
@@ -73,7 +75,7 @@ func TestE2EClusterValues(t *testing.T) {
 	}
 	tenant("tenant-a", "canary", map[string]string{"namespace": "team-a"})
 	tenant("tenant-b", "rest", map[string]string{"namespace": "team-b"})
-	startTidegate(t, s.f, controllers.Options{})
+	startTidegate(t, s, controllers.Options{})
 
 	soak := &metav1.Duration{Duration: testSoak}
 	fr := &v1alpha1.FleetRollout{
