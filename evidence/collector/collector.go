@@ -416,8 +416,11 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 	}
 	if pkg, err := c.renderRevision(ctx, fr, w.KnownGood, kg.Digest, true); err != nil {
 		src.RenderError = err.Error()
-		if src.Exists && src.ServedDigest == src.RecordedDigest {
-			// The source serves the recorded content and the fetch failed: not observed.
+		answered := errors.Is(err, evidence.ErrNotServed) || errors.Is(err, evidence.ErrDigestMismatch)
+		if src.Exists && src.ServedDigest == src.RecordedDigest && !answered {
+			// The source says it serves the recorded content and the fetch got no answer: not
+			// observed. A source that answered it no longer serves it (its storage lost the file),
+			// or serves other content, was observed: the way back is gone, and the gate decides so.
 			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "fetching the known-good's artifact failed: " + err.Error()})
 		}
 	} else if pkg.RenderErr != nil {
