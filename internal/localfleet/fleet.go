@@ -125,8 +125,19 @@ type Fleet struct {
 // NewScheme returns a scheme with the Kubernetes, Flux source and kustomize, and tidegate types.
 func NewScheme() *runtime.Scheme { return scheme.New() }
 
-// Start starts a fleet. On error everything already started is stopped.
-func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
+// Start starts a fleet, once fewer than MaxStarts fleets are starting on the machine (ctx bounds
+// the wait too). On error everything already started is stopped.
+func Start(ctx context.Context, opts Options) (*Fleet, error) {
+	release, err := takeStartSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return start(ctx, opts)
+}
+
+// start starts a fleet now.
+func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	testbinDir, err := testbin.Dir(opts.Testbin)
 	if err != nil {
 		return nil, err

@@ -61,9 +61,8 @@ func sharedFleet(t *testing.T) (*localfleet.Fleet, *simulator.Simulator) {
 }
 
 func startShared() (*localfleet.Fleet, *simulator.Simulator, func(), error) {
-	fleetStarts <- struct{}{}
-	defer func() { <-fleetStarts }()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	// As localfleet.StartForTest gives a fleet: twenty minutes for a start slot, eight to start.
+	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
 	f, err := localfleet.Start(ctx, localfleet.Options{
 		Members: sharedMembers,
