@@ -8,9 +8,15 @@ CONTROLLER_GEN := $(TESTBIN)/bin/controller-gen
 export TIDEGATE_TESTBIN := $(TESTBIN)
 export KUBEBUILDER_ASSETS := $(TESTBIN)/bin
 GO_TEST_FLAGS ?=
-# E2E_PARALLEL is how many end-to-end tests (test/e2e, each on a fleet of its own, mostly waiting)
+# TEST_ENV builds every test binary, and every binary the tests build (test/shipped's CLI, the
+# image's controller, the Flux plugin), one way: -trimpath, so that a checkout at another path (CI's
+# fresh clone) compiles nothing again, and without cgo, as release binaries are built. So the
+# dependency graph is compiled once for all of them (docs/testing.md). The race detector needs cgo:
+# the race phase turns it back on.
+TEST_ENV := GOFLAGS=-trimpath CGO_ENABLED=0
+# E2E_PARALLEL is how many end-to-end tests (test/e2e, most on one shared fleet, mostly waiting)
 # run at once (docs/testing.md: the measurement that chose it).
-E2E_PARALLEL ?= 3
+E2E_PARALLEL ?= 6
 
 .PHONY: help
 help: ## List the targets.
@@ -67,7 +73,7 @@ fmt: ## Format Go code.
 
 .PHONY: vet
 vet: ## Vet Go code and check formatting.
-	go vet ./...
+	$(TEST_ENV) go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run make fmt"; exit 1; }
 
 # RACE_PKGS are the packages whose tests exercise concurrency on purpose (a Sampler, a Policy and
@@ -92,7 +98,7 @@ FUZZ_TARGETS ?= ./cue/:FuzzEvaluate:1000x ./cue/:FuzzPolicy:1000x \
 fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing input is kept in the package's testdata/fuzz.
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		IFS=: read -r pkg name time <<< "$$t"; echo "=== fuzz $$name in $$pkg for $$time"; \
-		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$$time" -fuzzminimizetime 5x "$$pkg"; \
+		$(TEST_ENV) go test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$$time" -fuzzminimizetime 5x "$$pkg"; \
 	done
 
 # make test runs the packages in three phases, each marked for hack/testsummary, which prints each
@@ -100,7 +106,9 @@ fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing inpu
 # RACE_PKGS (two at a time, as go test does on two cores), then test/e2e alone, E2E_PARALLEL
 # scenarios at once, then RACE_PKGS, once, under the race detector. Run beside the scale smoke and
 # the sandbox, the e2e fleets met load they never meet alone: fleet starts past their five minutes,
-# a scenario's timing checks missed (docs/testing.md).
+# a scenario's timing checks missed (docs/testing.md). Each phase's -timeout (per test binary) is
+# what its slowest package takes under load with room to spare, so that a wedge fails with every
+# goroutine's stack long before CI's 90 minutes: 15, 25 and 10 minutes.
 RACE_PKGS_RE = $(subst $(eval) ,|,$(patsubst ./%/,%,$(RACE_PKGS)))
 NON_E2E_PKGS = $$(go list ./... | grep -v -E '/test/e2e$$|/tidegate/($(RACE_PKGS_RE))$$')
 
@@ -108,16 +116,16 @@ NON_E2E_PKGS = $$(go list ./... | grep -v -E '/test/e2e$$|/tidegate/($(RACE_PKGS
 test: testbin vet fuzz-short ## Run every test: the fuzz targets briefly (fuzz-short), unit and envtest, end to end, and RACE_PKGS under -race (builds the test binaries first when missing).
 	mkdir -p bin
 	{ echo "=== phase packages"; \
-		go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m $(NON_E2E_PKGS); rest=$$?; \
+		$(TEST_ENV) go test -json $(GO_TEST_FLAGS) -count=1 -timeout 15m $(NON_E2E_PKGS); rest=$$?; \
 		echo "=== phase e2e"; \
-		go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -parallel $(E2E_PARALLEL) ./test/e2e/; e2e=$$?; \
+		$(TEST_ENV) go test -json $(GO_TEST_FLAGS) -count=1 -timeout 25m -parallel $(E2E_PARALLEL) ./test/e2e/; e2e=$$?; \
 		echo "=== phase race"; \
-		go test -json -race $(GO_TEST_FLAGS) -count=1 -timeout 30m $(RACE_PKGS); race=$$?; \
+		$(TEST_ENV) CGO_ENABLED=1 go test -json -race $(GO_TEST_FLAGS) -count=1 -timeout 10m $(RACE_PKGS); race=$$?; \
 		exit $$((rest | e2e | race)); } 2>&1 | tee bin/test.json | go run ./hack/testsummary
 
 .PHONY: test-deploy
 test-deploy: testbin ## Check config/default against a real kube-apiserver: apply, RBAC, Pod Security, the controller under its ServiceAccount.
-	go test $(GO_TEST_FLAGS) -count=1 ./test/deploy/
+	$(TEST_ENV) go test $(GO_TEST_FLAGS) -count=1 ./test/deploy/
 
 .PHONY: deploy
 deploy: ## Install tidegate on the cluster of the current kubeconfig context (kubectl apply -k config/default: the CRDs and the controller).
@@ -129,11 +137,11 @@ undeploy: ## Uninstall the controller from the cluster of the current kubeconfig
 
 .PHONY: test-e2e
 test-e2e: testbin ## Run only the end-to-end tests on the local fleet.
-	go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -parallel $(E2E_PARALLEL) -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
+	$(TEST_ENV) go test -json $(GO_TEST_FLAGS) -count=1 -timeout 60m -parallel $(E2E_PARALLEL) -run TestE2E ./... 2>&1 | tee bin/test-e2e.json | go run ./hack/testsummary
 
 .PHONY: transcripts
 transcripts: testbin ## Write docs/transcripts/ again from a session of each entry path on the local fleet (TestE2ETranscripts; a test fails when they are stale).
-	TIDEGATE_UPDATE_TRANSCRIPTS=1 go test $(GO_TEST_FLAGS) -count=1 -timeout 20m -run '^TestE2ETranscripts$$' ./test/e2e/
+	TIDEGATE_UPDATE_TRANSCRIPTS=1 $(TEST_ENV) go test $(GO_TEST_FLAGS) -count=1 -timeout 20m -run '^TestE2ETranscripts$$' ./test/e2e/
 
 # BENCH_SCALE_ARGS go to hack/bench/scale, e.g. BENCH_SCALE_ARGS='-runs standin:1000' for one run
 # (flags: go run ./hack/bench/scale -h; docs/benchmarks.md).
