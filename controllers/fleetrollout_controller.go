@@ -340,6 +340,7 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 func (r *FleetRolloutReconciler) observe(ctx context.Context, p *pass) outcome {
 	fr := p.Rollout
 	p.Observe(p.Objects)
+	notOurSpec(p)
 	kind := fr.Spec.SourceRef.Kind
 	if c := fr.Status.Candidate; c != nil {
 		if _, s, err := collector.GetSource(ctx, r.Client, fr.Namespace, kind, c.Source); err == nil {
@@ -352,6 +353,26 @@ func (r *FleetRolloutReconciler) observe(ctx context.Context, p *pass) outcome {
 		}
 	}
 	return proceeding()
+}
+
+// notOurSpec marks as not current the observation of every Kustomization whose spec no longer has
+// what tidegate gives it (a field tidegate sets, changed by someone else: its path, its interval):
+// what kustomize-controller says of that spec is not about what tidegate applies, so it neither
+// passes nor fails the cluster; the writes of this pass put tidegate's spec back
+// (applyKustomization), and the cluster is judged on it.
+func notOurSpec(p *pass) {
+	for c, ks := range p.Objects {
+		fc := p.Clusters[c]
+		if ks == nil || fc == nil {
+			continue
+		}
+		want := desiredKustomization(p.Rollout, fc, ks.Spec.SourceRef.Name, ks.Annotations[v1alpha1.RevisionAnnotation], ks.Labels[v1alpha1.WaveLabel])
+		if kept, err := specKept(want, ks); err == nil && !kept {
+			o := p.Kustomizations[c]
+			o.Current, o.ReadyCurrent = false, false
+			p.Kustomizations[c] = o
+		}
+	}
 }
 
 // step moves the status one decision forward (pure), and says what it asked for.

@@ -121,3 +121,37 @@ func TestSpecKept(t *testing.T) {
 		}
 	}
 }
+
+// What kustomize-controller says of a spec someone else changed (a path edited by hand that fails
+// to build) is not about what tidegate applies: the cluster's observation is not current, so it
+// neither fails nor passes the wave until tidegate's spec is back. A field tidegate leaves to others
+// (suspend) keeps the observation current.
+func TestObservationOfASpecNotOursIsNotCurrent(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	fr.Spec.SourceRef = v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}
+	fr.Spec.Path = "./app"
+	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}
+	desired := desiredKustomization(fr, fc, "web-abc", "main@sha1:abc", "canary")
+	for _, tc := range []struct {
+		name    string
+		edit    func(*kustomizev1.Kustomization)
+		current bool
+	}{
+		{"as written", func(*kustomizev1.Kustomization) {}, true},
+		{"suspended", func(ks *kustomizev1.Kustomization) { ks.Spec.Suspend = true }, true},
+		{"path changed", func(ks *kustomizev1.Kustomization) { ks.Spec.Path = "./elsewhere" }, false},
+	} {
+		ks := desired.DeepCopy()
+		tc.edit(ks)
+		ks.Generation, ks.Status.ObservedGeneration = 2, 2
+		ks.Status.Conditions = []metav1.Condition{{Type: meta.ReadyCondition, Status: metav1.ConditionFalse, Reason: meta.ArtifactFailedReason,
+			Message: "kustomization path not found", ObservedGeneration: 2}}
+		p := &pass{world: &world{Rollout: fr, Clusters: map[string]*v1alpha1.FleetCluster{"eu-1": fc}}}
+		p.Observe(map[string]*kustomizev1.Kustomization{"eu-1": ks})
+		notOurSpec(p)
+		o := p.Kustomizations["eu-1"]
+		if o.Current != tc.current || o.FailedAt("web-abc", "main@sha1:abc") != tc.current {
+			t.Errorf("%s: current %v, failed at the revision %v; want both %v", tc.name, o.Current, o.FailedAt("web-abc", "main@sha1:abc"), tc.current)
+		}
+	}
+}

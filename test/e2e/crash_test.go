@@ -95,7 +95,7 @@ func TestE2ECrashPointsDuringWaves(t *testing.T) {
 		fr := s.rollout(t, "web")
 		return fr.Status.Waves[1].Phase == v1alpha1.WaveSucceeded && fr.Status.Phase == v1alpha1.PhaseHeld, describe(fr)
 	})
-	time.Sleep(testSoak + 3*time.Second)
+	s.reconciledAgain(ctx, t, "web", reconciles(t, s.ns, "web"), 2)
 	if fr := s.rollout(t, "web"); fr.Status.Waves[2].Phase != v1alpha1.WavePending {
 		t.Fatalf("the hold set while the controller was down was lost: %s", describe(fr))
 	}

@@ -15,7 +15,6 @@ import (
 	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/faultproxy"
 	"github.com/tidegate/tidegate/internal/localfleet"
-	"github.com/tidegate/tidegate/internal/simulator"
 )
 
 // The canary's member is blackholed while its wave soaks, with onFailure Rollback: its samples stop
@@ -168,8 +167,8 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 		fr.Spec.Waves[0].Soak = &metav1.Duration{Duration: 50 * time.Second}
 	})
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
-	s.faults.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 10 * time.Second})
 	rev2 := s.commitVersion(t, "v2")
+	s.loseAvailabilityOnceSoaking(ctx, t, "web", rev2, "v2", canary, 0)
 
 	eventually(ctx, t, "the canary's lost availability written to status", func() (bool, string) {
 		fr := s.rollout(t, "web")

@@ -77,7 +77,7 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 			}
 		}
 	}
-	s.nothingApplied(ctx, t, "web", rev2, "v2", 5*time.Second)
+	s.nothingApplied(ctx, t, "web", rev2, "v2")
 	if ks := s.kustomization(t, "web", canary); ks == nil || ks.Annotations[v1alpha1.RevisionAnnotation] != rev1 {
 		t.Errorf("%s's Kustomization should stay at %s", canary, rev1)
 	}
@@ -184,9 +184,9 @@ func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 		held = s.rollout(t, "web")
 		return held.Status.Waves[1].Phase == v1alpha1.WaveSucceeded && held.Status.Phase == v1alpha1.PhaseHeld, describe(held)
 	})
-	// More passes while member-2 is Reachable=False (the rollout's interval is 10s): each derives
-	// the late joiners and the skipped clusters again.
-	time.Sleep(12 * time.Second)
+	// More passes while member-2 is Reachable=False: each derives the late joiners and the skipped
+	// clusters again.
+	s.reconciledAgain(ctx, t, "web", reconciles(t, s.ns, "web"), 2)
 	held = s.rollout(t, "web")
 	if late := held.Status.LateJoiners; len(late) > 0 {
 		t.Errorf("late joiners %v: every cluster was in the fleet from the start", late)

@@ -89,7 +89,7 @@ func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 	if reasonsContain(rc, having) {
 		t.Errorf("%s has the CRD: %q", having, rc.Spec.Reasons)
 	}
-	s.nothingApplied(ctx, t, "web", rev2, "v2", 5*time.Second)
+	s.nothingApplied(ctx, t, "web", rev2, "v2")
 
 	// A budget of one on the last wave: the rollout completes without the member that lacks the CRD.
 	one := int32(1)
@@ -135,5 +135,5 @@ func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 	}
 
 	// Completed, the held-back member stays where it was.
-	s.nothingApplied(ctx, t, "web", rev2, "v2", 5*time.Second, lacking)
+	s.nothingApplied(ctx, t, "web", rev2, "v2", lacking)
 }

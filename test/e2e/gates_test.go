@@ -22,7 +22,6 @@ import (
 	"github.com/tidegate/tidegate/controllers"
 	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/localfleet"
-	"github.com/tidegate/tidegate/internal/simulator"
 )
 
 // twoWaveRollout is "web": a canary of one cluster, then the rest; health is the web Deployment's
@@ -204,17 +203,17 @@ func (s *fleetSetup) waitGate(ctx context.Context, t *testing.T, name, gate stri
 	return fr
 }
 
-// nothingApplied checks, for a while, that no Kustomization of the rollout points at rev and that
-// no member runs version; only clusters' when any are named.
-func (s *fleetSetup) nothingApplied(ctx context.Context, t *testing.T, rollout, rev, version string, d time.Duration, clusters ...string) {
+// nothingApplied checks, through the rollout's next two reconciles, that no Kustomization of the
+// rollout points at rev and that no member runs version; only clusters' when any are named.
+func (s *fleetSetup) nothingApplied(ctx context.Context, t *testing.T, rollout, rev, version string, clusters ...string) {
 	t.Helper()
 	if len(clusters) == 0 {
 		for _, m := range s.members {
 			clusters = append(clusters, m.Name)
 		}
 	}
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	mark := reconciles(t, s.ns, rollout)
+	for {
 		for _, c := range clusters {
 			if ks := s.kustomization(t, rollout, c); ks != nil && ks.Annotations[v1alpha1.RevisionAnnotation] == rev {
 				t.Fatalf("cluster %s was switched to %s", c, rev)
@@ -223,7 +222,14 @@ func (s *fleetSetup) nothingApplied(ctx context.Context, t *testing.T, rollout, 
 				t.Fatalf("cluster %s runs %s", c, version)
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		if reconciles(t, s.ns, rollout) >= mark+2 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the rollout %s was not reconciled twice while checking that %s is applied nowhere", rollout, rev)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 
@@ -273,8 +279,8 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 	})
 
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
-	s.faults.SetFault(canary, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":v2", After: 10 * time.Second})
 	rev2 := s.commitVersion(t, "v2")
+	s.loseAvailabilityOnceSoaking(ctx, t, "web", rev2, "v2", canary, 0)
 	held := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
 	if w := held.Status.Waves[0]; w.Phase != v1alpha1.WaveFailed {
 		t.Fatalf("canary wave %+v, want Failed", w)
@@ -355,11 +361,11 @@ func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
 		if rc == nil || rc.Spec.Result != v1alpha1.ResultFail || !reasonsContain(rc, "rollbackSafe."+step.field, "needs an approval of the candidate") {
 			t.Fatalf("%s: rollbackSafe receipt should fail on %s: %+v", step.version, step.field, rc)
 		}
-		s.nothingApplied(ctx, t, "web", rev, step.version, 8*time.Second)
+		s.nothingApplied(ctx, t, "web", rev, step.version)
 
 		// An approval of another revision, or one not for irreversible changes, does not count.
 		s.approve(ctx, t, "web", v1alpha1.Approval{Revision: rev, By: "someone"})
-		s.nothingApplied(ctx, t, "web", rev, step.version, 6*time.Second)
+		s.nothingApplied(ctx, t, "web", rev, step.version)
 		s.approve(ctx, t, "web", v1alpha1.Approval{Revision: rev, Irreversible: true, By: "dba", Reason: "data migrated"})
 		done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev)
 		rc = latestReceipt(s.receiptsOf(ctx, t, "web", rev), v1alpha1.GateRollbackSafe, "canary")
@@ -408,7 +414,7 @@ spec:
 	if rc == nil || !reasonsContain(rc, "rollbackSafe.irreversible", "drops the legacy sessions table") {
 		t.Fatalf("rollbackSafe should fail naming the irreversible change: %+v", rc)
 	}
-	s.nothingApplied(ctx, t, "web", rev2, "v2", 6*time.Second)
+	s.nothingApplied(ctx, t, "web", rev2, "v2")
 
 	s.approve(ctx, t, "web", v1alpha1.Approval{Revision: rev2, Irreversible: true, By: "alice", Reason: "migration reviewed"})
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
@@ -461,7 +467,7 @@ func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
 	if ev.KnownGoodSource == nil || ev.KnownGoodSource.Renders || !strings.Contains(ev.KnownGoodSource.RenderError, "not served") {
 		t.Errorf("evidence should say the known-good is not served: %+v", ev.KnownGoodSource)
 	}
-	s.nothingApplied(ctx, t, "web", rev2, "v2", 6*time.Second)
+	s.nothingApplied(ctx, t, "web", rev2, "v2")
 }
 
 // A policy that requires verified provenance, with a source that verifies nothing: deploySafe fails
@@ -496,7 +502,7 @@ deploySafe: source: verified: true | error("the candidate's provenance must be v
 	if c := findCondition(got, v1alpha1.GateDeploySafe); c == nil || !strings.Contains(c.Message, rc.Name) {
 		t.Errorf("the deploySafe condition should name the receipt: %+v", c)
 	}
-	s.nothingApplied(ctx, t, "web", rev1, "v1", 6*time.Second)
+	s.nothingApplied(ctx, t, "web", rev1, "v1")
 }
 
 // Install-time values checked against the package's tidegate/install.cue: an unknown key, then a
@@ -535,7 +541,7 @@ protected: ["image"]
 			}
 			return rc.Spec.Result == v1alpha1.ResultFail && reasonsContain(rc, "deploySafe.install."+tc.field, tc.key), fmt.Sprint(rc.Spec.Reasons)
 		})
-		s.nothingApplied(ctx, t, "web", rev1, "v1", 3*time.Second)
+		s.nothingApplied(ctx, t, "web", rev1, "v1")
 		s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Template.PostBuild.Substitute = tc.next })
 	}
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
@@ -562,7 +568,7 @@ func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.InvalidPolicyReason, describe(fr)
 	})
 	rev2 := s.commitVersion(t, "v2")
-	s.nothingApplied(ctx, t, "web", rev2, "v2", 10*time.Second)
+	s.nothingApplied(ctx, t, "web", rev2, "v2")
 	fr := s.rollout(t, "web")
 	c := findCondition(fr, "Stalled")
 	if c == nil || !strings.Contains(c.Message, "policy.cue") || !strings.Contains(c.Message, "expected") {

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
@@ -77,3 +79,43 @@ func keyOf(ns, name string) types.NamespacedName {
 }
 
 func containsStr(s, sub string) bool { return strings.Contains(s, sub) }
+
+// reconciles is how many reconciles of the FleetRollout ns/name were recorded: the sample count of
+// Flux's gotk_reconcile_duration_seconds for it, which the controller records at the end of every
+// reconcile. controller_runtime_reconcile_total would count every manager's FleetRollout
+// controller in this process, the other tests' too.
+func reconciles(t *testing.T, ns, name string) int {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := uint64(0)
+	for _, f := range families {
+		if f.GetName() != "gotk_reconcile_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == v1alpha1.FleetRolloutKind && labels["namespace"] == ns && labels["name"] == name {
+				total += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return int(total)
+}
+
+// reconciledAgain waits until the rollout has been reconciled n more times than when it was
+// reconciled mark times (mark from reconciles): a window that ends on what the controller did, not
+// on the clock, so a check that nothing happens through it holds through n whole passes however
+// slow the machine.
+func (s *fleetSetup) reconciledAgain(ctx context.Context, t *testing.T, rollout string, mark, n int) {
+	t.Helper()
+	eventually(ctx, t, fmt.Sprintf("%d more reconciles of rollout %s", n, rollout), func() (bool, string) {
+		got := reconciles(t, s.ns, rollout)
+		return got >= mark+n, fmt.Sprintf("%d since the mark", got-mark)
+	})
+}

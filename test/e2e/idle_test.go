@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
@@ -100,34 +99,6 @@ func TestE2EIdleRolloutCostsNothing(t *testing.T) {
 	if limit := int(window/rolloutInterval) + 2; got > limit {
 		t.Errorf("%d rollout reconciles in %s at spec.interval %s, want at most %d", got, window, rolloutInterval, limit)
 	}
-}
-
-// reconciles is how many reconciles of the FleetRollout ns/name were recorded: the sample count of
-// Flux's gotk_reconcile_duration_seconds for it, which the controller records at the end of every
-// reconcile. controller_runtime_reconcile_total would count every manager's FleetRollout
-// controller in this process, the other tests' too.
-func reconciles(t *testing.T, ns, name string) int {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := uint64(0)
-	for _, f := range families {
-		if f.GetName() != "gotk_reconcile_duration_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["kind"] == v1alpha1.FleetRolloutKind && labels["namespace"] == ns && labels["name"] == name {
-				total += m.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return int(total)
 }
 
 // hubRequests counts the requests through a rest.Config's transport by verb and path (watches,

@@ -157,7 +157,7 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 		if w := fr.Status.Waves; len(w) == 0 || w[0].StartedAt != nil {
 			t.Errorf("%s: the canary should be blocked before it starts: %s", c.version, describe(fr))
 		}
-		s.nothingApplied(ctx, t, "web", a.Revision(), c.version, 3*time.Second)
+		s.nothingApplied(ctx, t, "web", a.Revision(), c.version)
 	}
 	if now := s.generations(t, "web"); !maps.Equal(gen, now) {
 		t.Errorf("a refused artifact moved a Kustomization: generations %v, then %v", gen, now)

@@ -165,7 +165,7 @@ func TestE2EGoingBackPrunesWhatTheCandidateAdds(t *testing.T) {
 	if len(ev.PrunedStateful) != 1 || ev.PrunedStateful[0].Name != "cache" || ev.PrunedStateful[0].Change != tgcue.ChangeAdded {
 		t.Errorf("prunedStateful %+v, want the added claim cache", ev.PrunedStateful)
 	}
-	s.nothingApplied(ctx, t, "web", rev, "v2", 6*time.Second)
+	s.nothingApplied(ctx, t, "web", rev, "v2")
 
 	s.approve(ctx, t, "web", v1alpha1.Approval{Revision: rev, Irreversible: true, By: "dba", Reason: "the cache may be lost"})
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev)

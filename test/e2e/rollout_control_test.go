@@ -62,7 +62,7 @@ func TestE2EHoldAndSuspend(t *testing.T) {
 	if c := findCondition(held, "Ready"); c == nil || c.Status != "False" || c.Message != "held: change freeze" {
 		t.Errorf("Ready while held = %+v, want False with the hold's reason", c)
 	}
-	time.Sleep(testSoak + 5*time.Second)
+	s.reconciledAgain(ctx, t, "web", reconciles(t, s.ns, "web"), 2)
 	held = s.rollout(t, "web")
 	for _, w := range held.Status.Waves {
 		if w.Phase != v1alpha1.WavePending {

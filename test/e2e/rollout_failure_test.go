@@ -92,8 +92,8 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 	if held := findCondition(got, v1alpha1.HeldCondition); held == nil || held.Status != "True" {
 		t.Errorf("Held condition should be True: %+v", held)
 	}
-	// The hold lasts: nothing moves for a while.
-	time.Sleep(5 * time.Second)
+	// The hold lasts: nothing moves through the next two reconciles.
+	s.reconciledAgain(ctx, t, "web", reconciles(t, s.ns, "web"), 2)
 	got = s.rollout(t, "web")
 	if got.Status.Phase != v1alpha1.PhaseHeld || got.Status.Waves[1].Phase != v1alpha1.WavePending {
 		t.Errorf("rollout moved while held: %s", describe(got))
@@ -172,8 +172,8 @@ func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	if ready := findCondition(got, "Ready"); ready == nil || ready.Reason != v1alpha1.RolledBackReason {
 		t.Errorf("Ready should say RolledBack: %+v", ready)
 	}
-	// The rejected revision is not retried by accident: a later reconcile leaves it rejected.
-	time.Sleep(5 * time.Second)
+	// The rejected revision is not retried by accident: later reconciles leave it rejected.
+	s.reconciledAgain(ctx, t, "web", reconciles(t, s.ns, "web"), 2)
 	if again := s.rollout(t, "web"); again.Status.Phase != v1alpha1.PhaseRolledBack {
 		t.Errorf("rollout left RolledBack on its own: %s", describe(again))
 	}

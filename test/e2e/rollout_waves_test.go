@@ -204,8 +204,8 @@ func TestE2ERolloutWaves(t *testing.T) {
 	}
 
 	// A completed rollout is quiet: reconciles (every 10s here, and on every FleetCluster probe) write nothing.
-	before := s.resourceVersions(ctx, t, "web")
-	time.Sleep(25 * time.Second)
+	before, mark := s.resourceVersions(ctx, t, "web"), reconciles(t, s.ns, "web")
+	s.reconciledAgain(ctx, t, "web", mark, 2)
 	if after := s.resourceVersions(ctx, t, "web"); !equalMaps(before, after) {
 		t.Errorf("no-op reconciles wrote: %v → %v", before, after)
 	}

@@ -157,6 +157,11 @@ func newFleetSetupReaching(t *testing.T, members int, files map[string]string, o
 	kubeConfig func(f *localfleet.Fleet, m *localfleet.Member) *meta.KubeConfigReference) (*fleetSetup, string) {
 	t.Helper()
 	opts.Members = members
+	if opts.Namespace == "" {
+		// A namespace named after the test, as on the shared fleet: the metrics the managers of
+		// every test in the process share tell its rollouts apart by it.
+		opts.Namespace = testNamespace(t)
+	}
 	f := startFleet(t, opts)
 	sim, stopSim := startSimulator(f)
 	t.Cleanup(stopSim)
@@ -316,4 +321,17 @@ func (s *fleetSetup) breakVersion(version string) {
 	for _, m := range s.members {
 		s.faults.SetFault(m.Name, simulator.Fault{Workload: "web", Mode: simulator.NeverAvailable, Image: ":" + version})
 	}
+}
+
+// loseAvailabilityOnceSoaking makes the workload of version lose its availability on cluster as
+// soon as wave wave of the rollout soaks rev: a fault triggered by the rollout's state, not by a
+// clock, so the loss falls inside the soak however slow the machine.
+func (s *fleetSetup) loseAvailabilityOnceSoaking(ctx context.Context, t *testing.T, rollout, rev, version, cluster string, wave int) {
+	t.Helper()
+	eventually(ctx, t, fmt.Sprintf("wave %d of %s soaking %s", wave, rollout, rev), func() (bool, string) {
+		fr := s.rollout(t, rollout)
+		return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev && len(fr.Status.Waves) > wave &&
+			fr.Status.Waves[wave].Phase == v1alpha1.WaveSoaking, describe(fr)
+	})
+	s.faults.SetFault(cluster, simulator.Fault{Workload: "web", Mode: simulator.LoseAvailability, Image: ":" + version})
 }

@@ -59,7 +59,7 @@ func TestE2ETranscripts(t *testing.T) {
 	}
 
 	// A fleet of its own: the transcripts name the fleet's namespace ("fleet") and the package's.
-	s, first := newFleetSetupWith(t, 3, transcriptPackage("v1"), localfleet.Options{})
+	s, first := newFleetSetupWith(t, 3, transcriptPackage("v1"), localfleet.Options{Namespace: "fleet"})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(10 * time.Minute)
 	defer cancel()
