@@ -118,9 +118,7 @@ func testNamespace(t *testing.T) string {
 // lines of the shared processes' logs that name its namespace (the last lines of each).
 func dumpSharedLogs(t *testing.T, f *localfleet.Fleet, ns string) {
 	const lines = 120
-	for _, name := range []string{"tidegate-controller-" + ns + ".log"} {
-		tail(t, filepath.Join(f.Dir, "logs", name), "", lines)
-	}
+	tail(t, filepath.Join(f.Dir, "logs", "tidegate-controller-"+ns+".log"), "", lines)
 	for _, name := range []string{"source-controller.log", "kustomize-controller.log", "simulator.log", "hub-kube-apiserver.log"} {
 		tail(t, filepath.Join(f.Dir, "logs", name), ns, lines)
 	}

@@ -51,8 +51,9 @@ func (h *controllerHandle) Stop(t *testing.T) {
 }
 
 // startTidegate runs tidegate's controllers in-process against the fleet's hub, wired as the manager
-// binary wires them. Each manager logs to its own fleet's tidegate-controller.log (the tests run in
-// parallel, each on its own fleet); the process-wide logger discards (TestMain).
+// binary wires them. Each manager logs to a file of its scenario's (tidegate-controller.log on a
+// fleet of its own, tidegate-controller-<ns>.log on the shared one); the process-wide logger
+// discards (TestMain).
 func startTidegate(t *testing.T, s *fleetSetup, opts controllers.Options) *controllerHandle {
 	t.Helper()
 	return startTidegateWith(t, s, s.f.HubConfig, controllers.ManagerConfig{}, opts)
