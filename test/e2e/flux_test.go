@@ -31,7 +31,7 @@ data:
 // Flux Kustomizations on the hub that use the members' kubeconfig Secrets, and a second commit updates both.
 func TestE2EFluxAppliesCommitsToMembers(t *testing.T) {
 	t.Parallel()
-	f := startFleet(t, localfleet.Options{Members: 2})
+	f := localfleet.StartForTest(t, localfleet.Options{Members: 2})
 	ctx, cancel := testContext(4 * time.Minute)
 	defer cancel()
 

@@ -8,8 +8,6 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
-
-	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
 func TestMain(m *testing.M) {
@@ -23,11 +21,4 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stopShared()
 	os.Exit(code)
-}
-
-// startFleet starts a local fleet of t's own (localfleet bounds how many start at once on the
-// machine: localfleet.MaxStarts).
-func startFleet(t *testing.T, opts localfleet.Options) *localfleet.Fleet {
-	t.Helper()
-	return localfleet.StartForTest(t, opts)
 }

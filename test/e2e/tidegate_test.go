@@ -163,7 +163,7 @@ func newFleetSetupReaching(t *testing.T, members int, files map[string]string, o
 		// every test in the process share tell its rollouts apart by it.
 		opts.Namespace = testNamespace(t)
 	}
-	f := startFleet(t, opts)
+	f := localfleet.StartForTest(t, opts)
 	sim, stopSim := startSimulator(f)
 	t.Cleanup(stopSim)
 	s := &fleetSetup{f: f, ns: f.Namespace, members: f.Members, faults: &faults{sim: sim, ns: f.Namespace}}
