@@ -285,6 +285,7 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 	for _, f := range st.WriteFailures {
 		failures[f.Cluster] = f
 	}
+	isMoving := moving(st)
 	for _, c := range names {
 		t := targets[c]
 		fc := p.Clusters[c]
@@ -295,6 +296,12 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 			continue // its last write failed: it is tried again after its backoff
 		}
 		desired := desiredKustomization(fr, fc, t.Source, t.Revision, t.Wave)
+		if !mayWrite(isMoving, c, desired, existing[c]) {
+			// Not in a wave being switched, and what it would get is not what tidegate wrote
+			// before (the template, its values or credentials changed, or its Kustomization is
+			// gone): it lags, and a catch-up wave brings it there through the gates.
+			continue
+		}
 		wrote, err := r.writeKustomization(ctx, fr, desired, existing[c], func() error { return r.hook(point + c) })
 		var werr *writeError
 		switch {

@@ -90,11 +90,7 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 	}
 	switch st.Phase {
 	case v1alpha1.PhaseCompleted:
-		n := 0
-		for _, w := range st.Waves {
-			n += len(w.Clusters)
-		}
-		msg := fmt.Sprintf("revision %s runs on %d clusters", st.LastKnownGood.Revision, n)
+		msg := fmt.Sprintf("revision %s runs on %s", st.LastKnownGood.Revision, plural(int(st.RunningCount), "cluster", "clusters"))
 		if st.LaggingCount > 0 {
 			msg += "; " + laggingMessage(st)
 		}

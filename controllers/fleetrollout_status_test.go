@@ -109,6 +109,7 @@ func TestSetConditions(t *testing.T) {
 			edit: func(fr *v1alpha1.FleetRollout) {
 				fr.Status.Phase, fr.Status.Candidate, fr.Status.LastKnownGood = v1alpha1.PhaseCompleted, cand, cand
 				fr.Status.Waves = []v1alpha1.WaveStatus{{Name: "all", Phase: v1alpha1.WaveSucceeded, Clusters: []string{"a", "b"}}}
+				fr.Status.RunningCount = 2
 				fr.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForRetry, Message: "revision main@sha1:3 was rejected"}
 			},
 			out:  doneAfter(0),

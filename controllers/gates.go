@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -138,7 +139,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 			}
 		}
 		prev := gateOutcome(wv, gate)
-		d = inconclusiveUntil(d, prev, p.Settings.InconclusiveAfter, p.Now)
+		d = inconclusiveUntil(gate, d, prev, p.Settings, p.Now)
 		if d.Result == v1alpha1.ResultInconclusive && prev != nil && prev.Result == v1alpha1.ResultInconclusive &&
 			prev.Receipt != "" && slices.Equal(prev.Unobserved, capUnobserved(d.Unobserved)) {
 			// Still inconclusive about the same targets: the decision recorded stands.
@@ -174,19 +175,57 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 	return decided, nil
 }
 
-// inconclusiveUntil turns an Inconclusive decision into a Fail once the gate has been Inconclusive
-// (prev, its latest recorded outcome on the wave) for longer than after.
-func inconclusiveUntil(d GateDecision, prev *v1alpha1.GateOutcome, after time.Duration, now time.Time) GateDecision {
+// inconclusiveUntil decides an Inconclusive decision once the gate has been Inconclusive (prev, its
+// latest recorded outcome on the wave) for longer than the policy's settings.inconclusiveAfter, as
+// its settings.onInconclusive says: Fail, or Excuse. Excuse applies to deploySafe only, where the
+// clusters it could not observe have not been switched, and only when each thing it could not
+// observe is a named cluster: it passes the gate on what was observed (Inconclusive means that
+// passes), and the wave goes on without them (excusedBy, applyGates). Anything else fails.
+func inconclusiveUntil(gate string, d GateDecision, prev *v1alpha1.GateOutcome, s tgcue.Settings, now time.Time) GateDecision {
 	if d.Result != v1alpha1.ResultInconclusive || prev == nil || prev.Result != v1alpha1.ResultInconclusive || prev.InconclusiveSince == nil {
 		return d
 	}
+	after := s.InconclusiveAfter
 	if after <= 0 || now.Sub(prev.InconclusiveSince.Time) < after {
+		return d
+	}
+	since := prev.InconclusiveSince.UTC().Format(time.RFC3339)
+	if s.OnInconclusive == tgcue.OnInconclusiveExcuse && gate == v1alpha1.GateDeploySafe && len(d.Unobserved) > 0 &&
+		!slices.Contains(d.Unobserved, tgcue.WholeGate) {
+		d.Result = v1alpha1.ResultPass
+		d.Reasons = append([]string{fmt.Sprintf("%s since %s, longer than the policy's settings.inconclusiveAfter of %s; settings.onInconclusive is Excuse: the wave goes on without %s, not switched: %s",
+			excusedReason, since, after, plural(len(d.Unobserved), "cluster", "clusters"), firstNames(d.Unobserved, 10))}, d.Reasons...)
 		return d
 	}
 	d.Result = v1alpha1.ResultFail
 	d.Reasons = append([]string{fmt.Sprintf("inconclusive since %s, longer than the policy's settings.inconclusiveAfter of %s: what could not be observed fails the gate",
-		prev.InconclusiveSince.UTC().Format(time.RFC3339), after)}, d.Reasons...)
+		since, after)}, d.Reasons...)
 	return d
+}
+
+// excusedReason opens the reason of a deploySafe decision that excused the clusters it could not
+// observe (inconclusiveUntil): a receipt taken up after a restart is read the same way (excusedBy).
+const excusedReason = "excused: inconclusive"
+
+// excusedBy lists the members of wave wv that deploySafe decision d excused: when it passed with
+// the excuse (excusedReason), the targets of the wave its evidence could not observe. It reads only
+// the decision and its evidence, so a decision taken up from its receipt excuses the same clusters.
+func excusedBy(wv *v1alpha1.WaveStatus, d GateDecision) []string {
+	if d.Result != v1alpha1.ResultPass || !slices.ContainsFunc(d.Reasons, func(r string) bool { return strings.HasPrefix(r, excusedReason) }) {
+		return nil
+	}
+	ds, ok := deploySafeOf(d.Evidence)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, u := range ds.Unobserved {
+		if u.Name != "" && slices.Contains(wv.Clusters, u.Name) && !slices.Contains(out, u.Name) {
+			out = append(out, u.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // maxUnobserved bounds GateOutcome.unobserved; the receipt names them all.
@@ -199,6 +238,19 @@ func capUnobserved(names []string) []string {
 		return names
 	}
 	return append(slices.Clone(names[:maxUnobserved]), fmt.Sprintf("and %d more", len(names)-maxUnobserved))
+}
+
+// deploySafeOf is deploySafe's evidence, when ev is it.
+func deploySafeOf(ev any) (tgcue.DeploySafeEvidence, bool) {
+	switch e := ev.(type) {
+	case tgcue.DeploySafeEvidence:
+		return e, true
+	case *tgcue.DeploySafeEvidence:
+		if e != nil {
+			return *e, true
+		}
+	}
+	return tgcue.DeploySafeEvidence{}, false
 }
 
 // safeEvaluate runs an evaluator and turns a panic into an error, so a broken evaluator fails the gate

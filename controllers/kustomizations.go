@@ -27,6 +27,11 @@ import (
 // that would write the same thing again makes no API call at all.
 const specHashAnnotation = "tidegate.dev/spec-hash"
 
+// buildHashAnnotation records a hash of the fields of what tidegate last wrote to a Kustomization
+// that shape what Flux applies (buildHash): a change of them reaches the cluster only through a
+// wave.
+const buildHashAnnotation = "tidegate.dev/build-hash"
+
 // Template defaults, as documented on KustomizationTemplate.
 const (
 	defaultKustomizationInterval = 10 * time.Minute
@@ -83,7 +88,7 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 // spec.suspend among them, stays the other writer's. beforeWrite runs just before a write (the
 // crash-point hook). It reports whether it wrote.
 func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ks, existing *kustomizev1.Kustomization, beforeWrite func() error) (bool, error) {
-	hash, err := contentHash(ks.Labels, ks.Annotations, ks.Spec)
+	hash, err := specHash(ks)
 	if err != nil {
 		return false, err
 	}
@@ -96,7 +101,9 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 	if err := beforeWrite(); err != nil {
 		return false, err
 	}
-	ks.Annotations[specHashAnnotation] = hash
+	if err := stampHashes(ks, hash); err != nil {
+		return false, err
+	}
 	controller := true
 	ks.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.FleetRolloutKind,
@@ -326,6 +333,34 @@ func within(want, have any) bool {
 		return true
 	}
 	return equality.Semantic.DeepEqual(want, have)
+}
+
+// specHash is the hash tidegate records on a Kustomization it writes (specHashAnnotation), over
+// what it writes: its labels, its annotations (before the hash is added) and its spec.
+func specHash(ks *kustomizev1.Kustomization) (string, error) {
+	return contentHash(ks.Labels, ks.Annotations, ks.Spec)
+}
+
+// stampHashes records on ks, about to be written, its spec hash and its build hash.
+func stampHashes(ks *kustomizev1.Kustomization, spec string) error {
+	build, err := buildHash(ks)
+	if err != nil {
+		return err
+	}
+	ks.Annotations[specHashAnnotation] = spec
+	ks.Annotations[buildHashAnnotation] = build
+	return nil
+}
+
+// buildHash is the hash of the fields of a Kustomization that shape what Flux applies to its
+// cluster, and where: the source and path, what kustomize builds with (targetNamespace, name prefix
+// and suffix, patches, images, components, decryption), the postBuild substitution (the template's
+// and the cluster's values) and the kubeconfig. The rest (interval, timeout, retries, prune, wait,
+// health checks, deletion policy, labels) says how Flux applies and checks it, not what.
+func buildHash(ks *kustomizev1.Kustomization) (string, error) {
+	s := &ks.Spec
+	return contentHash(s.SourceRef, s.Path, s.TargetNamespace, s.NamePrefix, s.NameSuffix, s.Patches, s.Images, s.Components,
+		s.Decryption, s.PostBuild, s.KubeConfig)
 }
 
 func contentHash(parts ...any) (string, error) {

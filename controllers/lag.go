@@ -17,16 +17,16 @@ const maxLaggingInStatus = 100
 const maxLagReason = 256
 
 // trackLag records, while the rollout rests (Completed or RolledBack), the clusters of the rollout
-// that do not run the known-good, and why (status.lagging); act brings each to it as soon as it
-// can be written to (desiredTargets), and a cluster leaves the list once it is Ready there. After a
-// rollback, an unconfirmed cluster seen Ready at the known-good moves to status.rollback.confirmed.
-// It is pure.
+// that do not run the known-good, and why (status.lagging), and how many do (status.runningCount);
+// a catch-up wave brings the lagging ones there (startCatchUp), and a cluster leaves the list once
+// it is Ready there. After a rollback, an unconfirmed cluster seen Ready at the known-good moves to
+// status.rollback.confirmed. It is pure.
 func trackLag(w *world) {
 	fr := w.Rollout
 	st := &fr.Status
 	kg := st.LastKnownGood
 	if kg == nil || (st.Phase != v1alpha1.PhaseCompleted && st.Phase != v1alpha1.PhaseRolledBack) {
-		st.Lagging, st.LaggingCount = nil, 0
+		st.Lagging, st.LaggingCount, st.RunningCount = nil, 0, 0
 		return
 	}
 	if rb := st.Rollback; st.Phase == v1alpha1.PhaseRolledBack && rb != nil && rb.To == kg.Revision {
@@ -34,6 +34,7 @@ func trackLag(w *world) {
 	}
 	lag := laggingClusters(fr, w)
 	st.LaggingCount = int32(len(lag))
+	st.RunningCount = runningKnownGood(w)
 	if len(lag) > maxLaggingInStatus {
 		lag = lag[:maxLaggingInStatus]
 	}
@@ -59,21 +60,33 @@ func confirmRollback(rb *v1alpha1.RollbackStatus, w *world) {
 }
 
 // laggingClusters lists, sorted by name, the clusters of the rollout that do not run the known-good:
-// the eligible ones, those skipped as unreachable or suspended, and those a rollback left
-// unconfirmed. A cluster runs the known-good when its Kustomization points
-// at the known-good's pinned source and is Ready at it, or still is (a periodic reconcile at the
-// same revision is not a lag).
+// the eligible ones, those skipped as suspended, and those a rollback left unconfirmed. A cluster
+// runs the known-good when its Kustomization points at the known-good's pinned source, has the
+// spec tidegate gives it there, and is Ready at it, or still is (a periodic reconcile at the same
+// revision is not a lag). Once Completed, a catch-up wave brings each to it (catchUpMembers) when it
+// can; after a rollback, the next revision's waves do.
 func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingCluster {
 	st := &fr.Status
 	kg := st.LastKnownGood
+	completed := st.Phase == v1alpha1.PhaseCompleted
+	then := "the next revision's waves bring it to " + kg.Revision
+	if completed {
+		then = "a catch-up wave brings it to " + kg.Revision
+	}
 	skipped := map[string]string{}
 	for _, s := range w.Plan.Skipped {
-		if s.Cause == fleets.SkipUnreachable || s.Cause == fleets.SkipSuspended {
+		if s.Cause == fleets.SkipSuspended {
 			skipped[s.Cluster] = s.Reason
 		}
 	}
+	unreachable := map[string]bool{}
+	for _, c := range w.Inventory {
+		if c.Reachability == fleets.Unreachable {
+			unreachable[c.Name] = true
+		}
+	}
 	heldBy := map[string]string{}
-	if st.Phase == v1alpha1.PhaseCompleted {
+	if completed {
 		for _, wv := range st.Waves {
 			for _, h := range wv.HeldBack {
 				heldBy[h.Cluster] = fmt.Sprintf("held back before wave %s: %s; the next revision preflights it again", wv.Name, h.Reason)
@@ -96,10 +109,13 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 			names[c] = true
 		}
 	}
+	labels := clusterWaveLabels(st, w.Plan)
 	var out []v1alpha1.LaggingCluster
 	for _, c := range slices.Sorted(maps.Keys(names)) {
 		o := w.Kustomizations[c]
-		if o.ReadyAt(kg.Source, kg.Revision) || o.StillAt(kg.Source, kg.Revision) {
+		at := o.ReadyAt(kg.Source, kg.Revision) || o.StillAt(kg.Source, kg.Revision)
+		changed := completed && at && specChanged(fr, w, c, labels[c])
+		if at && !changed {
 			continue
 		}
 		var why string
@@ -107,15 +123,19 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 		case failed[c] != "":
 			why = failed[c]
 		case skipped[c] != "":
-			why = skipped[c] + "; brought to " + kg.Revision + " when it is back"
+			why = skipped[c] + "; " + then + " when it is not"
 		case heldBy[c] != "":
 			why = heldBy[c]
+		case unreachable[c] && (changed || o.Source != kg.Source):
+			why = "it does not answer (Reachable=False); " + then + " once it does"
+		case changed:
+			why = "its values or credentials changed since it was switched; " + then
 		case !o.Exists:
-			why = "no Kustomization yet: it is written next"
+			why = "no Kustomization yet; " + then
 		case o.Source != kg.Source && st.Phase == v1alpha1.PhaseRolledBack && !rolledBack(o.Source, st):
 			why = fmt.Sprintf("held back at pinned source %s by an earlier rollout; the next revision preflights it again", o.Source)
 		case o.Source != kg.Source:
-			why = fmt.Sprintf("its Kustomization points at %s: it is switched to %s next", o.Source, kg.Source)
+			why = fmt.Sprintf("its Kustomization points at %s; %s", o.Source, then)
 		default:
 			why = "not Ready at " + kg.Revision + " yet"
 			if seen := o.Seen(); seen != "" {
@@ -128,4 +148,29 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 		out = append(out, v1alpha1.LaggingCluster{Cluster: c, Reason: why})
 	}
 	return out
+}
+
+// specChanged tells whether cluster c's Kustomization is not the one tidegate would write at the
+// known-good today, labelled with wave: its FleetCluster's values or credentials, or the template,
+// changed since it was written.
+func specChanged(fr *v1alpha1.FleetRollout, w *world, c, wave string) bool {
+	fc, ks := w.Clusters[c], w.Objects[c]
+	kg := fr.Status.LastKnownGood
+	if fc == nil || ks == nil || kg == nil {
+		return false
+	}
+	return !sameBuild(desiredKustomization(fr, fc, kg.Source, kg.Revision, wave), ks)
+}
+
+// runningKnownGood counts the clusters whose Kustomization points at the known-good and is Ready
+// at it, or still is.
+func runningKnownGood(w *world) int32 {
+	kg := w.Rollout.Status.LastKnownGood
+	var n int32
+	for _, o := range w.Kustomizations {
+		if o.ReadyAt(kg.Source, kg.Revision) || o.StillAt(kg.Source, kg.Revision) {
+			n++
+		}
+	}
+	return n
 }

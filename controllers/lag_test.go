@@ -84,44 +84,6 @@ func TestRollbackEndsAtItsDeadline(t *testing.T) {
 	}
 }
 
-// A cluster that was unreachable while a revision went out is skipped, listed as lagging once the
-// revision completes, and brought to the known-good when it is reachable again.
-func TestAClusterBackAfterARevisionCompletedIsBroughtToIt(t *testing.T) {
-	s := newSim(t, "a", "b", "c")
-	s.run("r1", v1alpha1.PhaseCompleted)
-	s.setReachability("c", fleets.Unreachable)
-	s.frozen["c"] = true
-	s.run("r2", v1alpha1.PhaseCompleted)
-	st := &s.fr.Status
-	if got := st.Waves[1].Clusters; !slices.Equal(got, []string{"b"}) {
-		t.Fatalf("the rest wave = %v, want b alone (c is unreachable)", got)
-	}
-	if len(st.Lagging) != 1 || st.Lagging[0].Cluster != "c" || !strings.Contains(st.Lagging[0].Reason, "unreachable") {
-		t.Fatalf("lagging = %+v, want c, unreachable", st.Lagging)
-	}
-	setConditions(s.fr, outcome{kind: done}, "")
-	if ready := conditions.Get(s.fr, meta.ReadyCondition); ready.Status != metav1.ConditionTrue || !strings.Contains(ready.Message, "1 cluster lags behind r2: c") {
-		t.Errorf("Ready = %+v", ready)
-	}
-	for range 5 {
-		s.once("r2")
-	}
-	if s.ks["c"].LastApplied != "r1" {
-		t.Fatalf("an unreachable cluster is not written to: %+v", s.ks["c"])
-	}
-	s.setReachability("c", fleets.Reachable)
-	s.frozen["c"] = false
-	for range 5 {
-		s.once("r2")
-	}
-	if s.ks["c"].LastApplied != "r2" || len(st.Lagging) != 0 || st.LaggingCount != 0 {
-		t.Fatalf("c should run r2 once it is back, and lag no more: %+v %+v", s.ks["c"], st.Lagging)
-	}
-	if st.Phase != v1alpha1.PhaseCompleted || st.LastKnownGood.Revision != "r2" {
-		t.Errorf("status moved: %s %+v", st.Phase, st.LastKnownGood)
-	}
-}
-
 // A member that becomes unreachable while its wave runs stays in it, and the plan of the others does
 // not shift: no cluster is reported late, and the next wave takes the clusters it was planned to.
 func TestAWaveKeepsAMemberThatBecomesUnreachable(t *testing.T) {

@@ -102,6 +102,9 @@ func stepOnce(w *world) stepResult {
 		case fr.Spec.Rollback.Request == "":
 		case inFlight(st) && st.LastKnownGood == nil:
 			res.Refused = "rollback requested, but there is no known-good revision to go back to: set spec.hold to stop, or spec.revision to pin another revision"
+		case inFlight(st) && catchingUp(st):
+			res.Refused = "rollback requested, but a catch-up wave is bringing lagging clusters to the known-good " + st.LastKnownGood.Revision +
+				" and there is nothing older to go back to: set spec.hold to stop it"
 		case inFlight(st):
 			beginRollback(fr, w)
 		case st.Phase == v1alpha1.PhaseCompleted:
@@ -154,7 +157,9 @@ func stepOnce(w *world) stepResult {
 	st.Candidate.Digest = w.Candidate.Digest
 
 	switch st.Phase {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack:
+	case v1alpha1.PhaseCompleted:
+		return startCatchUp(fr, w, res)
+	case v1alpha1.PhaseRolledBack:
 		return res
 	}
 	if st.PlanHash != w.Plan.Hash {
@@ -183,14 +188,20 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 				res.waitFor(v1alpha1.WaitingForHold, wv.Name, nil, nil, "held: %s", fr.Spec.Hold.Reason)
 				return res
 			}
-			members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
-			if err != nil {
-				st.Phase, st.CurrentWave = v1alpha1.PhaseProgressing, wv.Name
-				res.waitFor(v1alpha1.WaitingForGates, wv.Name, nil, nil, "%s", err.Error())
-				return res
+			// A catch-up wave's members were chosen when it was made (startCatchUp).
+			members, skip, vacuous := wv.Clusters, false, error(nil)
+			if !wv.CatchUp {
+				var err error
+				members, err = fleets.Members(fleets.Input{Rollout: fr, Inventory: w.Inventory}, st.Waves[:i], wv.Name)
+				if err != nil {
+					st.Phase, st.CurrentWave = v1alpha1.PhaseProgressing, wv.Name
+					res.waitFor(v1alpha1.WaitingForGates, wv.Name, nil, nil, "%s", err.Error())
+					return res
+				}
+				members = excusedFrom(wv, members)
+				// Decided before an approval is asked for: an empty wave of a small fleet needs none.
+				skip, vacuous = vacuousWave(fr, w, i, members)
 			}
-			// Decided before an approval is asked for: an empty wave of a small fleet needs none.
-			skip, vacuous := vacuousWave(fr, w, i, members)
 			if skip {
 				skipWaves(fr, i)
 				continue
@@ -586,6 +597,7 @@ func applyGates(fr *v1alpha1.FleetRollout, w *world, i int, decided []decidedGat
 			// counted them against the wave's budget); a failed gate starts nothing.
 			wv.HeldBack = nil
 			if g.Decision.Result == v1alpha1.ResultPass {
+				excuse(wv, excusedBy(wv, g.Decision), g.Receipt)
 				wv.HeldBack = heldBackBy(wv, g.Evidence)
 			}
 		}
@@ -605,7 +617,7 @@ func applyGates(fr *v1alpha1.FleetRollout, w *world, i int, decided []decidedGat
 	}
 	switch wv.Phase {
 	case v1alpha1.WaveSoaking, v1alpha1.WaveProgressing:
-		if pass && i == 0 && w.Settings.Rehearsal && fr.Status.LastKnownGood != nil && wv.Rehearsal == nil {
+		if pass && i == 0 && !wv.CatchUp && w.Settings.Rehearsal && fr.Status.LastKnownGood != nil && wv.Rehearsal == nil {
 			wv.Phase = v1alpha1.WaveRehearsing
 			wv.Rehearsal = &v1alpha1.RehearsalStatus{Phase: v1alpha1.RehearsalRollingBack, BackStartedAt: &now}
 			return
@@ -708,6 +720,12 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, 
 // onFailure holds or rolls back after a failed wave: spec.rollback.onFailure, else the policy's onFail.
 func onFailure(fr *v1alpha1.FleetRollout, w *world) {
 	if fr.Status.Phase == v1alpha1.PhaseRollingBack || fr.Status.Phase == v1alpha1.PhaseRolledBack {
+		return
+	}
+	if catchingUp(&fr.Status) {
+		// A catch-up brings clusters to the known-good itself: there is nothing to roll back to.
+		// What it switched stays, and the rollout holds until a newer revision or spec.retry.
+		fr.Status.Phase = v1alpha1.PhaseHeld
 		return
 	}
 	if fr.OnFailure(w.Settings.OnFail) == v1alpha1.OnFailureRollback && fr.Status.LastKnownGood != nil {
@@ -935,8 +953,15 @@ func inFlight(st *v1alpha1.FleetRolloutStatus) bool {
 	return st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || st.Phase == v1alpha1.PhaseHeld)
 }
 
+// anyStarted tells whether a wave of the candidate in flight started switching clusters.
+// During a catch-up only the catch-up wave counts: the waves before it rolled out the known-good
+// itself, so a catch-up blocked before it started does not keep a newer revision waiting.
 func anyStarted(st *v1alpha1.FleetRolloutStatus) bool {
+	catchUp := catchingUp(st)
 	for _, wv := range st.Waves {
+		if catchUp && !wv.CatchUp {
+			continue
+		}
 		if wv.StartedAt != nil && st.Phase != v1alpha1.PhaseCompleted && st.Phase != v1alpha1.PhaseRolledBack {
 			return true
 		}
@@ -975,21 +1000,40 @@ func heldBack(wv *v1alpha1.WaveStatus) map[string]bool {
 	return out
 }
 
+// excuse takes the clusters names out of wave wv, which goes on without them: its deploySafe,
+// recorded in receipt, could not observe them for the policy's inconclusiveAfter and the policy
+// excuses them (inconclusiveUntil). They are never switched by the wave and are not counted in it;
+// a catch-up wave brings them to the known-good once the rollout completes and they answer.
+func excuse(wv *v1alpha1.WaveStatus, names []string, receipt string) {
+	if len(names) == 0 {
+		return
+	}
+	wv.Clusters = slices.DeleteFunc(wv.Clusters, func(c string) bool { return slices.Contains(names, c) })
+	for _, c := range names {
+		if !slices.ContainsFunc(wv.Excused, func(e v1alpha1.HeldBackCluster) bool { return e.Cluster == c }) {
+			wv.Excused = append(wv.Excused, v1alpha1.HeldBackCluster{Cluster: c,
+				Reason: "its preflight could not observe it for the policy's inconclusiveAfter; excused by receipt " + receipt})
+		}
+	}
+}
+
+// excusedFrom is members without the clusters wave wv excused.
+func excusedFrom(wv *v1alpha1.WaveStatus, members []string) []string {
+	if len(wv.Excused) == 0 {
+		return members
+	}
+	return slices.DeleteFunc(members, func(c string) bool {
+		return slices.ContainsFunc(wv.Excused, func(e v1alpha1.HeldBackCluster) bool { return e.Cluster == c })
+	})
+}
+
 // maxHeldBackReason bounds a held-back member's reason in status; the receipt has the whole story.
 const maxHeldBackReason = 256
 
 // heldBackBy lists the members of wave wv whose preflight in deploySafe's evidence ev failed.
 func heldBackBy(wv *v1alpha1.WaveStatus, ev any) []v1alpha1.HeldBackCluster {
-	var ds tgcue.DeploySafeEvidence
-	switch e := ev.(type) {
-	case tgcue.DeploySafeEvidence:
-		ds = e
-	case *tgcue.DeploySafeEvidence:
-		if e == nil {
-			return nil
-		}
-		ds = *e
-	default:
+	ds, ok := deploySafeOf(ev)
+	if !ok {
 		return nil
 	}
 	var out []v1alpha1.HeldBackCluster

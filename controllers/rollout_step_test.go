@@ -54,10 +54,14 @@ type sim struct {
 	now       time.Time
 	turns     int
 	applied   map[string]target // what Flux applied last, by cluster
-	lastGood  map[string]string // the last revision that applied and passed, by cluster
-	plan      fleets.WavePlan
-	log       []string
-	lastLog   string
+	// fcs are the FleetClusters, by name; objects the Kustomizations written, as act writes them.
+	fcs      map[string]*v1alpha1.FleetCluster
+	objects  map[string]*kustomizev1.Kustomization
+	writes   map[string]int    // Kustomization writes, by cluster
+	lastGood map[string]string // the last revision that applied and passed, by cluster
+	plan     fleets.WavePlan
+	log      []string
+	lastLog  string
 }
 
 func newSim(t *testing.T, clusters ...string) *sim {
@@ -65,6 +69,7 @@ func newSim(t *testing.T, clusters ...string) *sim {
 	soak := &metav1.Duration{Duration: 10 * time.Second}
 	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, frozen: map[string]bool{}, noCRD: map[string]bool{},
 		decisions: map[string]int{}, inconclusive: map[string]bool{}, applied: map[string]target{}, lastGood: map[string]string{},
+		fcs: map[string]*v1alpha1.FleetCluster{}, objects: map[string]*kustomizev1.Kustomization{}, writes: map[string]int{},
 		now: time.Unix(1_000_000, 0), settings: tgcue.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
@@ -91,8 +96,13 @@ func (s *sim) turn(target string) (stepResult, fleets.WavePlan) {
 		s.t.Fatal(err)
 	}
 	s.plan = plan
+	for _, c := range s.inv {
+		if s.fcs[c.Name] == nil {
+			s.fcs[c.Name] = &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: "fleet"}}
+		}
+	}
 	w := &world{Rollout: s.fr, Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings,
-		TrackedRefused: s.trackedRefused}
+		TrackedRefused: s.trackedRefused, Clusters: s.fcs, Objects: s.objects}
 	if c := s.fr.Status.Candidate; c != nil {
 		w.Candidate = collector.SourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
 	}
@@ -163,6 +173,10 @@ func (s *sim) decide(gate string, i int) (GateDecision, any) {
 		if err != nil {
 			s.t.Fatal(err)
 		}
+		if d.Inconclusive && !fail {
+			gd := GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: d.Unobserved, Reasons: d.Reasons, Evidence: ds}
+			return inconclusiveUntil(gate, gd, gateOutcome(wv, gate), s.settings, s.now), ds
+		}
 		fail, ev = fail || !d.Pass, ds
 	case v1alpha1.GateNoDisruption:
 		cand := s.fr.Status.Candidate
@@ -184,7 +198,7 @@ func (s *sim) decide(gate string, i int) (GateDecision, any) {
 	}
 	if s.inconclusive[gate] {
 		d := GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{"unseen"}, Reasons: []string{gate + ": inconclusive"}}
-		return inconclusiveUntil(d, gateOutcome(wv, gate), s.settings.InconclusiveAfter, s.now), ev
+		return inconclusiveUntil(gate, d, gateOutcome(wv, gate), s.settings, s.now), ev
 	}
 	return GateDecision{Result: v1alpha1.ResultPass}, ev
 }
@@ -203,6 +217,9 @@ func (s *sim) deploySafe(i int) tgcue.DeploySafeEvidence {
 		var out []tgcue.ClusterPreflight
 		for _, c := range clusters {
 			p := tgcue.ClusterPreflight{Name: c, Reachable: true, ServerVersion: "v1.37.2"}
+			if s.unreachable(c) {
+				p = tgcue.ClusterPreflight{Name: c, Unreachable: "the API server did not answer"}
+			}
 			if s.noCRD[c] && st.Candidate.Revision != "r1" {
 				p.MissingAPIs = []string{"monitoring.coreos.com/v1, Kind=ServiceMonitor: ServiceMonitor demo/web"}
 			}
@@ -217,29 +234,61 @@ func (s *sim) deploySafe(i int) tgcue.DeploySafeEvidence {
 		return 0
 	}
 	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", budget(wv.Name), preflight(ev.Targets))
+	for _, c := range ev.Targets {
+		if s.unreachable(c) {
+			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: c, Reason: "preflight: unreachable"})
+		}
+	}
 	if i == 0 {
 		for _, pw := range s.plan.Waves[1:] {
-			ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(pw.Name, budget(pw.Name), preflight(pw.Clusters)))
+			// The collector leaves out later waves' clusters that do not answer: their own wave holds on them.
+			answered := slices.DeleteFunc(slices.Clone(pw.Clusters), s.unreachable)
+			ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(pw.Name, budget(pw.Name), preflight(answered)))
 		}
 	}
 	return ev
+}
+
+// unreachable tells whether cluster c does not answer: its FleetCluster says Reachable=False.
+func (s *sim) unreachable(c string) bool {
+	for _, ic := range s.inv {
+		if ic.Name == c {
+			return ic.Reachability == fleets.Unreachable
+		}
+	}
+	return false
 }
 
 // flux applies what the recorded status asks for, at most throughput switches a turn, and reports
 // what each Kustomization says: its outcome, seen through the turn's weather.
 func (s *sim) flux(plan fleets.WavePlan) {
 	s.turns++
-	existing := map[string]*kustomizev1.Kustomization{}
-	for c, o := range s.ks {
-		if o.Exists {
-			existing[c] = &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}}}
-			existing[c].Spec.SourceRef.Name = o.Source
-		}
-	}
-	desired := desiredTargets(s.fr, plan, existing)
+	desired := desiredTargets(s.fr, plan, s.objects)
+	isMoving := moving(&s.fr.Status)
 	switched := 0
 	for _, c := range slices.Sorted(maps.Keys(desired)) {
 		tg := desired[c]
+		ks := desiredKustomization(s.fr, s.fcs[c], tg.Source, tg.Revision, tg.Wave)
+		if !mayWrite(isMoving, c, ks, s.objects[c]) {
+			continue
+		}
+		hash, err := specHash(ks)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		written := s.objects[c] != nil && s.objects[c].Annotations[specHashAnnotation] == hash
+		rewritten := s.objects[c] != nil && s.applied[c] == tg && !sameBuild(ks, s.objects[c])
+		if !written {
+			if err := stampHashes(ks, hash); err != nil {
+				s.t.Fatal(err)
+			}
+			s.objects[c] = ks
+			s.writes[c]++
+		}
+		if rewritten && s.broken[c] && !s.frozen[c] {
+			s.lastGood[c] = "" // the same revision with another spec (template, values) fails there
+			continue
+		}
 		if s.applied[c] == tg && !s.broken[c] && !s.frozen[c] {
 			s.lastGood[c] = tg.Revision // a cluster fixed in place: Flux's next reconcile passes
 			continue

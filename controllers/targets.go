@@ -15,28 +15,21 @@ type target struct {
 }
 
 // desiredTargets derives, from the recorded status alone, what each cluster's Kustomization should
-// point at. Clusters without an entry are left as they are.
+// point at. Clusters without an entry are left as they are: nothing reaches a cluster except through
+// a wave of the candidate or a rollback.
 //   - Rolling back or rolled back: every managed cluster at the candidate goes to the known-good
 //     (one that a wave held back at an older revision stays there: its preflight refused it).
 //   - Members of a started wave run the candidate, except during the first leg of a rehearsal, when
 //     they run the known-good, and except the members the wave held back (deploySafe's preflight
-//     failed on them): they keep what they run, and are never switched.
-//   - Other eligible clusters keep what they run while a candidate is in flight; one without a
-//     Kustomization gets the known-good, so a cluster that joins the fleet runs what the rest of the
-//     fleet ran last. Once the rollout rests (Completed, RolledBack), every eligible cluster is
-//     brought to the known-good: one that was unreachable, suspended or joined late while the
-//     candidate went out gets it when it is eligible again (trackLag lists it until then). Members
-//     the completed candidate held back keep what they run: their preflight refused it.
+//     failed on them) or excused: they keep what they run, and are never switched.
+//   - Every other cluster keeps what it runs. A cluster that joined the fleet, was excused or away
+//     when its wave went out, or whose values or credentials changed, is brought to the known-good
+//     by a catch-up wave once the rollout completes (startCatchUp), gated like any other wave; a
+//     catch-up wave's members keep the wave label they had (clusterWaveLabels).
 func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]*kustomizev1.Kustomization) map[string]target {
 	st := &fr.Status
 	out := map[string]target{}
 	kg := st.LastKnownGood
-	plannedWave := map[string]string{}
-	for _, w := range plan.Waves {
-		for _, c := range w.Clusters {
-			plannedWave[c] = w.Name
-		}
-	}
 	if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
 		if kg == nil {
 			return out
@@ -47,52 +40,60 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 			}
 			out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: ks.Labels[v1alpha1.WaveLabel]}
 		}
-		if st.Phase == v1alpha1.PhaseRolledBack {
-			for _, c := range plan.Eligible {
-				if existing[c] == nil {
-					out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
-				}
-			}
-		}
 		return out
 	}
-	held := map[string]bool{}
-	if st.Candidate != nil {
-		for _, w := range st.Waves {
-			for _, h := range w.HeldBack {
-				held[h.Cluster] = true
-			}
-			if w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting || w.Phase == v1alpha1.WaveRolledBack {
-				continue
-			}
-			to := st.Candidate
-			if w.Phase == v1alpha1.WaveRehearsing && w.Rehearsal != nil && w.Rehearsal.Phase == v1alpha1.RehearsalRollingBack && kg != nil {
-				to = kg // the rehearsal's first leg: the wave goes back to the known-good
-			}
-			for _, c := range w.Clusters {
-				if !held[c] {
-					out[c] = target{Source: to.Source, Revision: to.Revision, Wave: w.Name}
-				}
-			}
-		}
+	if st.Candidate == nil {
+		return out
 	}
-	if kg != nil {
-		completed := st.Phase == v1alpha1.PhaseCompleted
-		for _, c := range plan.Eligible {
-			if _, ok := out[c]; ok || (held[c] && !inFlight(st)) {
+	var labels map[string]string
+	held := map[string]bool{}
+	for _, w := range st.Waves {
+		for _, h := range w.HeldBack {
+			held[h.Cluster] = true
+		}
+		if w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting || w.Phase == v1alpha1.WaveRolledBack {
+			continue
+		}
+		to := st.Candidate
+		if w.Phase == v1alpha1.WaveRehearsing && w.Rehearsal != nil && w.Rehearsal.Phase == v1alpha1.RehearsalRollingBack && kg != nil {
+			to = kg // the rehearsal's first leg: the wave goes back to the known-good
+		}
+		if w.CatchUp && labels == nil {
+			labels = clusterWaveLabels(st, plan)
+		}
+		for _, c := range w.Clusters {
+			if held[c] {
 				continue
 			}
-			ks := existing[c]
-			switch {
-			case ks == nil:
-				out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
-			case completed && ks.Spec.SourceRef.Name != kg.Source:
-				// Lagging behind the completed candidate: it goes where the fleet is.
-				out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: plannedWave[c]}
+			label := w.Name
+			if w.CatchUp {
+				label = labels[c]
 			}
+			out[c] = target{Source: to.Source, Revision: to.Revision, Wave: label}
 		}
 	}
 	return out
+}
+
+// moving are the clusters whose Kustomization a write may change now: the members of the waves
+// being switched, soaked or rehearsed, and, in a rollback, every cluster sent back. Any other
+// cluster's Kustomization is written only to put back what tidegate wrote before (someone else
+// changed it), never with a spec of another template, values or credentials: those reach it
+// through a wave (act).
+func moving(st *v1alpha1.FleetRolloutStatus) func(cluster string) bool {
+	if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
+		return func(string) bool { return true }
+	}
+	active := map[string]bool{}
+	for _, w := range st.Waves {
+		switch w.Phase {
+		case v1alpha1.WaveProgressing, v1alpha1.WaveSoaking, v1alpha1.WaveRehearsing:
+			for _, c := range w.Clusters {
+				active[c] = true
+			}
+		}
+	}
+	return func(c string) bool { return active[c] }
 }
 
 // rolledBack tells whether a rollback sends a Kustomization pointing at source to the known-good:
@@ -102,4 +103,26 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 func rolledBack(source string, st *v1alpha1.FleetRolloutStatus) bool {
 	return source == "" || st.LastKnownGood == nil || source == st.LastKnownGood.Source ||
 		(st.Candidate != nil && source == st.Candidate.Source)
+}
+
+// mayWrite tells whether act may write desired over cluster c's existing Kustomization: c is
+// moving, or desired changes nothing of what Flux applies there (sameBuild): a write then only
+// puts back what someone else changed, or changes how Flux applies it (an interval, a timeout).
+func mayWrite(isMoving func(string) bool, c string, desired, existing *kustomizev1.Kustomization) bool {
+	return isMoving(c) || sameBuild(desired, existing)
+}
+
+// sameBuild tells whether desired would make Flux apply to the cluster what existing, written by
+// tidegate, does: the same build hash (buildHashAnnotation). A Kustomization written before that
+// annotation existed is judged on its spec hash: desired is exactly what was written.
+func sameBuild(desired, existing *kustomizev1.Kustomization) bool {
+	if existing == nil {
+		return false
+	}
+	if have, ok := existing.Annotations[buildHashAnnotation]; ok {
+		want, err := buildHash(desired)
+		return err == nil && have == want
+	}
+	hash, err := specHash(desired)
+	return err == nil && existing.Annotations[specHashAnnotation] == hash
 }

@@ -36,8 +36,8 @@ func TestDesiredTargets(t *testing.T) {
 	if _, ok := got["b"]; ok {
 		t.Errorf("a cluster of a pending wave keeps what it runs: got %+v", got["b"])
 	}
-	if got["d"].Source != "web-1" || got["d"].Wave != "rest" {
-		t.Errorf("a cluster without a Kustomization gets the known-good in its planned wave: %+v", got["d"])
+	if _, ok := got["d"]; ok {
+		t.Errorf("a cluster without a Kustomization gets nothing until its wave (or a catch-up wave) starts: %+v", got["d"])
 	}
 
 	fr.Status.Phase = v1alpha1.PhaseRollingBack
@@ -109,8 +109,8 @@ func TestDesiredTargetsHoldBack(t *testing.T) {
 	if _, ok := got["c"]; ok {
 		t.Errorf("a held-back member keeps what it runs: %+v", got["c"])
 	}
-	if got["d"].Source != "web-1" {
-		t.Errorf("a held-back member without a Kustomization gets the known-good while the candidate is in flight: %+v", got["d"])
+	if _, ok := got["d"]; ok {
+		t.Errorf("a held-back member without a Kustomization gets nothing: %+v", got["d"])
 	}
 
 	// Completed: the known-good is the candidate now, and the held-back members stay behind.
@@ -134,5 +134,37 @@ func TestDesiredTargetsHoldBack(t *testing.T) {
 	}
 	if _, ok := got["c"]; ok {
 		t.Errorf("a member held back at an older revision stays there: %+v", got["c"])
+	}
+}
+
+func TestDesiredTargetsOfACatchUpWave(t *testing.T) {
+	plan := fleets.WavePlan{
+		Waves:    []fleets.PlannedWave{{Name: "canary", Clusters: []string{"a"}}, {Name: "rest", Clusters: []string{"b", "c"}}},
+		Eligible: []string{"a", "b", "c"},
+	}
+	kg := &v1alpha1.RevisionStatus{Revision: "main@sha1:1", Source: "web-1"}
+	fr := &v1alpha1.FleetRollout{Status: v1alpha1.FleetRolloutStatus{
+		Phase: v1alpha1.PhaseProgressing, Candidate: kg, LastKnownGood: kg,
+		Waves: []v1alpha1.WaveStatus{
+			{Name: "canary", Phase: v1alpha1.WaveSucceeded, Clusters: []string{"a"}},
+			{Name: "rest", Phase: v1alpha1.WaveSucceeded, Clusters: []string{"b"}, Excused: []v1alpha1.HeldBackCluster{{Cluster: "c"}}},
+			{Name: "catch-up-1", Phase: v1alpha1.WavePending, Clusters: []string{"a", "c"}, CatchUp: true},
+		},
+	}}
+	got := desiredTargets(fr, plan, nil)
+	if _, ok := got["c"]; ok {
+		t.Errorf("an excused member gets nothing before its catch-up wave starts: %+v", got["c"])
+	}
+	fr.Status.Waves[2].Phase = v1alpha1.WaveProgressing
+	got = desiredTargets(fr, plan, nil)
+	if got["c"] != (target{Source: "web-1", Revision: kg.Revision, Wave: "rest"}) {
+		t.Errorf("an excused member goes to the known-good in its catch-up wave, labelled with its planned wave: %+v", got["c"])
+	}
+	if got["a"].Wave != "canary" {
+		t.Errorf("a catch-up member keeps the label of the wave it was a member of: %+v", got["a"])
+	}
+	isMoving := moving(&fr.Status)
+	if !isMoving("a") || !isMoving("c") || isMoving("b") {
+		t.Errorf("only the members of the catch-up wave being switched may change: a=%v c=%v b=%v", isMoving("a"), isMoving("c"), isMoving("b"))
 	}
 }

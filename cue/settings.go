@@ -21,12 +21,26 @@ type Settings struct {
 	OnFail string `json:"onFail"`
 	// Rehearsal asks for a rollback rehearsal after the first wave.
 	Rehearsal bool `json:"rehearsal"`
-	// InconclusiveAfter is how long a gate may stay Inconclusive before it is decided Fail.
+	// InconclusiveAfter is how long a gate may stay Inconclusive before OnInconclusive decides it.
 	InconclusiveAfter time.Duration `json:"inconclusiveAfter"`
+	// OnInconclusive is "Fail" or "Excuse" (the clusters that could not be observed are excused).
+	OnInconclusive string `json:"onInconclusive"`
+	// CatchUp paces catch-up waves.
+	CatchUp CatchUpSettings `json:"catchUp"`
 	// Approvals says which waves wait for an approval of the candidate revision.
 	Approvals ApprovalSettings `json:"approvals"`
 	// Tolerances are the numbers the policy's gate constraints refer to.
 	Tolerances Tolerances `json:"tolerances"`
+}
+
+// OnInconclusiveExcuse is settings.onInconclusive's value that excuses the clusters a gate could
+// not observe once inconclusiveAfter has passed.
+const OnInconclusiveExcuse = "Excuse"
+
+// CatchUpSettings paces catch-up waves.
+type CatchUpSettings struct {
+	// MaxConcurrent is the most clusters one catch-up wave takes.
+	MaxConcurrent int `json:"maxConcurrent"`
 }
 
 // ApprovalSettings says which waves wait for an approval of the candidate revision.
@@ -45,9 +59,11 @@ func (s Settings) MarshalJSON() ([]byte, error) {
 		OnFail         string           `json:"onFail"`
 		Rehearsal      bool             `json:"rehearsal"`
 		Inconclusive   string           `json:"inconclusiveAfter"`
+		OnInconclusive string           `json:"onInconclusive"`
+		CatchUp        CatchUpSettings  `json:"catchUp"`
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
-	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.Approvals, s.Tolerances})
+	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances})
 }
 
 // NeedsApproval reports whether a wave of a rollout of the given class waits for an approval.
@@ -92,13 +108,16 @@ func (p *Policy) Settings() (s Settings, err error) {
 		OnFail         string           `json:"onFail"`
 		Rehearsal      bool             `json:"rehearsal"`
 		Inconclusive   string           `json:"inconclusiveAfter"`
+		OnInconclusive string           `json:"onInconclusive"`
+		CatchUp        CatchUpSettings  `json:"catchUp"`
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
 	}
 	if err := v.Decode(&raw); err != nil {
 		return Settings{}, p.policyError(err)
 	}
-	s = Settings{OnFail: raw.OnFail, Rehearsal: raw.Rehearsal, Approvals: raw.Approvals, Tolerances: raw.Tolerances}
+	s = Settings{OnFail: raw.OnFail, Rehearsal: raw.Rehearsal, OnInconclusive: raw.OnInconclusive, CatchUp: raw.CatchUp,
+		Approvals: raw.Approvals, Tolerances: raw.Tolerances}
 	if s.Soak, err = time.ParseDuration(raw.Soak); err != nil {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.soak: %v", err)}}
 	}

@@ -23,17 +23,16 @@
 //
 // # Reachability
 //
-// A cluster whose Reachable condition is False is skipped rather than planned: planning it would only
-// make the deploySafe preflight fail and hold the whole fleet behind one cluster known to be down. It is
-// listed as skipped with the reason and is eligible again once reachable: back before its wave starts,
-// it is planned into that wave; back later, Joined reports it and Members puts it in the last wave; back
-// after the last wave started, it waits for the rollout to complete, and the engine then brings it to
-// the known-good (it is listed as lagging until it runs it), never hidden.
+// A cluster whose Reachable condition is False is planned in its wave like any other. Skipping it
+// would let the rollout complete without it and switch it later with no gate; planned, it holds its
+// wave: the deploySafe preflight cannot observe it, the gate is Inconclusive and names it, and the
+// policy's inconclusiveAfter decides, on record, whether the wave fails or goes on with it excused.
+// An excused cluster is brought to the known-good later only through a gated catch-up wave.
 //
-// Reachability is only read when a wave is planned: a member of a wave that has started (Recorded)
-// stays eligible whatever it became since (unreachable, suspended, deselected), so its wave keeps it
-// and counts it against its failure budget, and the rest of the plan does not shift: no cluster takes
-// its place and none is reported as a late joiner.
+// A member of a wave that has started (Recorded) stays eligible whatever it became since
+// (unreachable, suspended, deselected), so its wave keeps it and counts it against its failure
+// budget, and the rest of the plan does not shift: no cluster takes its place and none is reported
+// as a late joiner.
 //
 // A cluster with no Reachable condition yet (or Unknown) is planned: the planner has no evidence and no
 // clock, and the deploySafe preflight checks reachability and freshness of every target before a wave

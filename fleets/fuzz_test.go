@@ -159,9 +159,6 @@ func oracleSkip(r *v1alpha1.FleetRollout, c Cluster) SkipCause {
 	if c.Suspended {
 		return SkipSuspended
 	}
-	if c.Reachability == Unreachable {
-		return SkipUnreachable
-	}
 	return ""
 }
 

@@ -15,7 +15,8 @@ const (
 	ReachabilityUnknown Reachability = iota
 	// Reachable: the member API server answered through the kubeconfig.
 	Reachable
-	// Unreachable: the member API server did not answer. Skipped by the planner.
+	// Unreachable: the member API server did not answer. Planned all the same (its wave's preflight
+	// holds on it); a catch-up does not start for it until it answers.
 	Unreachable
 )
 

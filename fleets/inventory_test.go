@@ -50,7 +50,7 @@ func TestInventoryFrom(t *testing.T) {
 }
 
 func TestInventoryFromPlans(t *testing.T) {
-	// A FleetCluster's Reachable=False reaches the plan as a skip; no condition yet is planned.
+	// A FleetCluster's Reachable=False is planned like one with no condition yet, or True.
 	inv := InventoryFrom([]v1alpha1.FleetCluster{
 		fleetCluster("b", metav1.ConditionFalse), fleetCluster("a", ""), fleetCluster("c", metav1.ConditionTrue),
 	})
@@ -58,7 +58,7 @@ func TestInventoryFromPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := render(p), lines("all: a c", "skip b: Unreachable"); got != want {
+	if got, want := render(p), lines("all: a b c"); got != want {
 		t.Errorf("plan:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -51,9 +51,8 @@ type SkipCause string
 
 // Causes of a skip, in the order they are checked: the most lasting one is reported.
 const (
-	SkipNoOptIn     SkipCause = "NoOptIn"
-	SkipSuspended   SkipCause = "Suspended"
-	SkipUnreachable SkipCause = "Unreachable"
+	SkipNoOptIn   SkipCause = "NoOptIn"
+	SkipSuspended SkipCause = "Suspended"
 )
 
 // Skip is a cluster the clusterSelector matched that the rollout does not reach.
@@ -98,8 +97,11 @@ func (e *SpecError) Unwrap() error { return e.Err }
 // deselected mid-rollout keeps its place, so the plan of the other clusters does not shift.
 //
 // Candidates are the inventory clusters the clusterSelector matches (nil selects all), in name order.
-// Candidates without an opt-in to a SystemConfiguration rollout, suspended ones and unreachable ones
-// (Reachable=False; Unknown is planned) are skipped with a reason; the rest are eligible. Each wave, in
+// Candidates without an opt-in to a SystemConfiguration rollout and suspended ones are skipped with a
+// reason; the rest are eligible. An unreachable cluster is planned in its wave like any other: that
+// wave's deploySafe preflight cannot observe it, so the wave holds Inconclusive until it answers or
+// the policy's inconclusiveAfter decides, on record. Skipping it would let the rollout complete
+// without it, and switch it later with no gate. Each wave, in
 // spec order, takes from the eligible clusters no earlier wave took those its selector matches (nil
 // matches all), in name order, capped by count or by ceil(percent × eligible / 100). Eligible clusters
 // no wave took join the last wave. No waves in the spec plans one wave, "all". Empty waves are kept.
@@ -290,9 +292,6 @@ func skipOf(r *v1alpha1.FleetRollout, c Cluster) (Skip, bool) {
 	case c.Suspended:
 		return Skip{Cluster: c.Name, Cause: SkipSuspended,
 			Reason: "cluster is suspended (spec.suspend)"}, true
-	case c.Reachability == Unreachable:
-		return Skip{Cluster: c.Name, Cause: SkipUnreachable,
-			Reason: "cluster is unreachable (Reachable=False)"}, true
 	}
 	return Skip{}, false
 }
@@ -365,9 +364,6 @@ func skipNotes(r *v1alpha1.FleetRollout, skipped []Skip) []string {
 	}
 	if n := counts[SkipSuspended]; n > 0 {
 		notes = append(notes, fmt.Sprintf("%s skipped: suspended; clear spec.suspend on the FleetCluster to include it", plural(n, "cluster")))
-	}
-	if n := counts[SkipUnreachable]; n > 0 {
-		notes = append(notes, fmt.Sprintf("%s skipped: unreachable (Reachable=False); eligible again once reachable", plural(n, "cluster")))
 	}
 	return notes
 }

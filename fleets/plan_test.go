@@ -135,12 +135,12 @@ func TestPlan(t *testing.T) {
 			want:      lines("canary: c01", "rest:"),
 		},
 		{
-			name:    "percent counts eligible clusters, not candidates: 50% of 4 eligible is 2",
+			name:    "percent counts eligible clusters, not candidates: 50% of 5 eligible is 3",
 			rollout: rollout(percent("half", nil, 50), wv("rest", nil)),
 			inventory: Inventory{
 				cl("c01"), suspended(cl("c02")), cl("c03"), unreachable(cl("c04")), cl("c05"), cl("c06"),
 			},
-			want: lines("half: c01 c03", "rest: c05 c06", "skip c02: Suspended", "skip c04: Unreachable"),
+			want: lines("half: c01 c03 c04", "rest: c05 c06", "skip c02: Suspended"),
 		},
 		{
 			name:      "percent caps the selector's matches, not the remaining fleet",
@@ -163,15 +163,14 @@ func TestPlan(t *testing.T) {
 			wantNotes: []string{`wave "gpu" is empty: no eligible cluster left by earlier waves matches its selector; it is kept so wave names stay stable`},
 		},
 		{
-			name:    "suspended and unreachable are skipped; unknown reachability is planned",
+			name:    "suspended are skipped; unreachable and unknown reachability are planned",
 			rollout: rollout(),
 			inventory: Inventory{
 				cl("a"), suspended(cl("b")), unreachable(cl("c")), unknownReach(cl("d")), suspended(unreachable(cl("e"))),
 			},
-			want: lines("all: a d", "skip b: Suspended", "skip c: Unreachable", "skip e: Suspended"),
+			want: lines("all: a c d", "skip b: Suspended", "skip e: Suspended"),
 			wantNotes: []string{
 				"2 clusters skipped: suspended; clear spec.suspend on the FleetCluster to include it",
-				"1 cluster skipped: unreachable (Reachable=False); eligible again once reachable",
 			},
 		},
 		{
@@ -234,13 +233,13 @@ func TestPlanSkipReasons(t *testing.T) {
 	want := []Skip{
 		{Cluster: "a", Cause: SkipNoOptIn, Reason: "no opt-in for SystemConfiguration rollout podinfo"},
 		{Cluster: "b", Cause: SkipSuspended, Reason: "cluster is suspended (spec.suspend)"},
-		{Cluster: "c", Cause: SkipUnreachable, Reason: "cluster is unreachable (Reachable=False)"},
 	}
 	if !reflect.DeepEqual(p.Skipped, want) {
 		t.Errorf("skipped = %+v, want %+v", p.Skipped, want)
 	}
-	if len(p.Eligible) != 0 {
-		t.Errorf("eligible = %q, want none", p.Eligible)
+	// Unreachable is not a reason to skip: its wave holds on it instead (fleets/doc.go).
+	if !reflect.DeepEqual(p.Eligible, []string{"c"}) {
+		t.Errorf("eligible = %q, want [c]", p.Eligible)
 	}
 }
 

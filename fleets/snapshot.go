@@ -132,7 +132,7 @@ func Recorded(r *v1alpha1.FleetRollout) map[string]struct{} {
 		if w.StartedAt == nil || w.Phase == v1alpha1.WavePending || w.Phase == v1alpha1.WaveAwaiting {
 			continue
 		}
-		for _, c := range w.Clusters {
+		for _, c := range heldBy(w) {
 			if out == nil {
 				out = map[string]struct{}{}
 			}
@@ -149,11 +149,24 @@ func snapshottedSet(snapshotted []v1alpha1.WaveStatus, except string) map[string
 		if except != "" && w.Name == except {
 			continue
 		}
-		for _, c := range w.Clusters {
+		for _, c := range heldBy(w) {
 			held[c] = struct{}{}
 		}
 	}
 	return held
+}
+
+// heldBy are the clusters wave w holds: its members, and those it excused (they keep their
+// place in it, and no later wave takes them).
+func heldBy(w v1alpha1.WaveStatus) []string {
+	if len(w.Excused) == 0 {
+		return w.Clusters
+	}
+	out := slices.Clone(w.Clusters)
+	for _, e := range w.Excused {
+		out = append(out, e.Cluster)
+	}
+	return out
 }
 
 func sortedSet(s []string) []string {

@@ -186,11 +186,11 @@ func TestStartedMembersKeepTheirPlace(t *testing.T) {
 	t.Run("the next candidate plans afresh", func(t *testing.T) {
 		done := r.DeepCopy()
 		done.Status.Phase = v1alpha1.PhaseCompleted
-		p, err := Plan(Input{Rollout: done, Inventory: Inventory{unreachable(cl("a", "env", "prod")), inv[1], inv[2], inv[3]}})
+		p, err := Plan(Input{Rollout: done, Inventory: Inventory{suspended(cl("a", "env", "prod")), inv[1], inv[2], inv[3]}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := render(p); got != lines("canary: b", "ring: c d", "rest:", "skip a: Unreachable") {
+		if got := render(p); got != lines("canary: b", "ring: c d", "rest:", "skip a: Suspended") {
 			t.Errorf("plan:\n%s\nskipped %+v", got, p.Skipped)
 		}
 	})

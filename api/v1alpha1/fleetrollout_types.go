@@ -485,14 +485,20 @@ type FleetRolloutStatus struct {
 	Rollback *RollbackStatus `json:"rollback,omitempty"`
 
 	// lagging lists clusters of the rollout that do not run the known-good while the rollout rests
-	// (Completed or RolledBack), and why; each is brought to it when it can be, and leaves the list
-	// once it is Ready there (at most 100; laggingCount has the total).
+	// (Completed or RolledBack), and why; each is brought to it only through a gated catch-up wave
+	// (waves[].catchUp), and leaves the list once it is Ready there (at most 100; laggingCount has
+	// the total).
 	// +optional
 	Lagging []LaggingCluster `json:"lagging,omitempty"`
 
 	// laggingCount is how many clusters lag.
 	// +optional
 	LaggingCount int32 `json:"laggingCount,omitempty"`
+
+	// runningCount is how many clusters run the known-good while the rollout rests: their
+	// Kustomization points at its pinned source and is Ready at it (or still is). Ready counts these.
+	// +optional
+	RunningCount int32 `json:"runningCount,omitempty"`
 
 	// writeFailures lists clusters whose Kustomization could not be written, with the error; they
 	// are retried with backoff and the others are written meanwhile (at most 100; writeFailureCount
@@ -716,6 +722,23 @@ type WaveStatus struct {
 	// +listType=map
 	// +listMapKey=cluster
 	HeldBack []HeldBackCluster `json:"heldBack,omitempty"`
+
+	// excused lists members the wave went on without: its deploySafe could not observe them (they
+	// did not answer) for the policy's settings.inconclusiveAfter, and the policy's
+	// settings.onInconclusive is Excuse. They are not in clusters, are never switched by the wave,
+	// do not count against its maxFailures, and are brought to the known-good later only through
+	// a catch-up wave. The reason names the receipt that excused them.
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	Excused []HeldBackCluster `json:"excused,omitempty"`
+
+	// catchUp marks a wave that brings lagging clusters (away when the release went out, joined
+	// later, or whose values or credentials changed) to the known-good, through the same gates as
+	// any wave, once the rollout completed. Its members are at most the policy's
+	// settings.catchUp.maxConcurrent.
+	// +optional
+	CatchUp bool `json:"catchUp,omitempty"`
 
 	// startedAt is when the wave started switching clusters.
 	// +optional

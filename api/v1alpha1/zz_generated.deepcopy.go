@@ -1203,6 +1203,11 @@ func (in *WaveStatus) DeepCopyInto(out *WaveStatus) {
 		*out = make([]HeldBackCluster, len(*in))
 		copy(*out, *in)
 	}
+	if in.Excused != nil {
+		in, out := &in.Excused, &out.Excused
+		*out = make([]HeldBackCluster, len(*in))
+		copy(*out, *in)
+	}
 	if in.StartedAt != nil {
 		in, out := &in.StartedAt, &out.StartedAt
 		*out = (*in).DeepCopy()

@@ -279,16 +279,32 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 		names = append(names, lw.Clusters...)
 	}
 	results := c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
-	for _, r := range results {
+	for _, r := range results[:len(ev.Targets)] {
 		if !r.Reachable {
 			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: r.Name, Reason: "preflight: " + r.Problem()})
 		}
 	}
 	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", ev.Preflight.MaxFailures, results[:len(ev.Targets)])
 	results = results[len(ev.Targets):]
+	var away []string
 	for _, lw := range later {
-		ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(lw.Name, lw.MaxFailures, results[:len(lw.Clusters)]))
+		// A later wave's cluster that does not answer now is its own wave's business: that wave
+		// holds on it when it is due. What the first wave looks for in the later ones is a cluster
+		// that cannot take the candidate.
+		answered := make([]tgcue.ClusterPreflight, 0, len(lw.Clusters))
+		for _, r := range results[:len(lw.Clusters)] {
+			if r.Reachable {
+				answered = append(answered, r)
+			} else {
+				away = append(away, r.Name)
+			}
+		}
+		ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(lw.Name, lw.MaxFailures, answered))
 		results = results[len(lw.Clusters):]
+	}
+	if len(away) > 0 {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("%d clusters of later waves did not answer the preflight (%s): they are not judged here; their own wave's deploySafe checks them before it starts, and holds while they do not answer",
+			len(away), firstOf(away)))
 	}
 	ev.Limits = append(ev.Limits, "the preflight is a server-side dry-run at decision time; admission webhooks and quotas may still decide otherwise when Flux applies")
 	if len(later) > 0 {

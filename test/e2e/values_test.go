@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,8 @@ func (s *fleetSetup) tenantConfig(ctx context.Context, member, ns string) map[st
 
 // Two FleetClusters on one member API server get their own namespace through their values: each
 // Kustomization substitutes its cluster's values over the rollout's and Flux applies both. A
-// changed value is applied at the revision the cluster runs. A third cluster whose value the
+// changed value reaches its cluster, at the revision it runs, only through a catch-up wave with a
+// receipt per gate, and no other cluster is written. A third cluster whose value the
 // package's install.cue refuses fails deploySafe for its wave of the next revision, which names
 // it, and that wave does not start.
 func TestE2EClusterValues(t *testing.T) {
@@ -112,7 +114,9 @@ func TestE2EClusterValues(t *testing.T) {
 		t.Errorf("the rollout's own namespace value was applied: %v", got)
 	}
 
-	// A changed value is applied at the revision the cluster runs.
+	// A changed value reaches the cluster through a catch-up wave, at the revision it runs, with a
+	// receipt per gate; the other tenant is not written.
+	other := s.kustomization(t, "tenants", "tenant-a").Generation
 	var fc v1alpha1.FleetCluster
 	if err := s.f.Hub.Get(ctx, keyOf(s.ns, "tenant-b"), &fc); err != nil {
 		t.Fatal(err)
@@ -125,8 +129,18 @@ func TestE2EClusterValues(t *testing.T) {
 		got := s.tenantConfig(ctx, member.Name, "team-b")
 		return got["version"] == "v1" && got["region"] == "us", fmt.Sprint(got)
 	})
-	if ks := s.kustomization(t, "tenants", "tenant-b"); ks.Annotations[v1alpha1.RevisionAnnotation] != rev1 {
-		t.Errorf("tenant-b's Kustomization is at %s, want still %s", ks.Annotations[v1alpha1.RevisionAnnotation], rev1)
+	if ks := s.kustomization(t, "tenants", "tenant-b"); ks.Annotations[v1alpha1.RevisionAnnotation] != rev1 || ks.Labels[v1alpha1.WaveLabel] != "rest" {
+		t.Errorf("tenant-b's Kustomization is at %s in wave %s, want still %s in rest", ks.Annotations[v1alpha1.RevisionAnnotation], ks.Labels[v1alpha1.WaveLabel], rev1)
+	}
+	caughtUp := s.waitPhase(ctx, t, "tenants", v1alpha1.PhaseCompleted, rev1)
+	for _, gate := range []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSucceeds, v1alpha1.GateNoDisruption} {
+		rc := latestReceipt(s.receiptsOf(ctx, t, "tenants", rev1), gate, "catch-up-1")
+		if rc == nil || rc.Spec.Result != v1alpha1.ResultPass || !slices.Equal(rc.Spec.Targets, []string{"tenant-b"}) {
+			t.Errorf("%s of the catch-up wave: %+v, want a Pass over tenant-b; waves %+v", gate, rc, caughtUp.Status.Waves)
+		}
+	}
+	if ks := s.kustomization(t, "tenants", "tenant-a"); ks.Generation != other {
+		t.Errorf("tenant-a's Kustomization was written (generation %d, was %d): only tenant-b's values changed", ks.Generation, other)
 	}
 
 	// A tenant whose region the package's install schema refuses (a value the API server would take,
@@ -156,10 +170,10 @@ func TestE2EClusterValues(t *testing.T) {
 		t.Errorf("the canary tenant-a runs %v, want v2", got)
 	}
 	s.nothingAppliedIn(ctx, t, member.Name, "team-b", "v1", 3*time.Second)
-	// tenant-c joined after v1 completed: like any cluster that joins, it was given the known-good
-	// v1 with its values at once; the refused values keep it from v2.
-	if ks := s.kustomization(t, "tenants", "tenant-c"); ks != nil && ks.Annotations[v1alpha1.RevisionAnnotation] != rev1 {
-		t.Errorf("tenant-c's Kustomization is at %s, want the known-good %s", ks.Annotations[v1alpha1.RevisionAnnotation], rev1)
+	// tenant-c joined after v1 completed: only a wave brings it anything, and the catch-up wave
+	// that would have brought it v1 was refused by the same install schema; so is v2.
+	if ks := s.kustomization(t, "tenants", "tenant-c"); ks != nil {
+		t.Errorf("tenant-c's Kustomization is at %s: nothing passed the gates for it", ks.Annotations[v1alpha1.RevisionAnnotation])
 	}
 }
 
