@@ -31,7 +31,7 @@ image: ## Build the controller's container image into dist/: a static binary on 
 	go run ./hack/image -o dist $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: image ## Write the release manifests into dist/ (crds.yaml, controller.yaml, install.yaml, SHA256SUMS), the image set by tag and digest.
+release: image ## Write the release manifests into dist/ (crds.yaml, controller.yaml, admission.yaml, install.yaml, SHA256SUMS), the image set by tag and digest.
 	go run ./hack/release -o dist
 
 .PHONY: testbin

@@ -32,7 +32,8 @@ func TestUnrecordedReceiptIsTheDecisionDueNow(t *testing.T) {
 		return fr
 	}
 	receipt := func(name, gate, wave string, evaluated time.Duration, generation string, mutate ...func(*v1alpha1.GateReceiptSpec)) v1alpha1.GateReceipt {
-		rc := v1alpha1.GateReceipt{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{ReceiptGenerationAnnotation: generation}},
+		rc := v1alpha1.GateReceipt{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{ReceiptGenerationAnnotation: generation},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: v1alpha1.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}},
 			Spec: v1alpha1.GateReceiptSpec{Gate: gate, Rollout: "web", Wave: wave, Targets: []string{"b", "c"},
 				Candidate: v1alpha1.RevisionStatus{Revision: rev}, Result: v1alpha1.ResultPass, EvaluatedAt: at(evaluated)}}
 		for _, m := range mutate {
@@ -42,7 +43,7 @@ func TestUnrecordedReceiptIsTheDecisionDueNow(t *testing.T) {
 	}
 	const fresh = 2 * time.Minute
 	pick := func(fr *v1alpha1.FleetRollout, gate string, now time.Duration, items ...v1alpha1.GateReceipt) string {
-		rc := unrecordedReceipt(items, fr, 1, gate, t0.Add(now), fresh)
+		rc := unrecordedReceipt(items, fr, 1, gate, t0.Add(now), fresh, ReceiptAuthor{})
 		if rc == nil {
 			return ""
 		}
@@ -71,6 +72,11 @@ func TestUnrecordedReceiptIsTheDecisionDueNow(t *testing.T) {
 		if got := pick(soaking, nd, time.Minute, rc); got != "" {
 			t.Errorf("a receipt %s was taken up", name)
 		}
+	}
+	byHand := receipt("by-hand", nd, "ring", 40*time.Second, "4")
+	byHand.ManagedFields = append(byHand.ManagedFields, metav1.ManagedFieldsEntry{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate})
+	if got := pick(soaking, nd, time.Minute, byHand); got != "" {
+		t.Errorf("a receipt another field manager wrote to was taken up")
 	}
 	recorded := rollout(v1alpha1.WaveSoaking)
 	recorded.Status.Waves[0].Gates[0].Receipt = "after-soak"

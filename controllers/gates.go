@@ -150,14 +150,16 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		if err != nil {
 			return nil, err
 		}
-		if err := signReceipt(r.Signer, rc.GateReceipt); err != nil {
-			return nil, err
-		}
 		if err := r.hook("receipt:" + gate + ":" + wv.Name); err != nil {
 			return nil, err
 		}
-		if err := WriteReceipt(ctx, r.Client, rc); err != nil {
+		digestName := rc.Name
+		if err := WriteReceipt(ctx, r.Client, rc, r.author()); err != nil {
 			return nil, err
+		}
+		if rc.Name != digestName {
+			r.event(fr, corev1.EventTypeWarning, "ReceiptNameTaken", "gatereceipt %s was not written by the controller: the %s decision for wave %s is recorded as %s (a cluster admin can delete %s)",
+				digestName, gate, wv.Name, rc.Name, digestName)
 		}
 		domain().gateDecisions.WithLabelValues(fr.Namespace, fr.Name, gate, d.Result).Inc()
 		if err := r.hook("decided:" + gate + ":" + wv.Name); err != nil {

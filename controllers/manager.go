@@ -128,6 +128,8 @@ func cacheOptions(fleetNamespaces []string) cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&kustomizev1.Kustomization{}: {Label: labels.NewSelector().Add(*managed), Transform: trimKustomization},
+			// Which field managers wrote a receipt tells the controller's own (ReceiptAuthor.Wrote).
+			&v1alpha1.GateReceipt{}: {Transform: keepFieldManagers},
 			// Tracked sources are the user's, pinned ones are labelled: both are needed.
 			&sourcev1.GitRepository{}: {},
 			&sourcev1.OCIRepository{}: {},
@@ -143,6 +145,19 @@ func cacheOptions(fleetNamespaces []string) cache.Options {
 		opts.ByObject[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: namespaces}
 	}
 	return opts
+}
+
+// keepFieldManagers keeps of an object's managedFields who wrote it (each entry's manager and
+// operation) and drops the fields each owns, which are most of their size.
+func keepFieldManagers(obj any) (any, error) {
+	if o, ok := obj.(client.Object); ok {
+		fields := o.GetManagedFields()
+		for i := range fields {
+			fields[i].FieldsV1 = nil
+		}
+		o.SetManagedFields(fields)
+	}
+	return obj, nil
 }
 
 // trimKustomization keeps of a Kustomization what tidegate reads (its metadata, spec, conditions and

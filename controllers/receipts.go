@@ -84,29 +84,19 @@ const ReceiptGenerationAnnotation = "tidegate.dev/rollout-generation"
 // ReceiptDigestAnnotation holds the content digest a receipt was named after; `tidegate receipts verify` recomputes it.
 const ReceiptDigestAnnotation = v1alpha1.ContentDigestAnnotation
 
-// WriteReceipt creates the receipt, then its parts, owned by the receipt (so they go when it goes).
-// The receipt has no owner reference: it is the record of a decision, and outlives the rollout
-// (labelled tidegate.dev/rollout; deleting them is the user's explicit act). A receipt that already
-// exists with the same name is the same decision: its parts are written again, since a write may
-// have stopped between the receipt and its parts.
-func WriteReceipt(ctx context.Context, c client.Client, ro *ReceiptObjects) error {
-	rc := ro.GateReceipt
-	err := c.Create(ctx, rc, client.FieldOwner(v1alpha1.FieldManager))
-	switch {
-	case err == nil:
-	case !apierrors.IsAlreadyExists(err):
-		return fmt.Errorf("writing gate receipt %s/%s: %w", rc.Namespace, rc.Name, err)
-	case len(ro.Parts) == 0:
-		return nil
-	default:
-		existing := &v1alpha1.GateReceipt{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(rc), existing); err != nil {
-			return fmt.Errorf("reading gate receipt %s/%s to write its evidence's parts: %w", rc.Namespace, rc.Name, err)
-		}
-		if !slices.Equal(existing.Spec.EvidenceParts, rc.Spec.EvidenceParts) {
-			return nil // the same decision, its evidence kept another way
-		}
-		rc = existing
+// WriteReceipt signs the receipt as a's (createReceipt) and creates it, then its parts, owned by
+// the receipt (so they go when it goes). The receipt has no owner reference: it is the record of a
+// decision, and outlives the rollout (labelled tidegate.dev/rollout; deleting them is the user's
+// explicit act). A receipt a wrote that already exists with the same name and content is the same
+// decision: its parts are written again, since a write may have stopped between the receipt and
+// its parts. ro's receipt ends up named as it was written.
+func WriteReceipt(ctx context.Context, c client.Client, ro *ReceiptObjects, a ReceiptAuthor) error {
+	rc, err := createReceipt(ctx, c, ro.GateReceipt, a)
+	if err != nil || len(ro.Parts) == 0 {
+		return err
+	}
+	if rc != ro.GateReceipt && !slices.Equal(rc.Spec.EvidenceParts, ro.Spec.EvidenceParts) {
+		return nil // the same decision, its evidence kept another way
 	}
 	for _, p := range ro.Parts {
 		p.OwnerReferences = []metav1.OwnerReference{{
@@ -192,7 +182,7 @@ func sortedUnique(in []string) []string {
 
 // unrecordedDecision is the decision of gate for wave i, among the rollout's receipts, whose
 // receipt was written but that status does not record (the controller stopped between the two, or
-// a later write of the pass failed), or nil: the receipt is the decision, so it is recorded as it
+// a later write of the pass failed), or nil: the receipt, if the controller wrote it, is the decision, so it is recorded as it
 // was made, never made again, which would write a second receipt over other evidence. The receipts
 // come from the manager's cache, which a restarted manager syncs before its first reconcile. A
 // deploySafe receipt whose evidence is kept in parts is not taken up (the controller reads no
@@ -202,7 +192,7 @@ func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1
 	if r.Evidence != nil && r.Evidence.Freshness > 0 {
 		freshness = r.Evidence.Freshness
 	}
-	rc := unrecordedReceipt(receipts, p.Rollout, i, gate, p.Now, freshness)
+	rc := unrecordedReceipt(receipts, p.Rollout, i, gate, p.Now, freshness, r.author())
 	if rc == nil {
 		return nil, nil
 	}
@@ -217,17 +207,6 @@ func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1
 		d.Evidence = ds
 	}
 	return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}, rc
-}
-
-// signReceipt signs rc with s (nil leaves it unsigned) and checks that, signed, it still fits.
-func signReceipt(s *attest.Signer, rc *v1alpha1.GateReceipt) error {
-	if s == nil {
-		return nil
-	}
-	if err := attest.SignReceipt(s, rc); err != nil {
-		return err
-	}
-	return v1alpha1.CheckReceiptSize(rc)
 }
 
 // rolloutReceipts lists the rollout's receipts from the manager's cache, shared with it: they are
@@ -245,8 +224,9 @@ func (r *FleetRolloutReconciler) rolloutReceipts(ctx context.Context, fr *v1alph
 // due now: after the gate's last recorded decision on the wave; for a wave that started, since its
 // start (a rehearsal's decision, since the rehearsal's start); for a wave not started yet (pre-wave
 // gates), at the rollout's current generation and at most freshness old, as evidence gathered ahead
-// may be. nil when there is none.
-func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, i int, gate string, now time.Time, freshness time.Duration) *v1alpha1.GateReceipt {
+// may be. Only a receipt a wrote is taken up (ReceiptAuthor.Wrote): one injected by anyone else is
+// ignored, and the gate decided afresh. nil when there is none.
+func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, i int, gate string, now time.Time, freshness time.Duration, a ReceiptAuthor) *v1alpha1.GateReceipt {
 	st := &fr.Status
 	if st.Candidate == nil || i < 0 || i >= len(st.Waves) {
 		return nil
@@ -283,6 +263,9 @@ func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, 
 		case since != nil && at.Before(since.Time):
 			continue
 		case preWave && (rc.Annotations[ReceiptGenerationAnnotation] != generation || now.Sub(at) > freshness):
+			continue
+		}
+		if a.Wrote(rc) != nil {
 			continue
 		}
 		if best == nil || at.After(best.Spec.EvaluatedAt.Time) {

@@ -36,10 +36,7 @@ func (r *FleetRolloutReconciler) recordUndecided(ctx context.Context, p *pass, i
 			return err
 		}
 		rc.Annotations[UndecidedAnnotation] = "policy"
-		if err := signReceipt(r.Signer, rc.GateReceipt); err != nil {
-			return err
-		}
-		if err := WriteReceipt(ctx, r.Client, rc); err != nil {
+		if err := WriteReceipt(ctx, r.Client, rc, r.author()); err != nil {
 			return err
 		}
 	}

@@ -300,11 +300,17 @@ type Approval struct {
 
 	// authenticatedAs is the user the API server authenticated the client that wrote this approval
 	// as: the tidegate CLI and MCP server ask it (a SelfSubjectReview) right before they write. It is
-	// written by the client like the rest of the spec, so it is as trustworthy as the RBAC that
-	// decides who may change the rollout; receipts that count the approval record it with by.
+	// written by the client like the rest of the spec; the admission policy of config/admission
+	// refuses an approval added with any other user's name. Receipts that count the approval record
+	// it with by.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	AuthenticatedAs string `json:"authenticatedAs,omitempty"`
+
+	// approvedAt is when the approval was given: tidegate approve and the MCP approve tool set it as
+	// they write the approval. Receipts and ledger entries that count the approval record it with it.
+	// +optional
+	ApprovedAt *metav1.Time `json:"approvedAt,omitempty"`
 
 	// reason for the approval.
 	// +optional

@@ -175,8 +175,12 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("approve over HTTP: %+v", approved)
 	}
 	after := get(ctx, t, fr.Name)
-	if !slices.Contains(after.Spec.Approvals, v1alpha1.Approval{Revision: webCandidate.Revision, Wave: "everyone", By: "alice", AuthenticatedAs: "fleet-admin"}) {
-		t.Errorf("approvals %+v, want the candidate approved for wave everyone by alice, written as fleet-admin", after.Spec.Approvals)
+	if !slices.ContainsFunc(after.Spec.Approvals, func(a v1alpha1.Approval) bool {
+		given := a.ApprovedAt != nil
+		a.ApprovedAt = nil
+		return given && a == v1alpha1.Approval{Revision: webCandidate.Revision, Wave: "everyone", By: "alice", AuthenticatedAs: "fleet-admin"}
+	}) {
+		t.Errorf("approvals %+v, want the candidate approved for wave everyone by alice, written as fleet-admin, with the time it was given", after.Spec.Approvals)
 	}
 	var js ops.JobStatus
 	if call(ctx, t, hs, "job_status", map[string]any{"job": approved.Job}, &js) || js.State != ops.JobPending {

@@ -78,7 +78,7 @@ func recordDecisions(ctx context.Context, t *testing.T, name string, decisions [
 		if dc.parts != (len(ro.Parts) > 0) {
 			t.Fatalf("%s %s: %d parts", dc.wave, dc.gate, len(ro.Parts))
 		}
-		if err := controllers.WriteReceipt(ctx, k8s, ro); err != nil {
+		if err := controllers.WriteReceipt(ctx, k8s, ro, controllers.ReceiptAuthor{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {

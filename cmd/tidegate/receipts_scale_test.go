@@ -88,7 +88,7 @@ func TestReceiptsAtFleetScale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := controllers.WriteReceipt(ctx, k8s, ro); err != nil {
+		if err := controllers.WriteReceipt(ctx, k8s, ro, controllers.ReceiptAuthor{}); err != nil {
 			t.Fatal(err)
 		}
 		return ro

@@ -239,7 +239,7 @@ func TestApprove(t *testing.T) {
 	expectRun(t, r, exitOK, prefix+`spec.approvals += {revision: `+cand+`, wave: everyone, by: alice, authenticatedAs: fleet-admin, reason: "canary looked fine"}`+"\n", "")
 	// The approval records --by and, beside it, the user the API server authenticated the CLI as.
 	alice := v1alpha1.Approval{Revision: cand, Wave: "everyone", By: "alice", AuthenticatedAs: "fleet-admin", Reason: "canary looked fine"}
-	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, alice) }, nil)
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, givenAt(ctx, t, fr, alice)) }, nil)
 
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", cand, "--wave", "everyone", "--by", "alice", "--reason", "canary looked fine")
 	expectRun(t, r, exitOK, prefix+`spec.approvals already has {revision: `+cand+`, wave: everyone, by: alice, authenticatedAs: fleet-admin, reason: "canary looked fine"}; nothing changed`+"\n", "")
@@ -249,7 +249,7 @@ func TestApprove(t *testing.T) {
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", short, "--irreversible", "--by", "bob")
 	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+cand+", irreversible: true, by: bob, authenticatedAs: fleet-admin}\n", short+" expanded to the candidate "+cand+"\n")
 	bob := v1alpha1.Approval{Revision: cand, Irreversible: true, By: "bob", AuthenticatedAs: "fleet-admin"}
-	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, bob) }, nil)
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, givenAt(ctx, t, fr, bob)) }, nil)
 
 	// The first characters of the candidate's digest expand to its revision too, with or without sha256:.
 	digest := fr.Status.Candidate.Digest
@@ -259,7 +259,7 @@ func TestApprove(t *testing.T) {
 	carol := v1alpha1.Approval{Revision: cand, Wave: "canary", By: "carol", AuthenticatedAs: "fleet-admin"}
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", digest[:len("sha256:")+12], "--wave", "canary", "--by", "carol")
 	expectRun(t, r, exitOK, prefix+"spec.approvals += "+ops.ApprovalString(carol)+"\n", digest[:len("sha256:")+12]+" expanded to the candidate "+cand+"\n")
-	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, carol) }, nil)
+	fr = expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) { s.Approvals = append(s.Approvals, givenAt(ctx, t, fr, carol)) }, nil)
 	bare := strings.TrimPrefix(digest, "sha256:")[:7]
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", bare, "--wave", "canary", "--by", "carol")
 	expectRun(t, r, exitOK, prefix+"spec.approvals already has "+ops.ApprovalString(carol)+"; nothing changed\n", bare+" expanded to the candidate "+cand+"\n")
@@ -274,8 +274,21 @@ func TestApprove(t *testing.T) {
 	r = tidegate(ctx, "-n", writesNS, "approve", "approve", "--revision", next)
 	expectRun(t, r, exitOK, prefix+"spec.approvals += {revision: "+next+", authenticatedAs: fleet-admin}\n", "warning: "+next+" is not the candidate ("+cand+"): the approval applies only once it is\n")
 	expectWritten(ctx, t, fr, func(s *v1alpha1.FleetRolloutSpec) {
-		s.Approvals = append(s.Approvals, v1alpha1.Approval{Revision: next, AuthenticatedAs: "fleet-admin"})
+		s.Approvals = append(s.Approvals, givenAt(ctx, t, fr, v1alpha1.Approval{Revision: next, AuthenticatedAs: "fleet-admin"}))
 	}, nil)
+}
+
+// givenAt is a, as the CLI just appended it to fr's approvals: with the time it was given
+// (approvedAt), which the CLI sets and the test cannot know.
+func givenAt(ctx context.Context, t *testing.T, fr *v1alpha1.FleetRollout, a v1alpha1.Approval) v1alpha1.Approval {
+	t.Helper()
+	list := get(ctx, t, fr.Name).Spec.Approvals
+	if len(list) == 0 || list[len(list)-1].ApprovedAt == nil {
+		t.Errorf("the approval just written has no approvedAt: %+v", list)
+		return a
+	}
+	a.ApprovedAt = list[len(list)-1].ApprovedAt
+	return a
 }
 
 func TestRollbackRetry(t *testing.T) {

@@ -2,8 +2,10 @@ package ops
 
 import (
 	"context"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -25,9 +27,10 @@ func WhoAmI(ctx context.Context, c client.Client) (Identity, error) {
 	return Identity{User: review.Status.UserInfo.Username, Groups: review.Status.UserInfo.Groups}, nil
 }
 
-// ApproveAs is Approve with the approval recorded as written by the user c authenticates as; when
-// the API server cannot say (it serves no SelfSubjectReview), the approval is written without it and
-// the change's warning says so.
+// ApproveAs is Approve with the approval recorded as written by the user c authenticates as, and
+// given now (approvedAt); when the API server cannot say who (it serves no SelfSubjectReview), the
+// approval is written without it and the change's warning says so (where the admission policies of
+// config/admission are installed, the API server then refuses it).
 func ApproveAs(ctx context.Context, c client.Client, a v1alpha1.Approval) Mutation {
 	warning := ""
 	if id, err := WhoAmI(ctx, c); err != nil {
@@ -35,6 +38,7 @@ func ApproveAs(ctx context.Context, c client.Client, a v1alpha1.Approval) Mutati
 	} else {
 		a.AuthenticatedAs = id.User
 	}
+	a.ApprovedAt = &metav1.Time{Time: time.Now().UTC().Truncate(time.Second)}
 	approve := Approve(a)
 	return func(fr *v1alpha1.FleetRollout) (Change, error) {
 		ch, err := approve(fr)

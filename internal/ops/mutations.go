@@ -110,7 +110,7 @@ func Approve(a v1alpha1.Approval) Mutation {
 				return ch, Errorf(CodeInvalid, refOf(fr), "%s has no wave %q; its waves are %s", refOf(fr), entry.Wave, strings.Join(waves, ", "))
 			}
 		}
-		if slices.Contains(fr.Spec.Approvals, entry) {
+		if slices.ContainsFunc(fr.Spec.Approvals, func(a v1alpha1.Approval) bool { return sameApproval(a, entry) }) {
 			ch.Message = "spec.approvals already has " + ApprovalString(entry) + "; nothing changed"
 			return ch, nil
 		}
@@ -205,6 +205,13 @@ func ApprovalString(a v1alpha1.Approval) string {
 		parts = append(parts, "reason: "+strconv.Quote(a.Reason))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// sameApproval tells whether a and b approve the same thing, the same way, from the same person:
+// the same approval given again at another time is not a new one.
+func sameApproval(a, b v1alpha1.Approval) bool {
+	a.ApprovedAt, b.ApprovedAt = nil, nil
+	return a == b
 }
 
 // expandsTo tells whether short is the first 7 or more characters of the candidate's commit or

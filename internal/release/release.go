@@ -1,6 +1,6 @@
 // Package release builds tidegate's release manifests from config/ with kustomize: the CRDs alone,
-// the controller without the CRDs, and both, the controller's image set to one image by tag and
-// digest (`make release`, hack/release).
+// the controller without the CRDs, its admission policies, and all three, the controller's image
+// set to one image by tag and digest (`make release`, hack/release).
 package release
 
 import (
@@ -21,12 +21,13 @@ import (
 const (
 	CRDs       = "crds.yaml"       // config/crd: the CustomResourceDefinitions alone
 	Controller = "controller.yaml" // config/controller: the controller, its RBAC and namespace, no CRD
-	Install    = "install.yaml"    // config/default: both, for a first install
+	Admission  = "admission.yaml"  // config/admission: the ValidatingAdmissionPolicies that guard the record
+	Install    = "install.yaml"    // config/default: all three, for a first install
 )
 
 // Files lists the release's files with the kustomization each is built from.
 var Files = []struct{ Name, Config string }{
-	{CRDs, "crd"}, {Controller, "controller"}, {Install, "default"},
+	{CRDs, "crd"}, {Controller, "controller"}, {Admission, "admission"}, {Install, "default"},
 }
 
 // Build builds each of Files from configDir (a checkout's config/), the controller's image set to

@@ -51,6 +51,10 @@ func TestDeployManifestsBuild(t *testing.T) {
 		"RoleBinding " + namespace + "/tidegate-controller",
 		"Service " + namespace + "/tidegate-controller-metrics",
 		"Deployment " + namespace + "/" + deploymentName,
+		"ValidatingAdmissionPolicy " + recordsPolicy,
+		"ValidatingAdmissionPolicyBinding " + recordsPolicy,
+		"ValidatingAdmissionPolicy " + approvalsPolicy,
+		"ValidatingAdmissionPolicyBinding " + approvalsPolicy,
 	}
 	sort.Strings(got)
 	sort.Strings(want)
@@ -83,7 +87,7 @@ func TestDeployManifestsBuild(t *testing.T) {
 
 // The CRDs install apart from the controller: config/crd holds only them, config/controller none of
 // them (so `kubectl delete -k config/controller` never deletes a CRD, and with it every rollout,
-// cluster and receipt), and config/default is exactly the two. The CRDs tell Flux's
+// cluster and receipt), and config/default is exactly the two and the admission policies. The CRDs tell Flux's
 // kustomize-controller never to prune them, for an install through a Flux Kustomization.
 func TestDeployCRDsApartFromTheController(t *testing.T) {
 	crds, err := buildConfig("crd")
@@ -116,6 +120,16 @@ func TestDeployCRDsApartFromTheController(t *testing.T) {
 			t.Errorf("config/controller builds %s: uninstalling the controller would delete every object of that kind", describe(o))
 		}
 	}
+	admission, err := buildConfig("admission")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range admission {
+		parts = append(parts, describe(o))
+		if o.GetNamespace() != "" {
+			t.Errorf("config/admission builds %s: a cluster-scoped object with a namespace", describe(o))
+		}
+	}
 	var whole []string
 	for _, o := range mustBuild(t) {
 		whole = append(whole, describe(o))
@@ -123,7 +137,7 @@ func TestDeployCRDsApartFromTheController(t *testing.T) {
 	sort.Strings(parts)
 	sort.Strings(whole)
 	if !slices.Equal(parts, whole) {
-		t.Errorf("config/crd and config/controller build%s\nconfig/default builds%s", joinLines(parts), joinLines(whole))
+		t.Errorf("config/crd, config/controller and config/admission build%s\nconfig/default builds%s", joinLines(parts), joinLines(whole))
 	}
 }
 

@@ -50,8 +50,8 @@ func decodeAll(t *testing.T, name string, b []byte) []*unstructured.Unstructured
 
 // The release manifests (`make release`) are config/ as the tests above check it, the controller's
 // image set by tag and digest: install.yaml is config/default object for object but the image,
-// crds.yaml holds the CRDs alone and controller.yaml the rest, and the API server accepts both
-// over an installed config/default, as an upgrade applies them.
+// crds.yaml holds the CRDs alone, admission.yaml the admission policies and controller.yaml the
+// rest, and the API server accepts them over an installed config/default, as an upgrade applies them.
 func TestDeployRelease(t *testing.T) {
 	ref := tgimage.Repository + ":v9.9.9@sha256:" + strings.Repeat("ab", 32)
 	files, err := release.Build(filepath.Join(testenv.RepoRoot(), "config"), ref)
@@ -60,6 +60,7 @@ func TestDeployRelease(t *testing.T) {
 	}
 	crds := decodeAll(t, release.CRDs, files[release.CRDs])
 	controller := decodeAll(t, release.Controller, files[release.Controller])
+	admission := decodeAll(t, release.Admission, files[release.Admission])
 	install := decodeAll(t, release.Install, files[release.Install])
 
 	want := mustBuild(t)
@@ -106,19 +107,22 @@ func TestDeployRelease(t *testing.T) {
 		}
 		parts = append(parts, describe(o))
 	}
+	for _, o := range admission {
+		parts = append(parts, describe(o))
+	}
 	for _, o := range install {
 		whole = append(whole, describe(o))
 	}
 	sort.Strings(parts)
 	sort.Strings(whole)
 	if !slices.Equal(parts, whole) {
-		t.Errorf("crds.yaml and controller.yaml hold%s\ninstall.yaml%s", joinLines(parts), joinLines(whole))
+		t.Errorf("crds.yaml, controller.yaml and admission.yaml hold%s\ninstall.yaml%s", joinLines(parts), joinLines(whole))
 	}
 
 	mustBeInstalled(t)
 	ctx := hub(t, time.Minute)
 	n := warnings.count()
-	for _, o := range append(crds, controller...) {
+	for _, o := range slices.Concat(crds, controller, admission) {
 		if err := applyObj(ctx, o, client.DryRunAll); err != nil {
 			t.Errorf("the release over config/default: %v", err)
 		}

@@ -145,7 +145,11 @@ func buildManifests() ([]*unstructured.Unstructured, error) { return buildConfig
 
 // buildConfig builds the kustomization config/<name> as buildManifests builds config/default.
 func buildConfig(name string) ([]*unstructured.Unstructured, error) {
-	dir := filepath.Join(testenv.RepoRoot(), "config", name)
+	return buildDir(filepath.Join(testenv.RepoRoot(), "config", name))
+}
+
+// buildDir builds the kustomization in dir as buildConfig builds one of config/.
+func buildDir(dir string) ([]*unstructured.Unstructured, error) {
 	resources, err := release.Kustomizer().Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
