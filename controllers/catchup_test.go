@@ -297,3 +297,31 @@ func TestABlockedCatchUpYieldsToANewerRevision(t *testing.T) {
 		t.Fatalf("r3 replaced the blocked catch-up: %+v\n%s", st.Candidate, strings.Join(s.log, "\n"))
 	}
 }
+
+// A cluster whose FleetCluster is deleted while its wave runs is not left on a rejected revision: a
+// rollback sends its Kustomization back to the known-good with the kubeconfig and values it had
+// (status.rollback.departed), and once it runs the known-good, with the rollout at rest, it is
+// recorded as orphaned there (act then orphans its Kustomization).
+func TestADepartedClusterFollowsTheRollbackAndIsOrphanedAtTheKnownGood(t *testing.T) {
+	s := newSim(t, "a", "b", "c")
+	s.fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+	s.run("r1", v1alpha1.PhaseCompleted)
+	s.broken["b"] = true
+	s.untilWave("r2", 1, v1alpha1.WaveProgressing)
+	if s.applied["c"].Revision != "r2" {
+		t.Fatalf("c switched to r2 with its wave: %+v", s.applied["c"])
+	}
+	s.inv = slices.DeleteFunc(s.inv, func(c fleets.Cluster) bool { return c.Name == "c" })
+	delete(s.fcs, "c")
+	s.run("r2", v1alpha1.PhaseRolledBack)
+	st := &s.fr.Status
+	if rb := st.Rollback; rb == nil || !slices.Equal(rb.Departed, []string{"c"}) || s.applied["c"].Revision != "r1" {
+		t.Fatalf("c, departed, is rolled back to r1 too: %+v, c at %+v", rb, s.applied["c"])
+	}
+	for range 3 {
+		s.once("r2")
+	}
+	if len(st.Orphaned) != 1 || st.Orphaned[0].Cluster != "c" || st.Orphaned[0].Revision != "r1" {
+		t.Errorf("c is recorded as orphaned at the known-good r1: %+v", st.Orphaned)
+	}
+}

@@ -64,6 +64,8 @@ type FleetRolloutReconciler struct {
 	//   - "ledger:<revision>": after entries were appended to the ledger of revision, before the
 	//     status patch that records what they list.
 	//   - "prune:<name>": before an unused pinned source or an old receipt is deleted.
+	//   - "orphan:<cluster>": before the Kustomization of a cluster whose FleetCluster is gone, listed
+	//     in status.orphaned, is set to Flux's deletionPolicy Orphan and deleted.
 	TestHook func(point string) error
 
 	// Signer signs receipts and ledger entries; nil leaves them unsigned.
@@ -271,6 +273,9 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 			return retryable(err)
 		}
 	}
+	if err := r.orphanDeparted(ctx, p); err != nil {
+		return retryable(err)
+	}
 	targets := desiredTargets(fr, p.Plan, existing)
 	names := make([]string, 0, len(targets))
 	for c := range targets {
@@ -288,9 +293,9 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 	isMoving := moving(st)
 	for _, c := range names {
 		t := targets[c]
-		fc := p.Clusters[c]
+		fc := clusterFor(p.Clusters, st, c, existing[c])
 		if fc == nil {
-			continue // the FleetCluster is gone: its kubeconfig is unknown, its wave reports it missing
+			continue // the FleetCluster is gone: only a rollback writes its Kustomization; its wave reports it missing
 		}
 		if !r.writes.due(fr, c, p.Now) {
 			continue // its last write failed: it is tried again after its backoff

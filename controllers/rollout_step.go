@@ -75,6 +75,9 @@ func (r stepResult) waiting() string {
 func step(w *world) stepResult {
 	res := stepOnce(w)
 	trackLag(w)
+	if noteOrphans(w) {
+		res.Next = true // recorded before act orphans them (orphanDeparted)
+	}
 	if st := &w.Rollout.Status; res.Wait == nil && w.TrackedRefused != "" && st.Revert == nil &&
 		(st.Phase == v1alpha1.PhaseCompleted || st.Phase == v1alpha1.PhaseRolledBack) {
 		// At rest on what the tracked source serves, while it refuses what it was asked for: the
@@ -756,9 +759,9 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 			continue // held back at an older revision by an earlier rollout: it stays there
 		}
 		if !present[c] {
-			// Its FleetCluster is gone, so its kubeconfig is unknown: it cannot be switched back.
+			// Its FleetCluster is gone: it is sent back all the same, with the kubeconfig its
+			// Kustomization has (clusterFor).
 			gone = append(gone, c)
-			continue
 		}
 		if o.ReadyAt(kg.Source, kg.Revision) {
 			confirmed = append(confirmed, c)
@@ -777,13 +780,10 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 		res.RequeueAfter = rb.Deadline.Sub(w.Now)
 		return res
 	}
-	if len(gone) > 0 {
-		sort.Strings(gone)
-		res.Refused = fmt.Sprintf("rolled back every cluster but %v, whose FleetCluster is gone", gone)
-	}
+	sort.Strings(gone)
 	sort.Strings(confirmed)
 	sort.Strings(unconfirmed)
-	rb.Confirmed, rb.Unconfirmed, rb.FinishedAt = confirmed, unconfirmed, &now
+	rb.Confirmed, rb.Unconfirmed, rb.Departed, rb.FinishedAt = confirmed, unconfirmed, gone, &now
 	st.Phase = v1alpha1.PhaseRolledBack
 	st.CurrentWave = ""
 	for i := range st.Waves {

@@ -268,7 +268,11 @@ func (s *sim) flux(plan fleets.WavePlan) {
 	switched := 0
 	for _, c := range slices.Sorted(maps.Keys(desired)) {
 		tg := desired[c]
-		ks := desiredKustomization(s.fr, s.fcs[c], tg.Source, tg.Revision, tg.Wave)
+		fc := clusterFor(s.fcs, &s.fr.Status, c, s.objects[c])
+		if fc == nil {
+			continue
+		}
+		ks := desiredKustomization(s.fr, fc, tg.Source, tg.Revision, tg.Wave)
 		if !mayWrite(isMoving, c, ks, s.objects[c]) {
 			continue
 		}

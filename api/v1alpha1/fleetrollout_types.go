@@ -501,6 +501,15 @@ type FleetRolloutStatus struct {
 	// +optional
 	LaggingCount int32 `json:"laggingCount,omitempty"`
 
+	// orphaned lists the clusters whose FleetCluster was deleted and whose Kustomization, once it ran
+	// the known-good with the rollout at rest, tidegate set to Flux's deletionPolicy Orphan and
+	// deleted: the member keeps running that revision, managed by nothing (at most 20, the latest
+	// last).
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	Orphaned []OrphanedCluster `json:"orphaned,omitempty"`
+
 	// runningCount is how many clusters run the known-good while the rollout rests: their
 	// Kustomization points at its pinned source and is Ready at it (or still is). Ready counts these.
 	// +optional
@@ -556,6 +565,28 @@ type RollbackStatus struct {
 	// +optional
 	// +listType=set
 	Unconfirmed []string `json:"unconfirmed,omitempty"`
+
+	// departed are the clusters sent back whose FleetCluster had been deleted, sorted: their
+	// Kustomizations were rolled back all the same, with the kubeconfig and values they had, and
+	// are in confirmed or unconfirmed too.
+	// +optional
+	// +listType=set
+	Departed []string `json:"departed,omitempty"`
+}
+
+// OrphanedCluster is a cluster whose FleetCluster was deleted, left running a revision.
+type OrphanedCluster struct {
+	// cluster is the FleetCluster's name.
+	// +required
+	Cluster string `json:"cluster"`
+
+	// revision the cluster was left running: the known-good when it was orphaned.
+	// +required
+	Revision string `json:"revision"`
+
+	// at is when tidegate decided to orphan it.
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
 }
 
 // LaggingCluster is a cluster that does not run the known-good yet.

@@ -223,7 +223,8 @@ func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 
 // A FleetCluster of the wave under way is deleted while the wave soaks. The wave does not wedge:
 // the deleted cluster is reported missing and counted against the wave's failure budget (one), the
-// wave and the rollout complete, and the clusters still in the fleet run the revision.
+// wave and the rollout complete, and the clusters still in the fleet run the revision. The
+// departed cluster's Kustomization is then orphaned at the known-good, on record.
 func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
@@ -263,6 +264,17 @@ func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 	s.converged(ctx, t, fr, before, nil, "v2")
 	if rc := latestReceipt(s.receiptsOf(ctx, t, "web", rev2), v1alpha1.GateNoDisruption, "rest"); rc == nil || !limitsContain(rc, gone) {
 		t.Errorf("the rest wave's noDisruption receipt should say what is not known of %s: %+v", gone, rc)
+	}
+	// At rest, the departed cluster's Kustomization, at the known-good, is orphaned on record: the
+	// member keeps running v2, managed by nothing.
+	eventually(ctx, t, gone+" orphaned at "+rev2, func() (bool, string) {
+		fr = s.rollout(t, "web")
+		o := fr.Status.Orphaned
+		return len(o) == 1 && o[0].Cluster == gone && o[0].Revision == rev2 && s.kustomization(t, "web", gone) == nil,
+			fmt.Sprintf("%+v %s", o, describe(fr))
+	})
+	if v := s.memberVersion(ctx, gone); v != "v2" {
+		t.Errorf("%s runs %q once orphaned, want v2", gone, v)
 	}
 }
 

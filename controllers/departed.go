@@ -1,0 +1,107 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+)
+
+// maxOrphaned bounds status.orphaned; the latest are kept.
+const maxOrphaned = 20
+
+// clusterFor is the FleetCluster act writes cluster c's Kustomization for, or nil when it writes
+// none. A cluster whose FleetCluster was deleted still has its Kustomization, with the kubeconfig
+// and values it was given: a rollback sends it back to the known-good with those (departed), so no
+// member is left behind on a rejected revision. Nothing else is written to it.
+func clusterFor(clusters map[string]*v1alpha1.FleetCluster, st *v1alpha1.FleetRolloutStatus, c string, existing *kustomizev1.Kustomization) *v1alpha1.FleetCluster {
+	if fc := clusters[c]; fc != nil {
+		return fc
+	}
+	if existing == nil || (st.Phase != v1alpha1.PhaseRollingBack && st.Phase != v1alpha1.PhaseRolledBack) {
+		return nil
+	}
+	return departed(c, existing)
+}
+
+// departed is a stand-in for the deleted FleetCluster c, from its Kustomization: the kubeconfig
+// it had, and its substitutions as the cluster's values (merged over the template's, they give
+// back what it had).
+func departed(c string, ks *kustomizev1.Kustomization) *v1alpha1.FleetCluster {
+	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: ks.Namespace}}
+	if ks.Spec.KubeConfig != nil {
+		fc.Spec.KubeConfig = ks.Spec.KubeConfig.DeepCopy()
+	}
+	if ks.Spec.PostBuild != nil && len(ks.Spec.PostBuild.Substitute) > 0 {
+		fc.Spec.Values = make(map[string]string, len(ks.Spec.PostBuild.Substitute))
+		for k, v := range ks.Spec.PostBuild.Substitute {
+			fc.Spec.Values[k] = v
+		}
+	}
+	return fc
+}
+
+// noteOrphans records in status.orphaned, while the rollout rests, each cluster whose FleetCluster
+// is gone and whose Kustomization runs the known-good (Ready there, or still): act then orphans it
+// (orphanDeparted), so the record comes before the act. A cluster whose FleetCluster is back
+// before that leaves the list. It reports whether it recorded something. It is pure.
+func noteOrphans(w *world) bool {
+	st := &w.Rollout.Status
+	kg := st.LastKnownGood
+	if kg == nil || (st.Phase != v1alpha1.PhaseCompleted && st.Phase != v1alpha1.PhaseRolledBack) || w.Clusters == nil {
+		return false
+	}
+	changed := false
+	st.Orphaned = slices.DeleteFunc(st.Orphaned, func(o v1alpha1.OrphanedCluster) bool {
+		back := w.Clusters[o.Cluster] != nil && w.Objects[o.Cluster] != nil
+		changed = changed || back
+		return back
+	})
+	for _, c := range slices.Sorted(maps.Keys(w.Objects)) {
+		o := w.Kustomizations[c]
+		if w.Clusters[c] != nil || slices.ContainsFunc(st.Orphaned, func(e v1alpha1.OrphanedCluster) bool { return e.Cluster == c }) ||
+			!(o.ReadyAt(kg.Source, kg.Revision) || o.StillAt(kg.Source, kg.Revision)) {
+			continue
+		}
+		now := metav1.NewTime(w.Now)
+		st.Orphaned = append(st.Orphaned, v1alpha1.OrphanedCluster{Cluster: c, Revision: kg.Revision, At: &now})
+		changed = true
+	}
+	if n := len(st.Orphaned); n > maxOrphaned {
+		st.Orphaned = st.Orphaned[n-maxOrphaned:]
+	}
+	return changed
+}
+
+// orphanDeparted carries out status.orphaned: each listed cluster's Kustomization, whose
+// FleetCluster is still gone, is set to Flux's deletionPolicy Orphan, then deleted, so that
+// kustomize-controller leaves what it applied on the member.
+func (r *FleetRolloutReconciler) orphanDeparted(ctx context.Context, p *pass) error {
+	fr := p.Rollout
+	for _, o := range fr.Status.Orphaned {
+		ks := p.Objects[o.Cluster]
+		if ks == nil || p.Clusters[o.Cluster] != nil || !metav1.IsControlledBy(ks, fr) {
+			continue
+		}
+		if err := r.hook("orphan:" + o.Cluster); err != nil {
+			return err
+		}
+		if err := setDeletionPolicy(ctx, r.Client, ks, v1alpha1.DeletionPolicyOrphan); err != nil {
+			return err
+		}
+		if err := r.Delete(ctx, ks, client.Preconditions{UID: &ks.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting kustomization %s/%s of fleetrollout %s, whose FleetCluster %s is gone: %w", ks.Namespace, ks.Name, fr.Name, o.Cluster, err)
+		}
+		delete(p.Objects, o.Cluster)
+		r.event(fr, corev1.EventTypeNormal, "Orphaned", "FleetCluster %s is gone: its Kustomization, at %s, was orphaned; the member keeps running it, managed by nothing", o.Cluster, o.Revision)
+	}
+	return nil
+}
