@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -323,5 +324,32 @@ func TestADepartedClusterFollowsTheRollbackAndIsOrphanedAtTheKnownGood(t *testin
 	}
 	if len(st.Orphaned) != 1 || st.Orphaned[0].Cluster != "c" || st.Orphaned[0].Revision != "r1" {
 		t.Errorf("c is recorded as orphaned at the known-good r1: %+v", st.Orphaned)
+	}
+}
+
+// A revision that builds what the known-good does (a commit to another path of the repository) is
+// not rolled out: no wave starts and no gate is decided; status.unchanged records it, and the
+// rollout stays Completed on the known-good. A later revision that builds something else rolls out.
+func TestARevisionThatBuildsTheSameIsNotRolledOut(t *testing.T) {
+	s := newSim(t, "a", "b", "c")
+	s.renders = map[string]string{"r1": "sha256:one", "r2": "sha256:one", "r3": "sha256:three"}
+	s.run("r1", v1alpha1.PhaseCompleted)
+	decided := maps.Clone(s.decisions)
+	s.log = nil
+	for range 5 {
+		if s.once("r2") != v1alpha1.PhaseCompleted {
+			t.Fatalf("r2 started a rollout:\n%s", strings.Join(s.log, "\n"))
+		}
+	}
+	st := &s.fr.Status
+	if u := st.Unchanged; u == nil || u.Revision != "r2" || u.SameAs != "r1" {
+		t.Fatalf("status.unchanged records r2 as r1's render: %+v", u)
+	}
+	if st.LastKnownGood.Revision != "r1" || st.Candidate.Revision != "r1" || !maps.Equal(s.decisions, decided) {
+		t.Errorf("nothing moved and no gate was decided: %+v %+v, decisions %v (were %v)", st.Candidate, st.LastKnownGood, s.decisions, decided)
+	}
+	s.run("r3", v1alpha1.PhaseCompleted)
+	if st.LastKnownGood.Revision != "r3" || s.ks["c"].LastApplied != "r3" {
+		t.Errorf("r3 builds something else and rolls out: %+v", st.LastKnownGood)
 	}
 }

@@ -50,9 +50,11 @@ func departed(c string, ks *kustomizev1.Kustomization) *v1alpha1.FleetCluster {
 }
 
 // noteOrphans records in status.orphaned, while the rollout rests, each cluster whose FleetCluster
-// is gone and whose Kustomization runs the known-good (Ready there, or still): act then orphans it
-// (orphanDeparted), so the record comes before the act. A cluster whose FleetCluster is back
-// before that leaves the list. It reports whether it recorded something. It is pure.
+// is gone and whose Kustomization runs the revision it points at (Ready there, or still): the
+// known-good, or an earlier one (its FleetCluster went before its wave switched it), never a
+// rejected one (a rollback sends that back first). act then orphans it (orphanDeparted), so the
+// record comes before the act. A cluster whose FleetCluster is back before that leaves the list.
+// It reports whether it recorded something. It is pure.
 func noteOrphans(w *world) bool {
 	st := &w.Rollout.Status
 	kg := st.LastKnownGood
@@ -66,13 +68,15 @@ func noteOrphans(w *world) bool {
 		return back
 	})
 	for _, c := range slices.Sorted(maps.Keys(w.Objects)) {
-		o := w.Kustomizations[c]
-		if w.Clusters[c] != nil || slices.ContainsFunc(st.Orphaned, func(e v1alpha1.OrphanedCluster) bool { return e.Cluster == c }) ||
-			!(o.ReadyAt(kg.Source, kg.Revision) || o.StillAt(kg.Source, kg.Revision)) {
+		ks, o := w.Objects[c], w.Kustomizations[c]
+		rev := ks.Annotations[v1alpha1.RevisionAnnotation]
+		if w.Clusters[c] != nil || rev == "" || w.Rollout.IsRejected(rev) ||
+			slices.ContainsFunc(st.Orphaned, func(e v1alpha1.OrphanedCluster) bool { return e.Cluster == c }) ||
+			!(o.ReadyAt(ks.Spec.SourceRef.Name, rev) || o.StillAt(ks.Spec.SourceRef.Name, rev)) {
 			continue
 		}
 		now := metav1.NewTime(w.Now)
-		st.Orphaned = append(st.Orphaned, v1alpha1.OrphanedCluster{Cluster: c, Revision: kg.Revision, At: &now})
+		st.Orphaned = append(st.Orphaned, v1alpha1.OrphanedCluster{Cluster: c, Revision: rev, At: &now})
 		changed = true
 	}
 	if n := len(st.Orphaned); n > maxOrphaned {

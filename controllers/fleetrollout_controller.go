@@ -130,10 +130,14 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	before := r.statusMarks(fr)
 	wasPhase := fr.Status.Phase
 	wasCandidate := fr.Status.Candidate.DeepCopy()
+	wasUnchanged := fr.Status.Unchanged.DeepCopy()
 	defer func() {
 		setConditions(fr, out, p.Settings.OnFail)
 		result, retErr = out.result()
 		if err := r.hooks(statusPoints(before, fr)); err != nil {
+			retErr = errors.Join(retErr, err)
+		} else if err := r.recordUnchanged(ctx, fr, wasUnchanged, p.TrackedState); err != nil {
+			r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
 			retErr = errors.Join(retErr, err)
 		} else if err := r.recordLedger(ctx, fr, wasCandidate, p.receipts); err != nil {
 			// The ledger lists a decision before status records it: a pass that could not append
@@ -192,7 +196,7 @@ func (r *FleetRolloutReconciler) resolveTarget(ctx context.Context, p *pass) out
 	case err != nil:
 		return retryable(fmt.Errorf("reading source of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err))
 	}
-	p.Tracked = tracked
+	p.Tracked, p.TrackedState = tracked, state
 	switch {
 	case fr.Spec.Revision != "":
 		if _, _, err := collector.SplitRevision(fr.Spec.Revision); err != nil {
@@ -364,7 +368,29 @@ func (r *FleetRolloutReconciler) observe(ctx context.Context, p *pass) outcome {
 			p.KnownGood = s
 		}
 	}
+	r.renderDigests(ctx, p)
 	return proceeding()
+}
+
+// renderDigests fills, when a completed rollout's tracked source serves a revision it has not
+// rolled out (unchangedCandidate), the digests of what that revision and the known-good build to:
+// the step does not roll out a revision that builds what the known-good does. A digest that cannot
+// be had stays "": the revision is then rolled out, through the gates, as any other.
+func (r *FleetRolloutReconciler) renderDigests(ctx context.Context, p *pass) {
+	fr := p.Rollout
+	if !unchangedCandidate(fr, p.world) || r.Evidence == nil {
+		return
+	}
+	kg := fr.Status.LastKnownGood
+	target, err := r.Evidence.RenderDigest(ctx, fr, p.TrackedState, "")
+	if err != nil {
+		return
+	}
+	known, err := r.Evidence.RenderDigest(ctx, fr, p.KnownGood, kg.Digest)
+	if err != nil {
+		return
+	}
+	p.TargetRender, p.KnownGoodRender = target, known
 }
 
 // notOurSpec marks as not current the observation of every Kustomization whose spec no longer has

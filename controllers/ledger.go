@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
 )
 
@@ -38,6 +39,24 @@ func (r *FleetRolloutReconciler) recordLedger(ctx context.Context, fr *v1alpha1.
 	return r.appendLedger(ctx, fr, *st.Candidate, func(l *v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error) {
 		return r.ledgerEntries(ctx, fr, l, receipts)
 	}, now)
+}
+
+// recordUnchanged gives a revision the step found unchanged (status.unchanged, new in this pass) a
+// ledger of its own that says so: one Outcome entry, Unchanged, naming the known-good whose render
+// it is. It runs before the status patch, as recordLedger does. tracked is the tracked source,
+// which serves the revision.
+func (r *FleetRolloutReconciler) recordUnchanged(ctx context.Context, fr *v1alpha1.FleetRollout, was *v1alpha1.UnchangedRevision, tracked collector.SourceState) error {
+	u := fr.Status.Unchanged
+	if u == nil || (was != nil && was.Revision == u.Revision) || tracked.Revision != u.Revision {
+		return nil
+	}
+	rev := v1alpha1.RevisionStatus{Revision: u.Revision, Digest: tracked.Digest, Source: fr.Spec.SourceRef.Name}
+	return r.appendLedger(ctx, fr, rev, func(l *v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error) {
+		if n := len(l.Spec.Entries); n > 0 && l.Spec.Entries[n-1].Type == v1alpha1.LedgerEntryOutcome {
+			return nil, nil
+		}
+		return []v1alpha1.LedgerEntry{{Type: v1alpha1.LedgerEntryOutcome, Outcome: &v1alpha1.LedgerOutcome{Phase: v1alpha1.OutcomeUnchanged, SameAs: u.SameAs}}}, nil
+	}, metav1.NewTime(r.now()))
 }
 
 // ledgerEntries are the entries the status of fr adds to its candidate's ledger l.

@@ -122,6 +122,10 @@ func stepOnce(w *world) stepResult {
 		// until it completes or is rolled back.
 		w.Target = st.Revert.To.Revision
 	}
+	if u := st.Unchanged; u != nil && u.Revision == w.Target && st.LastKnownGood != nil && u.SameAs == st.LastKnownGood.Revision {
+		// It builds what the known-good does: the known-good is what is wanted.
+		w.Target = st.LastKnownGood.Revision
+	}
 
 	if w.Target == "" {
 		res.waitFor(v1alpha1.WaitingForSource, "", nil, nil, "%s", w.TargetWhy)
@@ -139,6 +143,13 @@ func stepOnce(w *world) stepResult {
 			return res
 		case fr.IsRejected(w.Target):
 			res.waitFor(v1alpha1.WaitingForRetry, "", nil, nil, "revision %s was rejected; change spec.retry to roll it out again", w.Target)
+			return res
+		case unchangedCandidate(fr, w) && w.TargetRender != "" && w.TargetRender == w.KnownGoodRender:
+			at := metav1.NewTime(w.Now)
+			st.Unchanged = &v1alpha1.UnchangedRevision{Revision: w.Target, SameAs: st.LastKnownGood.Revision, At: &at}
+			res.Next = true
+			res.Notes = append(res.Notes, fmt.Sprintf("revision %s builds, at %s, what the known-good %s does (render %s): no change to roll out; the clusters keep running %s",
+				w.Target, fr.Spec.Path, st.LastKnownGood.Revision, w.TargetRender, st.LastKnownGood.Revision))
 			return res
 		default:
 			newCandidate(fr, w)
@@ -951,6 +962,16 @@ func reject(fr *v1alpha1.FleetRollout, revision, reason string, now metav1.Time)
 // inFlight tells whether a candidate is between its first switch and its end.
 func inFlight(st *v1alpha1.FleetRolloutStatus) bool {
 	return st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || st.Phase == v1alpha1.PhaseHeld)
+}
+
+// unchangedCandidate tells whether the tracked source serves a revision a completed rollout could
+// leave unrolled when it builds what the known-good does: no spec.revision pin, at rest on a
+// known-good, and a target that is neither the known-good, nor rejected, nor already found unchanged.
+func unchangedCandidate(fr *v1alpha1.FleetRollout, w *world) bool {
+	st := &fr.Status
+	return fr.Spec.Revision == "" && st.Phase == v1alpha1.PhaseCompleted && st.Revert == nil && st.LastKnownGood != nil &&
+		w.Target != "" && w.Target != st.LastKnownGood.Revision && w.TrackedState.Revision == w.Target && !fr.IsRejected(w.Target) &&
+		(st.Unchanged == nil || st.Unchanged.Revision != w.Target)
 }
 
 // anyStarted tells whether a wave of the candidate in flight started switching clusters.

@@ -55,9 +55,11 @@ type sim struct {
 	turns     int
 	applied   map[string]target // what Flux applied last, by cluster
 	// fcs are the FleetClusters, by name; objects the Kustomizations written, as act writes them.
-	fcs      map[string]*v1alpha1.FleetCluster
-	objects  map[string]*kustomizev1.Kustomization
-	writes   map[string]int    // Kustomization writes, by cluster
+	fcs     map[string]*v1alpha1.FleetCluster
+	objects map[string]*kustomizev1.Kustomization
+	writes  map[string]int // Kustomization writes, by cluster
+	// renders are what each revision builds to (its render digest); none: every revision differs.
+	renders  map[string]string
 	lastGood map[string]string // the last revision that applied and passed, by cluster
 	plan     fleets.WavePlan
 	log      []string
@@ -105,6 +107,10 @@ func (s *sim) turn(target string) (stepResult, fleets.WavePlan) {
 		TrackedRefused: s.trackedRefused, Clusters: s.fcs, Objects: s.objects}
 	if c := s.fr.Status.Candidate; c != nil {
 		w.Candidate = collector.SourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
+	}
+	w.TrackedState = collector.SourceState{Exists: true, Ready: true, Revision: target, Digest: "sha256:" + target}
+	if kg := s.fr.Status.LastKnownGood; kg != nil && unchangedCandidate(s.fr, w) {
+		w.TargetRender, w.KnownGoodRender = s.renders[target], s.renders[kg.Revision]
 	}
 	res := step(w)
 	var decided []decidedGate

@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -82,6 +84,13 @@ type Rendered struct {
 	// manifests is kustomize's output, which Substitute substitutes as kustomize-controller
 	// substitutes its build, resource by resource.
 	manifests []byte
+}
+
+// Digest identifies the build: the sha256 of kustomize's output ("sha256:<hex>"). Two builds with
+// the same digest substitute, with the same postBuild, into the same objects.
+func (r *Rendered) Digest() string {
+	sum := sha256.Sum256(r.manifests)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Render builds the artifact for a Kustomization with spec as Render does, and also fails when a

@@ -501,10 +501,17 @@ type FleetRolloutStatus struct {
 	// +optional
 	LaggingCount int32 `json:"laggingCount,omitempty"`
 
+	// unchanged is the latest revision of the tracked source that was not rolled out because its
+	// render, the objects kustomize builds at spec.path with the template, is the known-good's (a
+	// commit that touched only other paths of the repository): no wave, no soak; an event and its
+	// ledger (outcome Unchanged) record it. The known-good stays the revision the clusters run.
+	// +optional
+	Unchanged *UnchangedRevision `json:"unchanged,omitempty"`
+
 	// orphaned lists the clusters whose FleetCluster was deleted and whose Kustomization, once it ran
-	// the known-good with the rollout at rest, tidegate set to Flux's deletionPolicy Orphan and
-	// deleted: the member keeps running that revision, managed by nothing (at most 20, the latest
-	// last).
+	// its revision (the known-good, or an earlier one, never a rejected one) with the rollout at
+	// rest, tidegate set to Flux's deletionPolicy Orphan and deleted: the member keeps running that
+	// revision, managed by nothing (at most 20, the latest last).
 	// +optional
 	// +listType=map
 	// +listMapKey=cluster
@@ -574,13 +581,30 @@ type RollbackStatus struct {
 	Departed []string `json:"departed,omitempty"`
 }
 
+// UnchangedRevision is a revision of the tracked source that was not rolled out, because it renders
+// what the known-good does.
+type UnchangedRevision struct {
+	// revision of the tracked source.
+	// +required
+	Revision string `json:"revision"`
+
+	// sameAs is the known-good revision whose render it is, for every cluster.
+	// +required
+	SameAs string `json:"sameAs"`
+
+	// at is when it was found unchanged.
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
+}
+
 // OrphanedCluster is a cluster whose FleetCluster was deleted, left running a revision.
 type OrphanedCluster struct {
 	// cluster is the FleetCluster's name.
 	// +required
 	Cluster string `json:"cluster"`
 
-	// revision the cluster was left running: the known-good when it was orphaned.
+	// revision the cluster was left running: the known-good, or an earlier one when its FleetCluster
+	// went before its wave switched it.
 	// +required
 	Revision string `json:"revision"`
 

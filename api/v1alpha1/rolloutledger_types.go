@@ -25,6 +25,9 @@ const (
 	OutcomeRolledBack = PhaseRolledBack
 	OutcomeHeld       = PhaseHeld
 	OutcomeSuperseded = "Superseded"
+	// OutcomeUnchanged is a revision that was not rolled out: it renders, for every cluster, what
+	// the known-good (sameAs) does.
+	OutcomeUnchanged = "Unchanged"
 )
 
 // RolloutLedgerSpec is the record of one revision's rollout: every receipt its decisions relied on,
@@ -126,10 +129,16 @@ type LedgerReceipt struct {
 
 // LedgerOutcome is how a revision's run ended, and for Completed the gates its waves passed on.
 type LedgerOutcome struct {
-	// phase: Completed, RolledBack, Held or Superseded.
+	// phase: Completed, RolledBack, Held, Superseded, or Unchanged (not rolled out: it renders
+	// what the known-good sameAs does).
 	// +required
-	// +kubebuilder:validation:Enum=Completed;RolledBack;Held;Superseded
+	// +kubebuilder:validation:Enum=Completed;RolledBack;Held;Superseded;Unchanged
 	Phase string `json:"phase"`
+
+	// sameAs is, for Unchanged, the known-good revision whose render it is.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	SameAs string `json:"sameAs,omitempty"`
 
 	// waves are the waves of the run with the receipts their gates were last decided by.
 	// +optional

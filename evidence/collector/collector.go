@@ -184,6 +184,21 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 	return p, nil
 }
 
+// RenderDigest is the digest of what kustomize builds for fr's Kustomizations (spec.path with the
+// template's build fields, before substitution) from the artifact src serves, which must be digest
+// ("" for src's own). Equal digests, under the same template and values, are the same objects for
+// every cluster. A package that does not build has none: the error says why.
+func (c *Collector) RenderDigest(ctx context.Context, fr *v1alpha1.FleetRollout, src SourceState, digest string) (string, error) {
+	p, err := c.renderRevision(ctx, fr, src, digest, false)
+	if err != nil {
+		return "", err
+	}
+	if p.RenderErr != nil {
+		return "", p.RenderErr
+	}
+	return p.Build.Digest(), nil
+}
+
 // renderKey keys a render by the content and by what of the rollout decides the build.
 func renderKey(fr *v1alpha1.FleetRollout, digest string) (string, error) {
 	spec := fr.BuildSpec()

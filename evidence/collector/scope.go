@@ -49,6 +49,12 @@ type Scope struct {
 	// Candidate and KnownGood are the states of the pinned sources named in status.
 	Candidate SourceState
 	KnownGood SourceState
+	// TrackedState is the state of the tracked source.
+	TrackedState SourceState
+	// TargetRender and KnownGoodRender are, when the rollout rests and the tracked source serves a
+	// new revision, the digests of what kustomize builds from it and from the known-good
+	// (Collector.RenderDigest); "" when not known.
+	TargetRender, KnownGoodRender string
 	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
 	Settings tgcue.Settings
 	Now      time.Time
