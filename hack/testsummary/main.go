@@ -3,6 +3,10 @@
 // slowest tests, the slow local fleet starts), and a closing line "N passed, N failed, N skipped".
 // It exits 1 when any test or package failed.
 //
+// A test still running when its package ends (the binary's -timeout killed it, or it crashed) is
+// counted as failed and printed as UNFINISHED, with its output up to the goroutine dump, so that a
+// timed-out run names the tests it was waiting on (the whole dump stays in bin/test.json).
+//
 // A non-JSON line "=== phase NAME" starts a phase; the phase's time runs from the first to the last
 // Time of the events after it. Other non-JSON lines go straight through.
 package main
@@ -64,6 +68,7 @@ func summarise(r io.Reader, w io.Writer) (ok bool) {
 	var passed, failed, skipped int
 	pkgFailed := false
 	outputs := map[string][]string{} // package/test → buffered output
+	running := map[string]event{}    // package/test → its run event, until it ends
 	var phases []*phase
 	var tests []testTime
 	var fleets []fleetStart
@@ -100,6 +105,8 @@ func summarise(r io.Reader, w io.Writer) (ok bool) {
 			// The compiler's messages of a package that did not build (go test -json sends them as
 			// events since Go 1.24).
 			fmt.Fprint(w, e.Output)
+		case "run":
+			running[key] = e
 		case "output":
 			outputs[key] = append(outputs[key], e.Output)
 			if took, ok := parseFleetStart(e.Output); ok {
@@ -113,8 +120,15 @@ func summarise(r io.Reader, w io.Writer) (ok bool) {
 					printOutput(w, outputs[key])
 				}
 				delete(outputs, key)
+				for _, u := range unfinished(running, e.Package) {
+					failed++
+					k := u.Package + "/" + u.Test
+					fmt.Fprintf(w, "--- UNFINISHED: %s %s (running for %.1fs when its package ended)\n", u.Package, u.Test, e.Time.Sub(u.Time).Seconds())
+					printOutput(w, beforeDump(outputs[k]))
+				}
 				continue
 			}
+			delete(running, key)
 			if !strings.Contains(e.Test, "/") {
 				tests = append(tests, testTime{e.Package, e.Test, phaseName, e.Elapsed})
 			}
@@ -140,6 +154,33 @@ func summarise(r io.Reader, w io.Writer) (ok bool) {
 	printTimes(w, phases, tests, fleets)
 	fmt.Fprintf(w, "%d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	return readOK && failed == 0 && !pkgFailed
+}
+
+// unfinished takes out of running the top-level tests of pkg that never ended, in the order they
+// started, and forgets their subtests.
+func unfinished(running map[string]event, pkg string) []event {
+	var top []event
+	for k, e := range running {
+		if e.Package != pkg {
+			continue
+		}
+		delete(running, k)
+		if !strings.Contains(e.Test, "/") {
+			top = append(top, e)
+		}
+	}
+	sort.Slice(top, func(i, j int) bool { return top[i].Time.Before(top[j].Time) })
+	return top
+}
+
+// beforeDump is a test's output up to the first goroutine of a panic's stack dump.
+func beforeDump(lines []string) []string {
+	for i, l := range lines {
+		if strings.HasPrefix(l, "goroutine ") {
+			return lines[:i]
+		}
+	}
+	return lines
 }
 
 // parseFleetStart finds "localfleet: fleet started in 74.3s ..." in one line of test output.

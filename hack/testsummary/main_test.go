@@ -150,3 +150,38 @@ func TestSummariseShowsBuildErrors(t *testing.T) {
 		t.Errorf("the compiler's message is missing:\n%s", out.String())
 	}
 }
+
+// A package killed by its -timeout never ends the tests it was running: they are named, counted as
+// failed, and shown with their output up to the goroutine dump.
+func TestSummariseNamesTestsATimeoutKilled(t *testing.T) {
+	in := stream(t,
+		"0 start e -",
+		"1 run e TestDone",
+		"2 pass e TestDone 1",
+		"3 run e TestSlow",
+		"4 run e TestSlow/step",
+		"5 run e TestStuck",
+		"6 output e TestStuck     stuck_test.go:7: waiting for the canary",
+		"1500 output e TestStuck panic: test timed out after 25m0s",
+		"1500 output e TestStuck goroutine 1 [running]:",
+		"1500 output e TestStuck main.main()",
+		"1500 fail e - 1500",
+	)
+	var out strings.Builder
+	if summarise(strings.NewReader(in), &out) {
+		t.Error("summarise reported ok for a package that timed out")
+	}
+	got := out.String()
+	for _, want := range []string{
+		"--- UNFINISHED: e TestSlow (running for 1497.0s when its package ended)\n",
+		"--- UNFINISHED: e TestStuck (running for 1495.0s when its package ended)\n        stuck_test.go:7: waiting for the canary\n    panic: test timed out after 25m0s\n",
+		"1 passed, 2 failed, 0 skipped\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "goroutine 1") || strings.Contains(got, "TestSlow/step") {
+		t.Errorf("summary shows the goroutine dump or a subtest:\n%s", got)
+	}
+}
