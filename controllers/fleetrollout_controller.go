@@ -477,7 +477,8 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 	return proceeding()
 }
 
-// prune deletes the pinned sources and receipts nothing needs, once the rollout rests. A pass that
+// prune deletes the pinned sources and receipts nothing needs, and the approvals of past revisions
+// (staleApprovals), once the rollout rests. A pass that
 // just came to rest prunes nothing: what it lets go (the old known-good's pin) goes on the next
 // pass, once status recorded the rest, as every write follows a recorded intent.
 func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
@@ -495,6 +496,12 @@ func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 	}
 	if err := pruneReceipts(ctx, r.Client, fr, prune); err != nil {
 		return retryable(err)
+	}
+	if stale := staleApprovals(fr, p.Target); len(stale) > 0 {
+		// An approval list that changed since it was read is pruned on a later pass.
+		if err := r.pruneApprovals(ctx, fr, stale); err != nil {
+			r.event(fr, corev1.EventTypeWarning, "ApprovalsNotPruned", "%s", capMessage(err.Error()))
+		}
 	}
 	return proceeding()
 }

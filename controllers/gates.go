@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -146,7 +147,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 			decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: prev.Receipt, Evidence: ev.Evidence})
 			continue
 		}
-		rc, err := BuildReceipt(fr, wv, wv.Clusters, gate, d, ev.Approvals, metav1.NewTime(p.Now))
+		rc, err := BuildReceipt(fr, wv, wv.Clusters, gate, d, countedApprovals(fr, p.Settings, wv, gate, ev.Approvals), metav1.NewTime(p.Now))
 		if err != nil {
 			return nil, err
 		}
@@ -175,6 +176,21 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		r.event(fr, eventType, reason, "%s %s for wave %s of %s: %s", gate, d.Result, wv.Name, fr.Status.Candidate.Revision, summarize(d))
 	}
 	return decided, nil
+}
+
+// countedApprovals are the approvals the receipt of gate for wave wv records: those its evidence
+// counted (rollbackSafe's approval of irreversible changes), and, on deploySafe, the first gate a
+// wave decides, the approval that let a wave needing one start. So every approval a decision rested
+// on is in a receipt, and so in the revision's ledger.
+func countedApprovals(fr *v1alpha1.FleetRollout, s tgcue.Settings, wv *v1alpha1.WaveStatus, gate string, counted []v1alpha1.Approval) []v1alpha1.Approval {
+	if gate != v1alpha1.GateDeploySafe || !waveNeedsApproval(fr, s, wv.Name) {
+		return counted
+	}
+	a := fr.ApprovalOf(fr.Status.Candidate.Revision, wv.Name)
+	if a == nil || slices.ContainsFunc(counted, func(c v1alpha1.Approval) bool { return equality.Semantic.DeepEqual(c, *a) }) {
+		return counted
+	}
+	return append(slices.Clone(counted), *a)
 }
 
 // inconclusiveUntil decides an Inconclusive decision once the gate has been Inconclusive (prev, its

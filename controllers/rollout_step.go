@@ -222,8 +222,7 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			}
 			st.Phase = v1alpha1.PhaseProgressing
 			st.CurrentWave = wv.Name
-			needsApproval := spec.RequireApproval || w.Settings.Approvals.NeedsApproval(fr.Spec.Class, wv.Name)
-			if needsApproval && !fr.Approved(st.Candidate.Revision, wv.Name) {
+			if waveNeedsApproval(fr, w.Settings, wv.Name) && !fr.Approved(st.Candidate.Revision, wv.Name) {
 				wv.Phase = v1alpha1.WaveAwaiting
 				res.waitFor(v1alpha1.WaitingForApproval, wv.Name, previousFinished(st, i), nil,
 					"wave %s needs an approval: add {revision: %q, wave: %q} to spec.approvals", wv.Name, st.Candidate.Revision, wv.Name)
@@ -260,6 +259,13 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 	}
 	complete(fr, now)
 	return res
+}
+
+// waveNeedsApproval tells whether the wave named wave waits for an approval of the candidate before
+// it starts: its spec asks for one (requireApproval), or the policy's settings.approvals do, for the
+// rollout's class or for the wave.
+func waveNeedsApproval(fr *v1alpha1.FleetRollout, s tgcue.Settings, wave string) bool {
+	return fr.WaveSpec(wave).RequireApproval || s.Approvals.NeedsApproval(fr.Spec.Class, wave)
 }
 
 // soakRecordEvery is how often, at most, a soaking wave's samples are written to its status

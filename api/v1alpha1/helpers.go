@@ -84,12 +84,18 @@ func (in *FleetRolloutStatus) PreviousKnownGood() *HistoryEntry {
 
 // Approved tells whether spec.approvals approve revision for wave. An approval without a wave approves every wave.
 func (in *FleetRollout) Approved(revision, wave string) bool {
-	for _, a := range in.Spec.Approvals {
+	return in.ApprovalOf(revision, wave) != nil
+}
+
+// ApprovalOf is the first approval in spec.approvals of revision for wave (an approval without a
+// wave approves every wave), or nil.
+func (in *FleetRollout) ApprovalOf(revision, wave string) *Approval {
+	for i, a := range in.Spec.Approvals {
 		if a.Revision == revision && (a.Wave == "" || a.Wave == wave) {
-			return true
+			return &in.Spec.Approvals[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // IrreversibleApproved tells whether spec.approvals approve the irreversible changes of revision.

@@ -224,9 +224,11 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
 	// The ring needs an approval, and soaks long enough for the controller to be stopped in the middle.
 	const ringSoak = 15 * time.Second
+	// An approval of the known-good stays until the next revision completes, then is pruned.
 	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Waves[1].RequireApproval = true
 		fr.Spec.Waves[1].Soak = &metav1.Duration{Duration: ringSoak}
+		fr.Spec.Approvals = append(fr.Spec.Approvals, v1alpha1.Approval{Revision: rev1, Wave: "ring", By: "past-release", ApprovedAt: &metav1.Time{Time: time.Now()}})
 	})
 	eventually(ctx, t, "the spec change observed", func() (bool, string) {
 		got := s.rollout(t, "web")
@@ -362,6 +364,24 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 	}
 	s.checkSwitches(ctx, t, gen1, func(string) int64 { return 1 }, "v2")
 	s.checkDecisions(ctx, t, done, rev2, map[string][]string{"canary": canaryGates, "ring": laterGates, "rest": laterGates})
+	// The ring's approval is in the receipt that started the ring, and so in the ledger, once.
+	ringStart := latestReceipt(s.receiptsOf(ctx, t, "web", rev2), v1alpha1.GateDeploySafe, "ring")
+	if ringStart == nil || len(ringStart.Spec.Approvals) != 1 || ringStart.Spec.Approvals[0].Revision != rev2 || ringStart.Spec.Approvals[0].Wave != "ring" {
+		t.Errorf("the ring's deploySafe receipt should record the approval that started the ring: %+v", ringStart)
+	}
+	var approvals int
+	for _, e := range s.ledger(ctx, t, "web", rev2).Spec.Entries {
+		if e.Type == v1alpha1.LedgerEntryApproval && e.Approval.Revision == rev2 && e.Approval.Wave == "ring" {
+			approvals++
+		}
+	}
+	if approvals != 1 {
+		t.Errorf("the ledger of %s lists the ring's approval %d times, want once", rev2, approvals)
+	}
+	eventually(ctx, t, "the approval of the past known-good pruned, the known-good's kept", func() (bool, string) {
+		got := s.rollout(t, "web").Spec.Approvals
+		return len(got) == 1 && got[0].Revision == rev2 && got[0].Wave == "ring", fmt.Sprintf("%+v", got)
+	})
 }
 
 // The controller is stopped at the points of a failed wave and its rollback: between writing the
