@@ -199,7 +199,7 @@ var (
 func TestE2ECrashPointsAlongARollout(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := testContext(15 * time.Minute)
+	ctx, cancel := testContext(t, 15*time.Minute)
 	defer cancel()
 
 	fr := threeWaveRollout(s.ns, "web")
@@ -392,7 +392,7 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 func TestE2ECrashPointsAlongARollback(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	h := startTidegate(t, s, controllers.Options{})
 	one := int32(1)

@@ -63,7 +63,7 @@ func (s *fleetSetup) generations(t *testing.T, rollout string) map[string]int64 
 func TestE2ECrashPointsDuringWaves(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	h := startTidegate(t, s, controllers.Options{})
 	s.rollOutFirst(ctx, t, first, nil)

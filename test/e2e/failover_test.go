@@ -19,7 +19,7 @@ import (
 func TestE2ELeaderFailoverMidSoak(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	cfg := controllers.ManagerConfig{
 		LeaderElection: true, LeaderElectionNamespace: s.ns,

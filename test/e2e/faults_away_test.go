@@ -38,7 +38,7 @@ func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(14 * time.Minute)
+	ctx, cancel := testContext(t, 14*time.Minute)
 	defer cancel()
 	s.rollOutFirst(ctx, t, first, usePolicy)
 	kg1 := s.rollout(t, "web").Status.LastKnownGood.Source

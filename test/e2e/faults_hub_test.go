@@ -128,7 +128,7 @@ func rolledOutThroughHubProxy(ctx context.Context, t *testing.T) (*fleetSetup, m
 // once with one passing receipt.
 func TestE2EFaultHubStorm(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s, before := rolledOutThroughHubProxy(ctx, t)
 
@@ -162,7 +162,7 @@ func TestE2EFaultHubStorm(t *testing.T) {
 // cluster switched once, and the other writer's last annotation still there.
 func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s, before := rolledOutThroughHubProxy(ctx, t)
 
@@ -229,7 +229,7 @@ func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	one := int32(1)
 	fr := twoWaveRollout(s.ns)
@@ -289,7 +289,7 @@ func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
 	// A fleet of its own: it restarts source-controller and empties its storage.
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
@@ -372,7 +372,7 @@ func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Waves[0].Soak.Duration = 20 * time.Second

@@ -28,7 +28,7 @@ func TestE2EFaultMemberBlackholedDuringRollback(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {

@@ -26,7 +26,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
@@ -111,7 +111,7 @@ func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"member-3"}})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	one := int32(1)
@@ -160,7 +160,7 @@ func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	h := startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {

@@ -63,7 +63,7 @@ func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 	// A fleet of its own: it installs a CRD, cluster-wide, on some members and not others.
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)

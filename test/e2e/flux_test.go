@@ -32,7 +32,7 @@ data:
 func TestE2EFluxAppliesCommitsToMembers(t *testing.T) {
 	t.Parallel()
 	f := localfleet.StartForTest(t, localfleet.Options{Members: 2})
-	ctx, cancel := testContext(4 * time.Minute)
+	ctx, cancel := testContext(t, 4*time.Minute)
 	defer cancel()
 
 	repo, first, err := f.NewRepo("fleet", map[string]string{

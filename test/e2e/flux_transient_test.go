@@ -25,7 +25,7 @@ func TestE2ETransientFluxStatesAreNotFailures(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Template.Interval = &metav1.Duration{Duration: 2 * time.Second}

@@ -271,7 +271,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
@@ -335,7 +335,7 @@ func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, withFiles("v1", map[string]string{"app/pvc.yaml": pvcYAML, "app/db.yaml": statefulSetYAML("1Gi")}))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
 		fr.Spec.Template.Force = true // a volumeClaimTemplates change applies only by recreating the StatefulSet
@@ -389,7 +389,7 @@ func TestE2EIrreversibleMigrationNeedsApproval(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), nil)
 
@@ -435,7 +435,7 @@ func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)
@@ -483,7 +483,7 @@ deploySafe: source: verified: true | error("the candidate's provenance must be v
 `,
 	})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(5 * time.Minute)
+	ctx, cancel := testContext(t, 5*time.Minute)
 	defer cancel()
 	fr := twoWaveRollout(s.ns)
 	usePolicy(fr)
@@ -518,7 +518,7 @@ protected: ["image"]
 `
 	s, first := newFleetSetup(t, 2, withFiles("v1", map[string]string{"app/tidegate/install.cue": schema}))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	fr := twoWaveRollout(s.ns)
 	fr.Spec.Template.PostBuild = &kustomizev1.PostBuild{Substitute: map[string]string{"replicas": "2", "colour": "blue"}}
@@ -554,7 +554,7 @@ func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), usePolicy)
 
@@ -637,7 +637,7 @@ func TestE2ERehearsal(t *testing.T) {
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t, "rehearsal:      false", "rehearsal:      true")})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, usePolicy)

@@ -16,14 +16,24 @@ import (
 
 // guardFactor stretches every test's deadline beyond what the test takes alone. The deadlines only
 // catch a wedge (nothing in these tests asserts a wall-clock time); make test runs the e2e tests
-// three at a time beside the other packages' API servers on as few as two cores, where a test that
-// takes five minutes alone has been seen to take ten.
+// E2E_PARALLEL at a time on as few as two cores, where a test that takes five minutes alone has been
+// seen to take ten.
 const guardFactor = 2
 
+// deadlineMargin is how long before the test binary's -timeout a test's own deadline falls: room
+// for its cleanup (stopping its fleet, printing its logs) once it fails.
+const deadlineMargin = 90 * time.Second
+
 // testContext is the deadline of one test: d, what the test needs alone with room to spare, times
-// guardFactor.
-func testContext(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), guardFactor*d)
+// guardFactor, and never later than deadlineMargin before the binary's -timeout. So a test that
+// wedges late in the run fails as itself, naming what it waited for and printing its fleet's logs,
+// rather than being killed by the package's timeout with every running test's goroutines dumped.
+func testContext(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
+	end := time.Now().Add(guardFactor * d)
+	if dl, ok := t.Deadline(); ok && dl.Add(-deadlineMargin).Before(end) {
+		end = dl.Add(-deadlineMargin)
+	}
+	return context.WithDeadline(context.Background(), end)
 }
 
 // consistently polls cond for d and fails the test, with what and the observation, the first time

@@ -36,7 +36,7 @@ func TestE2EMembersThroughWorkloadIdentity(t *testing.T) {
 	if err := controllers.SetFeatureGates("ObjectLevelWorkloadIdentity=true"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	// identity makes, in the fleet's namespace, ServiceAccount sa and the ConfigMap that reaches m
 	// with its tokens for audience; a member trusts sa when trusted.

@@ -32,7 +32,7 @@ func TestE2EIdleRolloutCostsNothing(t *testing.T) {
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	var requests hubRequests
 	startTidegateOn(t, s, requests.wrap(s.f.HubConfig), controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	const fluxInterval, rolloutInterval = 5 * time.Second, 10 * time.Second
 	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {

@@ -25,7 +25,7 @@ import (
 // deleted, its ledgers and receipts stay and still export and verify.
 func TestE2ESignedReceiptsAndLedger(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	signer, _, pubPEM, err := attest.GenerateKey(false)
 	if err != nil {

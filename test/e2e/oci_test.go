@@ -34,7 +34,7 @@ import (
 // over the tracked tag is refused the same way, and the rollout at rest says it waits for its source.
 func TestE2EOCIRolloutVerified(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	s, _ := newFleetSetup(t, 2, demoPackage("v1"))
 	signer, _, _, err := attest.GenerateKey(false)
@@ -130,7 +130,7 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 	} {
 		a := push(c.version, c.version, c.signWith)
 		s.setRevision(ctx, t, "web", a.Revision())
-		refusedCtx, cancelRefused := testContext(2 * time.Minute)
+		refusedCtx, cancelRefused := testContext(t, 2*time.Minute)
 		var fr *v1alpha1.FleetRollout
 		var rc *v1alpha1.GateReceipt
 		eventually(refusedCtx, t, c.version+": deploySafe decided on the canary", func() (bool, string) {

@@ -69,7 +69,7 @@ spec:
 func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, unmodifiedPackage("v1"))
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	for _, m := range s.members {
 		// targetNamespace does not create the namespace; the platform does.
@@ -147,7 +147,7 @@ func TestE2EGoingBackPrunesWhatTheCandidateAdds(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, withFiles("v1", nil))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), nil)
 

@@ -51,7 +51,7 @@ func TestE2EHoldAndSuspend(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s.rollOutFirst(ctx, t, first, nil)
 
@@ -113,7 +113,7 @@ func TestE2ENewRevisionDuringWave(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(8 * time.Minute)
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s.rollOutFirst(ctx, t, first, nil)
 	watch := s.watchVersions(t)
@@ -159,7 +159,7 @@ func TestE2EBadRollouts(t *testing.T) {
 	t.Parallel()
 	s, _ := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(4 * time.Minute)
+	ctx, cancel := testContext(t, 4*time.Minute)
 	defer cancel()
 
 	noSource := threeWaveRollout(s.ns, "no-source")

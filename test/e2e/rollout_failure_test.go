@@ -55,7 +55,7 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureHold })
 
@@ -121,7 +121,7 @@ func TestE2EBrokenCanaryRollsBack(t *testing.T) {
 	// Its namespace, its own on the shared fleet, tells its metrics apart (metric).
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
 	web := map[string]string{"namespace": s.ns, "name": "web"}

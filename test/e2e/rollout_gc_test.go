@@ -30,7 +30,7 @@ func TestE2ERollbackAfterArtifactGC(t *testing.T) {
 		SourceControllerArgs: []string{"--artifact-retention-ttl=1s", "--artifact-retention-records=1"},
 	})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
 	var tracked sourcev1.GitRepository

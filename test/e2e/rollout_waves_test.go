@@ -65,7 +65,7 @@ func TestE2ERolloutWaves(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	if err := s.f.Hub.Create(ctx, threeWaveRollout(s.ns, "web")); err != nil {
 		t.Fatal(err)

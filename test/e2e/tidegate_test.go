@@ -213,7 +213,7 @@ func (s *fleetSetup) setUp(t *testing.T, files map[string]string, kubeConfig fun
 // coming up (envtest retries a control plane that was slow to start) when the fleet is handed over.
 func waitMembersServing(t *testing.T, members []*localfleet.Member) {
 	t.Helper()
-	ctx, cancel := testContext(2 * time.Minute)
+	ctx, cancel := testContext(t, 2*time.Minute)
 	defer cancel()
 	for _, m := range members {
 		eventually(ctx, t, m.Name+"'s API server serving", func() (bool, string) {

@@ -61,7 +61,7 @@ func TestE2ETranscripts(t *testing.T) {
 	// A fleet of its own: the transcripts name the fleet's namespace ("fleet") and the package's.
 	s, first := newFleetSetupWith(t, 3, transcriptPackage("v1"), localfleet.Options{Namespace: "fleet"})
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(10 * time.Minute)
+	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 
 	// web: three waves of one cluster each, every one waiting for an approval; v1 is approved in

@@ -18,7 +18,7 @@ func TestE2EACommitOutsideThePackageIsNoChange(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)

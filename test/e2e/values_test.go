@@ -60,7 +60,7 @@ func TestE2EClusterValues(t *testing.T) {
 	// A fleet of its own: each tenant's values name a namespace of its own on the member.
 	s, first := newFleetSetupWith(t, 1, tenantPackage("v1"), localfleet.Options{})
 	member := s.members[0]
-	ctx, cancel := testContext(6 * time.Minute)
+	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
 	tenant := func(name, ring string, values map[string]string) {
 		t.Helper()
