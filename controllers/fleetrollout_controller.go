@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -436,10 +437,28 @@ func (r *FleetRolloutReconciler) sample(_ context.Context, p *pass) outcome {
 	st := &p.Rollout.Status
 	for i := range st.Waves {
 		if wv := &st.Waves[i]; wv.Phase == v1alpha1.WaveSoaking && soakRecordDue(wv, p.Now, p.Settings) {
-			wv.Soaked = r.Evidence.Soaked(p.world, i)
+			wv.Soaked = keepLongerSoaks(wv.Soaked, r.Evidence.Soaked(p.world, i))
 		}
 	}
 	return proceeding()
+}
+
+// keepLongerSoaks is the soak record to write: each cluster's summary as sampled now, except where
+// the record kept holds more samples of that cluster than the samples now do (the collector
+// restarted its count, a loop ended and started again): a record is never replaced by one that
+// knows less, so a disruption once recorded stays recorded until the wave is decided.
+func keepLongerSoaks(kept, now []v1alpha1.SoakSamples) []v1alpha1.SoakSamples {
+	out := slices.Clone(now)
+	for _, k := range kept {
+		i := slices.IndexFunc(out, func(e v1alpha1.SoakSamples) bool { return e.Cluster == k.Cluster })
+		switch {
+		case i < 0:
+			out = append(out, k)
+		case out[i].Samples < k.Samples:
+			out[i] = k
+		}
+	}
+	return out
 }
 
 // decideGates decides the gates the step asked for (collect, evaluate, write the receipt) and

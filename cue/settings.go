@@ -132,8 +132,36 @@ func (p *Policy) Settings() (s Settings, err error) {
 	if s.InconclusiveAfter, err = time.ParseDuration(raw.Inconclusive); err != nil {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.inconclusiveAfter: %v", err)}}
 	}
+	var problems []string
+	for _, b := range []struct {
+		field    string
+		raw      string
+		d        time.Duration
+		min, max time.Duration
+		why      string
+	}{
+		{"soak", raw.Soak, s.Soak, 0, MaxSoak, "a longer soak keeps a wave in flight for longer than any release is watched; hold the rollout to keep a wave for longer"},
+		{"sampleInterval", raw.SampleInterval, s.SampleInterval, MinSampleInterval, MaxSampleInterval, "workloads are sampled at least every 10m and at most every second: more often loads every member's API server, less often misses disruptions"},
+		{"inconclusiveAfter", raw.Inconclusive, s.InconclusiveAfter, MinInconclusiveAfter, MaxSoak, "a gate waits at least 30s for evidence before it fails (0s would never fail it) and at most 168h"},
+	} {
+		if b.d < b.min || b.d > b.max {
+			problems = append(problems, fmt.Sprintf("settings.%s: %q is outside %s to %s: %s", b.field, b.raw, b.min, b.max, b.why))
+		}
+	}
+	if len(problems) > 0 {
+		return Settings{}, &PolicyError{Digest: p.digest, Problems: problems}
+	}
 	return s, nil
 }
+
+// Bounds of the policy's durations, checked as its settings are read. MaxSoak is also the bound of
+// a wave's spec.waves[].soak, which the FleetRollout CRD enforces (168h, written there as a literal).
+const (
+	MaxSoak              = 168 * time.Hour
+	MinSampleInterval    = time.Second
+	MaxSampleInterval    = 10 * time.Minute
+	MinInconclusiveAfter = 30 * time.Second
+)
 
 // withSettings unifies the policy's settings (present or not) with #Settings, so that its
 // defaults apply wherever a gate refers to a setting.

@@ -217,6 +217,42 @@ func TestAdmission(t *testing.T) {
 			wantErr: []string{"spec.waves[0].soak", "soak must be longer than 0s"},
 		},
 		{name: "soak 1ms", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "1ms"))})},
+		{name: "soak 168h", kind: rollout, spec: rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "168h"))})},
+		{
+			name: "soak of ten years", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "87600h"))}),
+			wantErr: []string{"spec.waves[0].soak", "soak must be at most 168h (7 days)", "spec.hold"},
+		},
+		{
+			name: "soak of 168h and a minute", kind: rollout,
+			spec:    rolloutSpec(obj{"waves": waves(wave("canary", "count", int64(1), "soak", "168h1m"))}),
+			wantErr: []string{"spec.waves[0].soak", "at most 168h"},
+		},
+
+		// Paths stay inside the artifact.
+		{name: "path at the root", kind: rollout, spec: rolloutSpec(obj{"path": "./"})},
+		{name: "path without ./", kind: rollout, spec: rolloutSpec(obj{"path": "deploy/web"})},
+		{name: "path with dots in names", kind: rollout, spec: rolloutSpec(obj{"path": "./deploy/..web../v1..2"})},
+		{
+			name: "path that climbs out", kind: rollout,
+			spec:    rolloutSpec(obj{"path": "../../etc"}),
+			wantErr: []string{"spec.path", "path must stay inside the source's artifact", "such as ./deploy/web"},
+		},
+		{
+			name: "path that climbs out in the middle", kind: rollout,
+			spec:    rolloutSpec(obj{"path": "./deploy/../../etc"}),
+			wantErr: []string{"spec.path", "path must stay inside the source's artifact"},
+		},
+		{
+			name: "absolute path", kind: rollout,
+			spec:    rolloutSpec(obj{"path": "/etc"}),
+			wantErr: []string{"spec.path", "path must stay inside the source's artifact"},
+		},
+		{
+			name: "policy path that climbs out", kind: rollout,
+			spec:    rolloutSpec(obj{"policy": obj{"sourceRef": obj{"kind": "GitRepository", "name": "policies"}, "path": "policies/.."}}),
+			wantErr: []string{"spec.policy.path", "path must stay inside the source's artifact"},
+		},
 
 		// FleetRollout approvals.
 		{
@@ -297,6 +333,17 @@ func TestAdmission(t *testing.T) {
 		// FleetCluster.
 		{name: "cluster with kubeConfig and maintenance window", kind: cluster, spec: clusterSpec(nil)},
 		{name: "hub cluster", kind: cluster, spec: obj{}},
+		{name: "probe every 10s", kind: cluster, spec: clusterSpec(obj{"interval": "10s"})},
+		{
+			name: "probe every 1ms", kind: cluster,
+			spec:    clusterSpec(obj{"interval": "1ms"}),
+			wantErr: []string{"spec.interval", "interval must be at least 10s", "leave it out for 1m"},
+		},
+		{
+			name: "probe every 9.5s", kind: cluster,
+			spec:    clusterSpec(obj{"interval": "9.5s"}),
+			wantErr: []string{"spec.interval", "at least 10s"},
+		},
 		{
 			name: "maintenance window start 24:00", kind: cluster,
 			spec: clusterSpec(obj{"maintenanceWindows": []any{

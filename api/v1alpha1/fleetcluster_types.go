@@ -48,10 +48,11 @@ type FleetClusterSpec struct {
 	Suspend bool `json:"suspend,omitempty"`
 
 	// interval is how often the cluster's reachability and server version are checked.
-	// Defaults to 1m.
+	// Defaults to 1m; at least 10s.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="interval must be at least 10s: a probe more often loads the member's API server and the hub and tells nothing sooner that matters; leave it out for 1m"
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 

@@ -30,9 +30,11 @@ type FleetRolloutSpec struct {
 	// +required
 	SourceRef SourceReference `json:"sourceRef"`
 
-	// path to the package's kustomization inside the source's artifact. Defaults to the root.
+	// path to the package's kustomization inside the source's artifact. Defaults to the root. It is
+	// relative and has no '..' segment: a path that leaves the artifact is refused.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",message="path must stay inside the source's artifact: write it relative to the artifact's root, without '..' segments, such as ./deploy/web"
 	Path string `json:"path,omitempty"`
 
 	// revision pins the revision to roll out (as source-controller writes it, e.g. `main@sha1:<sha>`
@@ -246,11 +248,12 @@ type Wave struct {
 	MaxFailures *int32 `json:"maxFailures,omitempty"`
 
 	// soak is how long the wave's clusters must stay healthy at the candidate before the next wave.
-	// Defaults to the policy's soak. It must be longer than 0s.
+	// Defaults to the policy's soak. It must be longer than 0s and at most 168h (7 days).
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="soak must be longer than 0s: a wave that does not soak is judged on no samples; leave soak out for the policy's soak"
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('168h')",message="soak must be at most 168h (7 days): a longer soak keeps the wave's samples and the rollout in flight for longer than any release is watched; hold the rollout (spec.hold) to keep a wave for longer"
 	Soak *metav1.Duration `json:"soak,omitempty"`
 
 	// requireApproval makes the wave wait for an approval of the candidate revision for this wave.
@@ -264,9 +267,10 @@ type PolicyReference struct {
 	// +required
 	SourceRef SourceReference `json:"sourceRef"`
 
-	// path of the CUE package in the source's artifact.
+	// path of the CUE package in the source's artifact: relative, without '..' segments.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",message="path must stay inside the source's artifact: write it relative to the artifact's root, without '..' segments, such as ./policies/web"
 	Path string `json:"path,omitempty"`
 }
 

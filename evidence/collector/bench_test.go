@@ -97,7 +97,7 @@ func BenchmarkNoDisruptionAtSoakEnd1000Members(b *testing.B) {
 	ws := []availability.Workload{{Kind: availability.KindDeployment, Namespace: w.ns, Name: "web"}}
 	for _, name := range st.Waves[1].Clusters {
 		for at := ready; !at.After(w.scope.Now); at = at.Add(interval) {
-			if err := sampler.Observe(context.Background(), sampleKey(w.rollout, name), availableReader{}, ws, at); err != nil {
+			if err := sampler.Observe(context.Background(), sampleKey(w.rollout, st.Waves[1].Name, name), availableReader{}, ws, at); err != nil {
 				b.Fatal(err)
 			}
 		}

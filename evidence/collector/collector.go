@@ -505,14 +505,18 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 	// Coverage is measured against the time soaked so far, up to the soak: a wave decided before
 	// its soak's end (a member lost readiness) is judged on what its members could have shown.
 	soaked := min(soak, max(w.Now.Sub(since), 0))
+	// The soak is judged at the interval it was sampled at (waveSampler).
+	settings := w.Settings
+	settings.SampleInterval = c.waveInterval(w, wv.Name)
+	sampler := c.samples(settings.SampleInterval)
 	ev := tgcue.NoDisruptionEvidence{
 		Evidence:        baseEvidence(fr, wv.Name, wv.Clusters, w.Now),
 		Soak:            soak.String(),
-		SampleInterval:  w.Settings.SampleInterval.String(),
+		SampleInterval:  settings.SampleInterval.String(),
 		MaxFailures:     maxFailuresOf(spec),
-		ExpectedSamples: tgcue.ExpectedSamples(soaked, w.Settings.SampleInterval),
+		ExpectedSamples: tgcue.ExpectedSamples(soaked, settings.SampleInterval),
 	}
-	required := w.Settings.RequiredSamples(soaked)
+	required := settings.RequiredSamples(soaked)
 	held := make(map[string]string, len(wv.HeldBack))
 	for _, h := range wv.HeldBack {
 		held[h.Cluster] = h.Reason
@@ -535,7 +539,7 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 		default:
 			asSeen = append(asSeen, name)
 		}
-		s := c.samples(w.Settings.SampleInterval).Summary(sampleKey(fr, name), since, w.Now)
+		s := sampler.Summary(sampleKey(fr, wv.Name, name), since, w.Now)
 		s.Cluster = name
 		summaries = append(summaries, s)
 		cc.Samples, cc.FailedSamples = s.Samples, s.FailedSamples
@@ -585,27 +589,57 @@ func firstOf(names []string) string {
 	return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
 }
 
-// sampleKey keys a cluster's availability samples by rollout: two rollouts may soak on one cluster.
-func sampleKey(fr *v1alpha1.FleetRollout, cluster string) string {
-	return sampleKeyOf(types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name}, cluster)
+// sampleKey keys a cluster's availability samples by what they measure: the rollout (two rollouts
+// may soak on one cluster), its candidate and the wave. A sample of one candidate's wave never
+// counts for another's.
+func sampleKey(fr *v1alpha1.FleetRollout, wave, cluster string) string {
+	var candidate string
+	if fr.Status.Candidate != nil {
+		candidate = fr.Status.Candidate.Revision
+	}
+	return sampleKeyOf(types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name}, candidate, wave, cluster)
 }
 
-func sampleKeyOf(rollout types.NamespacedName, cluster string) string {
-	return rollout.Namespace + "/" + rollout.Name + "/" + cluster
+func sampleKeyOf(rollout types.NamespacedName, candidate, wave, cluster string) string {
+	return rollout.Namespace + "/" + rollout.Name + "/" + candidate + "/" + wave + "/" + cluster
 }
 
 // Forget ends the background work for wave i (its noDisruption is decided) and drops its members'
 // samples. Evidence gathered ahead for the next wave is kept until it is used or too old.
 func (c *Collector) Forget(sc *Scope, i int) {
 	wv := &sc.Rollout.Status.Waves[i]
+	sampler := c.waveSampler(sc, i)
 	c.endSoak(sc.Rollout.UID, wv.Name)
 	for _, name := range wv.Clusters {
-		c.samples(sc.Settings.SampleInterval).Forget(sampleKey(sc.Rollout, name))
+		sampler.Forget(sampleKey(sc.Rollout, wv.Name, name))
 	}
 }
 
+// waveSampler is the sampler wave i of the scope's rollout is sampled into: the one of the sample
+// interval its soak began with, while its soak loop runs, else the policy's. A policy whose
+// sampleInterval changes mid-soak (a commit, or a load error that falls back to the built-in
+// settings) changes the interval from the next soak on; the samples of this one are kept.
+func (c *Collector) waveSampler(sc *Scope, i int) *availability.Sampler {
+	return c.samples(c.waveInterval(sc, sc.Rollout.Status.Waves[i].Name))
+}
+
+// waveInterval is the sample interval of the soak of the wave named wave (waveSampler).
+func (c *Collector) waveInterval(sc *Scope, wave string) time.Duration {
+	fr := sc.Rollout
+	if fr.Status.Candidate != nil {
+		id := soakID{rollout: fr.UID, candidate: fr.Status.Candidate.Revision, wave: wave}
+		c.bg.mu.Lock()
+		s := c.bg.soaks[fr.UID]
+		c.bg.mu.Unlock()
+		if s != nil && s.id == id {
+			return s.getPlan().interval
+		}
+	}
+	return sc.Settings.SampleInterval
+}
+
 // samples returns the availability sampler for a sample interval (policies may differ), made on
-// first use. Samples are keyed by rollout and cluster (sampleKey).
+// first use. Samples are keyed by rollout, candidate, wave and cluster (sampleKey).
 func (c *Collector) samples(interval time.Duration) *availability.Sampler {
 	c.samplersMu.Lock()
 	defer c.samplersMu.Unlock()

@@ -53,8 +53,11 @@ type soak struct {
 // soakPlan is what the loop works from, as the latest reconcile saw it (Follow).
 type soakPlan struct {
 	rollout types.NamespacedName
+	// candidate and wave are what the samples measure (sampleKey).
+	candidate, wave string
 	// sampling: the wave soaks (a rehearsing wave's noDisruption is decided: nothing to sample).
 	sampling bool
+	// interval is the sample interval the soak began with, kept for the whole soak.
 	interval time.Duration
 	// soakEnd is when the wave's soak ends; zero while it rehearses.
 	soakEnd time.Time
@@ -121,7 +124,7 @@ func (c *Collector) Follow(sc *Scope, preWave func(wave int) []string) {
 		c.bg.soaks = map[types.UID]*soak{}
 	}
 	// A new loop (a restart, or the wave just started to soak) continues from what status kept.
-	c.seedSoak(sc, i)
+	c.seedSoak(sc, i, plan.interval)
 	ctx, cancel := context.WithCancel(c.bg.ctx)
 	s = &soak{id: id, cancel: cancel, plan: plan}
 	c.bg.soaks[fr.UID] = s
@@ -155,10 +158,16 @@ func (c *Collector) planSoak(sc *Scope, i int, preWave func(int) []string, prev 
 	fr := sc.Rollout
 	wv := &fr.Status.Waves[i]
 	plan := soakPlan{
-		rollout:  types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name},
-		sampling: wv.Phase == v1alpha1.WaveSoaking,
-		interval: c.samples(sc.Settings.SampleInterval).Interval(),
-		nextWave: -1,
+		rollout:   types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name},
+		candidate: fr.Status.Candidate.Revision,
+		wave:      wv.Name,
+		sampling:  wv.Phase == v1alpha1.WaveSoaking,
+		interval:  sc.Settings.SampleInterval,
+		nextWave:  -1,
+	}
+	if prev.interval > 0 {
+		// The loop of this soak goes on at the interval it began with (waveSampler).
+		plan.interval = prev.interval
 	}
 	if plan.sampling && wv.ReadyAt != nil {
 		plan.soakEnd = wv.ReadyAt.Add(WaveSoak(fr.WaveSpec(wv.Name), sc.Settings))
@@ -319,7 +328,7 @@ func (c *Collector) samplePass(ctx context.Context, plan soakPlan, clients map[s
 			mc = &memberClient{fc: m.fc}
 			clients[m.name] = mc
 		}
-		key := sampleKeyOf(plan.rollout, m.name)
+		key := sampleKeyOf(plan.rollout, plan.candidate, plan.wave, m.name)
 		byKey[key] = mc
 		am := availability.Member{Cluster: key, Workloads: m.workloads, Reader: func(ctx context.Context) (client.Reader, error) {
 			if mc.reader != nil {
@@ -393,12 +402,12 @@ func (c *Collector) soakEnded(s *soak, gone bool) {
 	if newer != nil {
 		next := newer.getPlan()
 		for _, m := range next.members {
-			kept[sampleKeyOf(next.rollout, m.name)] = true
+			kept[sampleKeyOf(next.rollout, next.candidate, next.wave, m.name)] = true
 		}
 	}
 	sampler := c.samples(plan.interval)
 	for _, m := range plan.members {
-		if key := sampleKeyOf(plan.rollout, m.name); !kept[key] {
+		if key := sampleKeyOf(plan.rollout, plan.candidate, plan.wave, m.name); !kept[key] {
 			sampler.Forget(key)
 		}
 	}
@@ -440,13 +449,13 @@ func (c *Collector) Soaked(sc *Scope, i int) []v1alpha1.SoakSamples {
 	for _, h := range wv.HeldBack {
 		held[h.Cluster] = true
 	}
-	sampler := c.samples(sc.Settings.SampleInterval)
+	sampler := c.waveSampler(sc, i)
 	out := make([]v1alpha1.SoakSamples, 0, len(wv.Clusters))
 	for _, name := range wv.Clusters {
 		if held[name] {
 			continue
 		}
-		s := sampler.Summary(sampleKey(fr, name), wv.ReadyAt.Time, sc.Now)
+		s := sampler.Summary(sampleKey(fr, wv.Name, name), wv.ReadyAt.Time, sc.Now)
 		if s.Samples == 0 {
 			continue
 		}
@@ -465,14 +474,15 @@ func (c *Collector) Soaked(sc *Scope, i int) []v1alpha1.SoakSamples {
 	return out
 }
 
-// seedSoak starts the samples of wave i's members from what the rollout's status kept of them
-// (Soaked), for members the collector has no samples of: after a restart the soak continues, and a
+// seedSoak starts the samples of wave i's members, at the soak's sample interval, from what the
+// rollout's status kept of them (Soaked), for members the collector has no samples of: after a restart the soak continues, and a
 // disruption seen before it is remembered.
-func (c *Collector) seedSoak(sc *Scope, i int) {
+func (c *Collector) seedSoak(sc *Scope, i int, interval time.Duration) {
 	fr := sc.Rollout
-	sampler := c.samples(sc.Settings.SampleInterval)
+	sampler := c.samples(interval)
+	wave := fr.Status.Waves[i].Name
 	for _, e := range fr.Status.Waves[i].Soaked {
-		sampler.Seed(sampleKey(fr, e.Cluster), availability.Seed{
+		sampler.Seed(sampleKey(fr, wave, e.Cluster), availability.Seed{
 			Samples: int(e.Samples), Failed: int(e.Failed), Observed: int(e.Observed),
 			MinRatio: float64(e.MinAvailablePermille) / 1000, Unavailable: time.Duration(e.UnavailableSeconds) * time.Second,
 			First: e.First.Time, Last: e.Last.Time, LastBelow: e.LastBelow, LastFailed: e.LastFailed,

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
 )
@@ -26,7 +29,7 @@ func TestSamplingRunsOnItsOwnTickerNotOnReconciles(t *testing.T) {
 	canary := w.rollout.Status.Waves[0].Clusters
 	keys := make([]string, len(canary))
 	for i, name := range canary {
-		keys[i] = sampleKey(w.rollout, name)
+		keys[i] = sampleKey(w.rollout, w.rollout.Status.Waves[0].Name, name)
 	}
 	eventually(t, "five samples of every canary member", func() (bool, string) {
 		for _, k := range keys {
@@ -67,7 +70,7 @@ func TestForgetAndStopEndTheLoops(t *testing.T) {
 	c := newCollector(t, nil)
 	c.Follow(a.scope, nil)
 	c.Follow(b.scope, nil)
-	key := sampleKey(a.rollout, a.rollout.Status.Waves[0].Clusters[0])
+	key := sampleKey(a.rollout, a.rollout.Status.Waves[0].Name, a.rollout.Status.Waves[0].Clusters[0])
 	eventually(t, "a sample", func() (bool, string) {
 		return c.samples(interval).Summary(key, time.Time{}, time.Time{}).Samples > 0, ""
 	})
@@ -199,7 +202,7 @@ func TestTheNextWaveIsGatheredNearTheSoaksEndAndAgainAsItAges(t *testing.T) {
 	w := newWorld(t, 3, interval, time.Hour, 0, clk.Now())
 	c := newCollector(t, clk)
 	c.Follow(w.scope, func(int) []string { return []string{v1alpha1.GateDeploySafe} })
-	key := sampleKey(w.rollout, w.rollout.Status.Waves[0].Clusters[0])
+	key := sampleKey(w.rollout, w.rollout.Status.Waves[0].Name, w.rollout.Status.Waves[0].Clusters[0])
 	eventually(t, "three ticks of the loop", func() (bool, string) {
 		return c.samples(interval).Summary(key, time.Time{}, time.Time{}).Samples >= 3, ""
 	})
@@ -259,4 +262,74 @@ func mapWith[K comparable, V any](m map[K]V, k K, v V) map[K]V {
 	}
 	out[k] = v
 	return out
+}
+
+// A policy whose sampleInterval changes in the middle of a soak (a commit, or a load error that
+// falls back to the built-in settings) does not start the soak over: the loop goes on at the
+// interval it began with, the samples taken so far stay, and a disruption seen before the change is
+// still in the evidence and in what status keeps of the soak.
+func TestASampleIntervalChangeMidSoakKeepsTheSoak(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	ctx := context.Background()
+	w := newWorld(t, 1, interval, time.Hour, 0, time.Now())
+	c := newCollector(t, nil)
+	c.Follow(w.scope, nil)
+	member := w.rollout.Status.Waves[0].Clusters[0]
+	key := sampleKey(w.rollout, "canary", member)
+	summary := func() availabilitySummary {
+		s := c.samples(interval).Summary(key, time.Time{}, time.Time{})
+		return availabilitySummary{samples: s.Samples, min: s.MinAvailableRatio, unavailable: s.UnavailableSeconds}
+	}
+	eventually(t, "three samples, fully available", func() (bool, string) {
+		s := summary()
+		return s.samples >= 3 && s.min == 1, fmt.Sprintf("%+v", s)
+	})
+
+	// The workload loses its availability for a few samples, and gets it back.
+	var web appsv1.Deployment
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "web"}, &web); err != nil {
+		t.Fatal(err)
+	}
+	web.Status.AvailableReplicas, web.Status.ReadyReplicas = 0, 0
+	if err := k8s.Status().Update(ctx, &web); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a sample below availability", func() (bool, string) {
+		s := summary()
+		return s.min == 0, fmt.Sprintf("%+v", s)
+	})
+	web.Status.AvailableReplicas, web.Status.ReadyReplicas = 1, 1
+	if err := k8s.Status().Update(ctx, &web); err != nil {
+		t.Fatal(err)
+	}
+	before := summary()
+
+	// The next reconcile reads a policy with another sampleInterval.
+	changed := *w.scope
+	changed.Settings.SampleInterval = 5 * time.Second
+	c.Follow(&changed, nil)
+	eventually(t, "more samples at the soak's own interval", func() (bool, string) {
+		s := summary()
+		return s.samples >= before.samples+3, fmt.Sprintf("%+v, before the change %+v", s, before)
+	})
+	changed.Now = time.Now()
+	out, err := c.Collect(ctx, &changed, v1alpha1.GateNoDisruption, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := out.Evidence.(tgcue.NoDisruptionEvidence)
+	if len(ev.Clusters) != 1 || ev.Clusters[0].MinAvailableRatio == nil || *ev.Clusters[0].MinAvailableRatio != 0 ||
+		ev.Clusters[0].Samples < before.samples || ev.SampleInterval != interval.String() {
+		t.Errorf("the evidence after the change lost the soak: %+v (interval %s), before the change %+v", ev.Clusters, ev.SampleInterval, before)
+	}
+	kept := c.Soaked(&changed, 0)
+	if len(kept) != 1 || kept[0].MinAvailablePermille != 0 || int(kept[0].Samples) < before.samples {
+		t.Errorf("what status keeps of the soak lost it: %+v, before the change %+v", kept, before)
+	}
+}
+
+type availabilitySummary struct {
+	samples     int
+	min         float64
+	unavailable float64
 }

@@ -81,7 +81,7 @@ func TestNoDisruptionEvidenceReadsThroughTransientStates(t *testing.T) {
 	c := &Collector{}
 	for _, name := range []string{"a", "b", "d"} {
 		for at := readyAt.Time; !at.After(sc.Now); at = at.Add(5 * time.Second) {
-			if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, name), nil, nil, at); err != nil {
+			if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, sc.Rollout.Status.Waves[0].Name, name), nil, nil, at); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -137,10 +137,10 @@ func TestNoDisruptionEvidenceLeavesOutWhatWasNotMeasured(t *testing.T) {
 	web := []availability.Workload{{Kind: "Deployment", Namespace: "apps", Name: "web"}}
 	for at := readyAt.Time; !at.After(sc.Now); at = at.Add(5 * time.Second) {
 		// a has no workload to read: every sample sees it whole. dark's reads all fail (no client).
-		if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, "a"), nil, nil, at); err != nil {
+		if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, sc.Rollout.Status.Waves[0].Name, "a"), nil, nil, at); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, "dark"), nil, web, at); err == nil {
+		if err := c.samples(5*time.Second).Observe(context.Background(), sampleKey(sc.Rollout, sc.Rollout.Status.Waves[0].Name, "dark"), nil, web, at); err == nil {
 			t.Fatal("a read without a client should fail")
 		}
 	}

@@ -44,7 +44,7 @@ func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
 	kg1 := s.rollout(t, "web").Status.LastKnownGood.Source
 	away := []string{"member-2", "member-3"}
 	for _, c := range away {
-		s.probeEvery(ctx, t, c, 5*time.Second)
+		s.probeEvery(ctx, t, c, 10*time.Second)
 		s.f.Member(c).Faults.Set(faultproxy.Blackhole())
 	}
 	for _, c := range away {

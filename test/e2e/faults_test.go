@@ -164,7 +164,7 @@ func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 	one := int32(1)
 	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Waves[1].MaxFailures = &one })
 	for _, c := range []string{"member-2", "member-5"} {
-		s.probeEvery(ctx, t, c, 5*time.Second)
+		s.probeEvery(ctx, t, c, 10*time.Second)
 	}
 	s.f.Member("member-5").Faults.Set(faultproxy.Blackhole())
 	s.waitReachable(ctx, t, "member-5", metav1.ConditionFalse)
