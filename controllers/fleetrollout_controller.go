@@ -517,10 +517,14 @@ func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 		return retryable(err)
 	}
 	if stale := staleApprovals(fr, p.Target); len(stale) > 0 {
-		// An approval list that changed since it was read is pruned on a later pass.
-		if err := r.pruneApprovals(ctx, fr, stale); err != nil {
-			r.event(fr, corev1.EventTypeWarning, "ApprovalsNotPruned", "%s", capMessage(err.Error()))
-		}
+		// After the status write, which carries the resourceVersion this pass read: a spec write
+		// before it would fail it. An approval list that changed since it was read is pruned on a
+		// later pass.
+		p.afterStatus = append(p.afterStatus, func() {
+			if err := r.pruneApprovals(ctx, fr, stale); err != nil {
+				r.event(fr, corev1.EventTypeWarning, "ApprovalsNotPruned", "%s", capMessage(err.Error()))
+			}
+		})
 	}
 	return proceeding()
 }

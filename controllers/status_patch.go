@@ -15,6 +15,12 @@ import (
 // fails, the object is left with conditions about a state its status does not hold, such as a
 // gate's decision over a wave whose members are not recorded. tidegate's objects have one writer
 // of status, so one request is both enough and whole.
+//
+// The patch carries the resourceVersion the reconcile read (an optimistic lock): a writer whose read
+// is stale (a deposed leader's delayed request, a second replica started by mistake, or simply a
+// spec change since the read) gets a Conflict and writes nothing; its next reconcile reads again
+// and decides again. So no status computed from an older object overwrites a newer one, and a
+// decided wave is never undone by a late patch.
 type statusPatch struct {
 	before client.Object
 }
@@ -27,13 +33,13 @@ func newStatusPatch(obj client.Object) *statusPatch {
 // Patch sends the change from the object as read to obj, nothing when nothing changed; obj is
 // updated from the response, and the next Patch sends only what changed after it.
 func (p *statusPatch) Patch(ctx context.Context, c client.Client, obj client.Object) error {
-	patch := client.MergeFrom(p.before)
-	data, err := patch.Data(obj)
+	data, err := client.MergeFrom(p.before).Data(obj)
 	if err != nil {
 		return err
 	}
 	if string(data) != "{}" {
-		if err := c.Status().Patch(ctx, obj, patch, client.FieldOwner(v1alpha1.FieldManager)); err != nil {
+		locked := client.MergeFromWithOptions(p.before, client.MergeFromWithOptimisticLock{})
+		if err := c.Status().Patch(ctx, obj, locked, client.FieldOwner(v1alpha1.FieldManager)); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,16 +27,7 @@ func TestStatusOfAPassLandsWholeOrNotAtAll(t *testing.T) {
 	hub := startTestHub(t)
 	ctx := context.Background()
 	r := &FleetRolloutReconciler{Client: hub.admin, APIReader: hub.admin}
-	ns := "whole"
-	fr := &v1alpha1.FleetRollout{
-		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
-		Spec:       v1alpha1.FleetRolloutSpec{SourceRef: v1alpha1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: "fleet"}, Path: "./app"},
-	}
-	for _, o := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, fr} {
-		if err := hub.admin.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fr := createRolloutIn(t, hub, "whole")
 	rev := "main@sha1:" + strings.Repeat("2", 40)
 	fr.Status = v1alpha1.FleetRolloutStatus{
 		Phase:     v1alpha1.PhaseProgressing,
@@ -140,4 +132,71 @@ func TestStatusOfAPassLandsWholeOrNotAtAll(t *testing.T) {
 	if got.Status.Short == nil || got.Status.Short.Candidate != "main@sha1:22222222" || got.Status.Short.KnownGood != "" {
 		t.Errorf("status.short = %+v, want the candidate main@sha1:22222222 and no known-good", got.Status.Short)
 	}
+}
+
+// A writer whose read is stale cannot undo a decision: two passes read the rollout at the same
+// resourceVersion (a deposed leader still in its pass, and the new leader); the new leader records
+// that the canary succeeded and the ring started, then the stale pass's patch, computed from the
+// older read with the canary still soaking, is refused with a Conflict and changes nothing. Its
+// next reconcile reads again.
+func TestAStaleStatusWriteIsRefused(t *testing.T) {
+	hub := startTestHub(t)
+	ctx := context.Background()
+	r := &FleetRolloutReconciler{Client: hub.admin, APIReader: hub.admin}
+	fr := createRolloutIn(t, hub, "stale")
+	rev := "main@sha1:" + strings.Repeat("3", 40)
+	fr.Status = v1alpha1.FleetRolloutStatus{
+		Phase: v1alpha1.PhaseProgressing, CurrentWave: "canary",
+		Candidate: &v1alpha1.RevisionStatus{Revision: rev, Source: v1alpha1.PinnedSourceName(fr.Name, rev)},
+		Waves: []v1alpha1.WaveStatus{{Name: "canary", Phase: v1alpha1.WaveSoaking, Clusters: []string{"member-1"}},
+			{Name: "ring", Phase: v1alpha1.WavePending}},
+	}
+	if err := hub.admin.Status().Update(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	read := func() *v1alpha1.FleetRollout {
+		t.Helper()
+		var got v1alpha1.FleetRollout
+		if err := hub.admin.Get(ctx, client.ObjectKeyFromObject(fr), &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+	stale, leader := read(), read()
+	stalePatch, leaderPatch := newStatusPatch(stale), newStatusPatch(leader)
+
+	leader.Status.Waves[0].Phase = v1alpha1.WaveSucceeded
+	leader.Status.Waves[1].Phase, leader.Status.Waves[1].Clusters = v1alpha1.WaveProgressing, []string{"member-2"}
+	leader.Status.CurrentWave = "ring"
+	if err := r.finalizeStatus(ctx, leader, leaderPatch); err != nil {
+		t.Fatal(err)
+	}
+	// The stale pass still sees the canary soaking, and writes what it made of that.
+	now := metav1.Now()
+	stale.Status.Waves[0].Soaked = []v1alpha1.SoakSamples{{Cluster: "member-1", Samples: 3, First: now, Last: now}}
+	stale.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForSoak, Wave: "canary", Message: "wave canary soaking"}
+	err := r.finalizeStatus(ctx, stale, stalePatch)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("the stale pass's status write: %v, want a Conflict", err)
+	}
+	got := read()
+	if got.Status.CurrentWave != "ring" || got.Status.Waves[0].Phase != v1alpha1.WaveSucceeded || got.Status.Waves[1].Phase != v1alpha1.WaveProgressing ||
+		got.Status.WaitingFor != nil || len(got.Status.Waves[0].Soaked) != 0 {
+		t.Errorf("the stale write changed the status the leader wrote: %+v", got.Status)
+	}
+}
+
+// createRolloutIn creates namespace ns on the hub and rollout app in it, and returns the rollout.
+func createRolloutIn(t *testing.T, hub *testHub, ns string) *v1alpha1.FleetRollout {
+	t.Helper()
+	fr := &v1alpha1.FleetRollout{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
+		Spec:       v1alpha1.FleetRolloutSpec{SourceRef: v1alpha1.SourceReference{Kind: sourcev1.GitRepositoryKind, Name: "fleet"}, Path: "./app"},
+	}
+	for _, o := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, fr} {
+		if err := hub.admin.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fr
 }

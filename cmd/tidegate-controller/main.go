@@ -27,6 +27,9 @@ import (
 // default namespace of the leader election Lease.
 const podNamespaceEnv = "POD_NAMESPACE"
 
+// inClusterNamespaceFile is where a pod reads its namespace, which leader election defaults to.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
 func main() {
 	var (
 		metricsAddr     string
@@ -50,8 +53,8 @@ func main() {
 		"The address the Prometheus metrics endpoint binds to; \"0\" turns it off.")
 	flag.StringVar(&healthAddr, "health-probe-bind-address", ":8081",
 		"The address the /healthz and /readyz endpoints bind to.")
-	flag.BoolVar(&leaderElect, "leader-elect", false,
-		"Elect a leader on the Lease "+controllers.LeaderElectionID+", so that only one replica acts at a time.")
+	flag.BoolVar(&leaderElect, "leader-elect", true,
+		"Elect a leader on the Lease "+controllers.LeaderElectionID+", so that only one replica acts at a time; --leader-elect=false only for a single replica run outside a cluster.")
 	flag.StringVar(&leaderNamespace, "leader-election-namespace", os.Getenv(podNamespaceEnv),
 		"The namespace of the leader election Lease; defaults to $"+podNamespaceEnv+", else the pod's service account namespace.")
 	flag.DurationVar(&leaseDuration, "leader-election-lease-duration", 35*time.Second,
@@ -95,6 +98,12 @@ func main() {
 	for _, ns := range strings.Split(fleetNamespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			members.FleetNamespaces = append(members.FleetNamespaces, ns)
+		}
+	}
+	if leaderElect && leaderNamespace == "" {
+		if _, err := os.Stat(inClusterNamespaceFile); err != nil {
+			log.Error(errors.New("no namespace for the leader election Lease"), "outside a cluster, set --leader-election-namespace (or "+podNamespaceEnv+"), or run a single replica with --leader-elect=false")
+			os.Exit(1)
 		}
 	}
 	restConfig := controllers.HubConfig(ctrl.GetConfigOrDie(), controllers.ManagerConfig{QPS: hubQPS, Burst: hubBurst})

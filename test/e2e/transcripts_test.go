@@ -79,6 +79,9 @@ func TestE2ETranscripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
+	// v1's approval has done its work: it goes now, as the controller would prune it once v2
+	// completes, so that no transcript races that pruning (a spec write, a new generation).
+	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Approvals = nil })
 	sha2, err := s.repo.Commit("v2", transcriptPackage("v2"), nil)
 	if err != nil {
 		t.Fatal(err)
