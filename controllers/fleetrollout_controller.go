@@ -497,9 +497,9 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 }
 
 // prune deletes the pinned sources and receipts nothing needs, and the approvals of past revisions
-// (staleApprovals), once the rollout rests. A pass that
-// just came to rest prunes nothing: what it lets go (the old known-good's pin) goes on the next
-// pass, once status recorded the rest, as every write follows a recorded intent.
+// (staleApprovals), once the rollout rests. A pass that just came to rest prunes nothing: what it
+// lets go (the old known-good's pin) goes on the next pass, once status recorded the rest, as every
+// write follows a recorded intent.
 func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 	fr := p.Rollout
 	if fr.Status.Phase != v1alpha1.PhaseCompleted && fr.Status.Phase != v1alpha1.PhaseRolledBack || p.res.Next {
