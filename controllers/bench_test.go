@@ -101,7 +101,7 @@ func BenchmarkKustomizationHash1000(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for range 1000 {
-			d := desiredKustomization(fr, fc, "web-2", "main@sha1:2", "rest")
+			d := desiredKustomization(fr, fc, target{Source: "web-2", Revision: "main@sha1:2", Wave: "rest"})
 			if _, err := contentHash(d.Labels, d.Annotations, d.Spec); err != nil {
 				b.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func BenchmarkNotOurSpec1000Clusters(b *testing.B) {
 	for _, c := range w.Inventory {
 		fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: fr.Namespace}}
 		w.Clusters[c.Name] = fc
-		objects[c.Name] = desiredKustomization(fr, fc, "web-2", "main@sha1:2", "rest")
+		objects[c.Name] = desiredKustomization(fr, fc, target{Source: "web-2", Revision: "main@sha1:2", Wave: "rest"})
 	}
 	p := &pass{world: w}
 	p.Observe(objects)
@@ -144,7 +144,7 @@ func BenchmarkStepAtRest1000Clusters(b *testing.B) {
 	labels := clusterWaveLabels(st, w.Plan)
 	for _, c := range w.Inventory {
 		fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: "fleet"}}
-		ks := desiredKustomization(fr, fc, st.Candidate.Source, st.Candidate.Revision, labels[c.Name])
+		ks := desiredKustomization(fr, fc, target{Source: st.Candidate.Source, Revision: st.Candidate.Revision, Wave: labels[c.Name]})
 		hash, err := specHash(ks)
 		if err != nil {
 			b.Fatal(err)

@@ -17,7 +17,7 @@ const catchUpPrefix = "catch-up-"
 // to it through a wave of their own, gated like any other: deploySafe's preflight of those clusters,
 // rollbackSucceeds, the switch, a soak and noDisruption, each with its receipt. A catch-up wave
 // takes clusters of one planned wave only, the earliest that has any, so that a change reaching many
-// clusters (a cluster values' edit shared by many, a template edit) goes canary first, and at most
+// clusters (a values' edit of many clusters) goes canary first, and at most
 // the policy's settings.catchUp.maxConcurrent of them; the next one starts when it completes. Nothing starts while spec.hold is set. The catch-up wave replaces the previous one in
 // status.waves, so status stays bounded however many there are; its receipts and the ledger keep
 // the record.
@@ -60,14 +60,15 @@ func startCatchUp(fr *v1alpha1.FleetRollout, w *world, res stepResult) stepResul
 // and that a catch-up wave can take now: the Kustomization is missing (the cluster joined later,
 // or was excused or away when its wave went out), points at another pinned source, or would make
 // Flux apply something else than what tidegate would write at the known-good (the cluster's values
-// or credentials, or the template's build fields, changed: sameBuild). Left out, and listed as lagging with why: clusters that do not answer (Reachable=False:
+// or credentials changed: sameBuild; the known-good's own build, so a template edit, which is a
+// candidate of its own, is not caught up). Left out, and listed as lagging with why: clusters that do not answer (Reachable=False:
 // a wave would only hold on them), clusters the known-good's own waves held back (their preflight
 // refused it; the next revision preflights them again), clusters whose Kustomization the hub
 // refuses or someone suspended.
 func catchUpMembers(fr *v1alpha1.FleetRollout, w *world) []string {
 	st := &fr.Status
 	kg := st.LastKnownGood
-	if kg == nil || st.Candidate == nil || st.Candidate.Revision != kg.Revision {
+	if kg == nil || st.Candidate == nil || st.Candidate.Key() != kg.Key() {
 		return nil
 	}
 	held := map[string]bool{}
@@ -96,7 +97,7 @@ func catchUpMembers(fr *v1alpha1.FleetRollout, w *world) []string {
 		case ks.Spec.Suspend:
 			continue
 		case ks.Spec.SourceRef.Name != kg.Source:
-		case sameBuild(desiredKustomization(fr, fc, kg.Source, kg.Revision, labels[c]), ks):
+		case sameBuild(desiredKustomization(fr, fc, runs(kg, labels[c])), ks):
 			continue
 		}
 		out = append(out, c)
@@ -151,6 +152,6 @@ func clusterWaveLabels(st *v1alpha1.FleetRolloutStatus, plan fleets.WavePlan) ma
 // catchingUp tells whether the rollout's candidate is a catch-up of its known-good: the same
 // revision, rolled out again to the clusters that lag.
 func catchingUp(st *v1alpha1.FleetRolloutStatus) bool {
-	return st.Candidate != nil && st.LastKnownGood != nil && st.Candidate.Revision == st.LastKnownGood.Revision &&
+	return st.Candidate != nil && st.LastKnownGood != nil && st.Candidate.Key() == st.LastKnownGood.Key() &&
 		slices.ContainsFunc(st.Waves, func(wv v1alpha1.WaveStatus) bool { return wv.CatchUp && wv.FinishedAt == nil })
 }

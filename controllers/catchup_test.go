@@ -221,38 +221,61 @@ func TestLateJoinersCatchUpInPacedWaves(t *testing.T) {
 	}
 }
 
-// A template edit after the rollout completed reaches the clusters only through catch-up waves, one
-// planned wave at a time, canary first; when the canary's catch-up fails, the rollout holds and the
-// other clusters never get the edit.
-func TestATemplateEditCatchesUpCanaryFirst(t *testing.T) {
+// A template edit after the rollout completed is a candidate of its own: the same revision with the
+// new build goes canary first, then the rest, each wave through its gates, with a pinned source of
+// its own. A broken edit fails on the canary and is rolled back there to the known-good's build;
+// the other clusters never get it, and that build is rejected while the revision stays the
+// known-good's.
+func TestATemplateEditIsACandidate(t *testing.T) {
 	s := newSim(t, "a", "b", "c")
-	s.settings.CatchUp.MaxConcurrent = 10
+	s.settings.OnFail = v1alpha1.OnFailureRollback
 	s.run("r1", v1alpha1.PhaseCompleted)
+	first := s.fr.Status.LastKnownGood.DeepCopy()
 	before := map[string]int{"a": s.writes["a"], "b": s.writes["b"], "c": s.writes["c"]}
 	s.fr.Spec.Template.TargetNamespace = "edited"
 	s.log = nil
 	s.run("r1", v1alpha1.PhaseProgressing)
-	s.run("r1", v1alpha1.PhaseCompleted)
-	s.run("r1", v1alpha1.PhaseProgressing)
+	if c := s.fr.Status.Candidate; c.Revision != "r1" || c.BuildHash == first.BuildHash || c.Source == first.Source || c.Build.TargetNamespace != "edited" {
+		t.Fatalf("the edit is a candidate of r1 with its own build and pinned source: %+v (known-good %+v)", c, first)
+	}
+	s.untilWave("r1", 0, v1alpha1.WaveSoaking)
+	if s.objects["b"].Spec.TargetNamespace != "" || s.objects["c"].Spec.TargetNamespace != "" || s.objects["a"].Spec.TargetNamespace != "edited" {
+		t.Fatalf("the canary alone runs the edit while it soaks: %+v", s.objects)
+	}
 	s.run("r1", v1alpha1.PhaseCompleted)
 	log := strings.Join(s.log, "\n")
-	if !strings.Contains(log, "catch-up-1=Succeeded[a]") || !strings.Contains(s.lastLog, "catch-up-2=Succeeded[b c]") {
-		t.Errorf("the canary's catch-up first, then the rest's:\n%s", log)
+	if !strings.Contains(log, "canary=Succeeded[a] rest=Progressing[b c]") {
+		t.Errorf("the canary first, then the rest:\n%s", log)
 	}
 	for c, n := range before {
 		if s.writes[c] != n+1 || s.objects[c].Spec.TargetNamespace != "edited" {
 			t.Errorf("%s written once, with the edit: %d writes (was %d), %+v", c, s.writes[c], n, s.objects[c].Spec)
 		}
 	}
+	if kg, h := s.fr.Status.LastKnownGood, s.fr.Status.History; kg.BuildHash == first.BuildHash || len(h) != 2 || h[1].BuildHash != first.BuildHash {
+		t.Errorf("the edit is the known-good, the first build the entry before it: %+v %+v", kg, h)
+	}
 
+	edited := s.fr.Status.LastKnownGood.DeepCopy()
 	s.fr.Spec.Template.TargetNamespace = "broken"
 	s.broken["a"] = true
-	s.run("r1", v1alpha1.PhaseHeld)
-	for range 10 {
-		s.once("r1")
+	s.run("r1", v1alpha1.PhaseRolledBack)
+	st := s.fr.Status
+	for _, c := range []string{"a", "b", "c"} {
+		if ks := s.objects[c]; ks.Spec.TargetNamespace != "edited" || ks.Spec.SourceRef.Name != edited.Source {
+			t.Errorf("%s runs the known-good's build after the rollback: %+v", c, ks.Spec)
+		}
 	}
-	if st := s.fr.Status; st.Phase != v1alpha1.PhaseHeld || s.objects["b"].Spec.TargetNamespace != "edited" || s.objects["c"].Spec.TargetNamespace != "edited" {
-		t.Errorf("a failed catch-up of the canary holds, and b and c keep what they run: %s %+v %+v", st.Phase, s.objects["b"].Spec, s.objects["c"].Spec)
+	if s.writes["b"] != before["b"]+1 || s.writes["c"] != before["c"]+1 {
+		t.Errorf("b and c never got the broken edit: %d and %d writes", s.writes["b"], s.writes["c"])
+	}
+	if !s.fr.IsRejectedBuild("r1", st.Candidate.BuildHash) || s.fr.IsRejectedBuild("r1", edited.BuildHash) {
+		t.Errorf("the broken build is rejected, the known-good's is not: %+v", st.Rejected)
+	}
+	for range 5 {
+		if p := s.once("r1"); p != v1alpha1.PhaseRolledBack {
+			t.Fatalf("a rejected build is not rolled out again: %s", p)
+		}
 	}
 }
 

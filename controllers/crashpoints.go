@@ -21,7 +21,7 @@ func (r *FleetRolloutReconciler) statusMarks(fr *v1alpha1.FleetRollout) *progres
 	st := &fr.Status
 	m := &progressMarks{phase: st.Phase, waves: map[string]string{}, rehearsals: map[string]string{}}
 	if st.Candidate != nil {
-		m.candidate = st.Candidate.Revision
+		m.candidate = st.Candidate.Key()
 	}
 	for _, wv := range st.Waves {
 		m.waves[wv.Name] = wv.Phase
@@ -40,10 +40,10 @@ func statusPoints(before *progressMarks, fr *v1alpha1.FleetRollout) []string {
 	}
 	var out []string
 	st := &fr.Status
-	if st.Candidate != nil && st.Candidate.Revision != before.candidate {
+	if st.Candidate != nil && st.Candidate.Key() != before.candidate {
 		out = append(out, "status:candidate")
 		// A new candidate's waves are all new: their phases are not changes to name.
-		before = &progressMarks{candidate: st.Candidate.Revision, phase: before.phase}
+		before = &progressMarks{candidate: st.Candidate.Key(), phase: before.phase}
 	}
 	if st.Phase != before.phase {
 		out = append(out, "status:phase:"+st.Phase)

@@ -70,7 +70,7 @@ func noteOrphans(w *world) bool {
 	for _, c := range slices.Sorted(maps.Keys(w.Objects)) {
 		ks, o := w.Objects[c], w.Kustomizations[c]
 		rev := ks.Annotations[v1alpha1.RevisionAnnotation]
-		if w.Clusters[c] != nil || rev == "" || w.Rollout.IsRejected(rev) ||
+		if w.Clusters[c] != nil || rev == "" || runsRejected(w.Rollout, ks.Spec.SourceRef.Name, rev) ||
 			slices.ContainsFunc(st.Orphaned, func(e v1alpha1.OrphanedCluster) bool { return e.Cluster == c }) ||
 			!(o.ReadyAt(ks.Spec.SourceRef.Name, rev) || o.StillAt(ks.Spec.SourceRef.Name, rev)) {
 			continue
@@ -108,4 +108,16 @@ func (r *FleetRolloutReconciler) orphanDeparted(ctx context.Context, p *pass) er
 		r.event(fr, corev1.EventTypeNormal, "Orphaned", "FleetCluster %s is gone: its Kustomization, at %s, was orphaned; the member keeps running it, managed by nothing", o.Cluster, o.Revision)
 	}
 	return nil
+}
+
+// runsRejected tells whether a Kustomization at revision from the pinned source named source runs
+// a rejected candidate: that revision with the build status records for the source, or, when
+// status records none, any build of it.
+func runsRejected(fr *v1alpha1.FleetRollout, source, revision string) bool {
+	for _, r := range candidates(&fr.Status) {
+		if r.Source == source && r.Revision == revision {
+			return fr.IsRejectedBuild(revision, r.BuildHash)
+		}
+	}
+	return fr.IsRejected(revision)
 }

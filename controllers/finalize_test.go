@@ -37,7 +37,7 @@ func TestFinalizerCarriesOutTheDeletionPolicy(t *testing.T) {
 		var out []*kustomizev1.Kustomization
 		for i := range 2 {
 			fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: fr.Namespace}}
-			ks := desiredKustomization(fr, fc, "app-0123456789ab", "main@sha1:1", "all")
+			ks := desiredKustomization(fr, fc, target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
 			if i == 1 {
 				ks.Spec.DeletionPolicy = ""
 			}

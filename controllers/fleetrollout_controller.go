@@ -274,7 +274,7 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 			continue
 		}
 		pin := func() error { return r.hook("pin:" + rev.Revision) }
-		if err := ensurePinnedSource(ctx, r.Client, fr, p.Tracked, rev.Revision, pin); err != nil {
+		if err := ensurePinnedSource(ctx, r.Client, fr, p.Tracked, rev, pin); err != nil {
 			return retryable(err)
 		}
 	}
@@ -305,10 +305,10 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 		if !r.writes.due(fr, c, p.Now) {
 			continue // its last write failed: it is tried again after its backoff
 		}
-		desired := desiredKustomization(fr, fc, t.Source, t.Revision, t.Wave)
+		desired := desiredKustomization(fr, fc, t)
 		if !mayWrite(isMoving, c, desired, existing[c]) {
 			// Not in a wave being switched, and what it would get is not what tidegate wrote
-			// before (the template, its values or credentials changed, or its Kustomization is
+			// before (its values or credentials changed, or its Kustomization is
 			// gone): it lags, and a catch-up wave brings it there through the gates.
 			continue
 		}
@@ -387,7 +387,7 @@ func (r *FleetRolloutReconciler) renderDigests(ctx context.Context, p *pass) {
 	if err != nil {
 		return
 	}
-	known, err := r.Evidence.RenderDigest(ctx, fr, p.KnownGood, kg.Digest)
+	known, err := r.Evidence.RenderDigest(ctx, fr.Built(kg.Build), p.KnownGood, kg.Digest)
 	if err != nil {
 		return
 	}
@@ -405,7 +405,9 @@ func notOurSpec(p *pass) {
 		if ks == nil || fc == nil {
 			continue
 		}
-		want := desiredKustomization(p.Rollout, fc, ks.Spec.SourceRef.Name, ks.Annotations[v1alpha1.RevisionAnnotation], ks.Labels[v1alpha1.WaveLabel])
+		source := ks.Spec.SourceRef.Name
+		want := desiredKustomization(p.Rollout, fc, target{Source: source, Revision: ks.Annotations[v1alpha1.RevisionAnnotation],
+			Wave: ks.Labels[v1alpha1.WaveLabel], Build: buildOfSource(&p.Rollout.Status, source)})
 		if kept, err := specKept(want, ks); err == nil && !kept {
 			o := p.Kustomizations[c]
 			o.Current, o.ReadyCurrent = false, false

@@ -146,7 +146,7 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 		if waiting == "" {
 			waiting = "rolling out"
 			if st.Candidate != nil {
-				waiting = "rolling out " + st.Candidate.Revision
+				waiting = "rolling out " + strings.TrimPrefix(candidateName(st.Candidate.Revision, st.Candidate.BuildHash, st), "revision ")
 			}
 		}
 		conditions.MarkUnknown(fr, meta.ReadyCondition, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
@@ -228,7 +228,7 @@ func setRollingOut(fr *v1alpha1.FleetRollout) {
 	case st.Candidate != nil && st.Phase == v1alpha1.PhaseRollingBack:
 		conditions.MarkTrue(fr, v1alpha1.RollingOutCondition, v1alpha1.RollingBackReason, "rolling %s back to %s", st.Candidate.Revision, st.LastKnownGood.Revision)
 	case st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || st.Phase == v1alpha1.PhaseHeld):
-		msg := "rolling out " + st.Candidate.Revision
+		msg := "rolling out " + strings.TrimPrefix(candidateName(st.Candidate.Revision, st.Candidate.BuildHash, st), "revision ")
 		if st.CurrentWave != "" {
 			msg += " in wave " + st.CurrentWave
 		}

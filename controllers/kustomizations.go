@@ -38,11 +38,15 @@ const (
 	defaultKustomizationTimeout  = 5 * time.Minute
 )
 
-// desiredKustomization is the Kustomization that makes cluster run the revision pinned by source,
-// with the cluster's own install-time values (spec.values) merged over the template's postBuild
-// substitutions. A change of either changes the Kustomization at the revision it is at, as any
-// template change does.
-func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, source, revision, wave string) *kustomizev1.Kustomization {
+// desiredKustomization is the Kustomization that makes cluster fc run t: the revision pinned by
+// t.Source, built with t.Build (the candidate's or the known-good's: spec.path and the template's
+// build fields as they were when it started; nil, the spec's), with the cluster's own install-time
+// values (spec.values) merged over the build's postBuild substitutions. The template's other
+// fields (interval, timeout, wait, prune, force, healthChecks) are the spec's: they change how
+// Flux applies, not what.
+func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg target) *kustomizev1.Kustomization {
+	fr = fr.Built(tg.Build)
+	source, revision, wave := tg.Source, tg.Revision, tg.Wave
 	t := fr.Spec.Template
 	ks := &kustomizev1.Kustomization{
 		TypeMeta: metav1.TypeMeta{APIVersion: kustomizev1.GroupVersion.String(), Kind: kustomizev1.KustomizationKind},

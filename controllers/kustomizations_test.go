@@ -27,10 +27,10 @@ func TestDesiredKustomizationMergesClusterValues(t *testing.T) {
 	own := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-2"},
 		Spec: v1alpha1.FleetClusterSpec{Values: map[string]string{"namespace": "web-eu-2", "size": "large"}}}
 
-	if got := desiredKustomization(fr, plain, "web-abc", "main@sha1:abc", "canary").Spec.PostBuild; got != fr.Spec.Template.PostBuild {
+	if got := desiredKustomization(fr, plain, target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"}).Spec.PostBuild; got != fr.Spec.Template.PostBuild {
 		t.Errorf("a cluster without values gets the template's postBuild: %+v", got)
 	}
-	pb := desiredKustomization(fr, own, "web-abc", "main@sha1:abc", "canary").Spec.PostBuild
+	pb := desiredKustomization(fr, own, target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"}).Spec.PostBuild
 	if want := map[string]string{"namespace": "web-eu-2", "region": "eu", "size": "large"}; !maps.Equal(pb.Substitute, want) {
 		t.Errorf("substitute %v, want %v", pb.Substitute, want)
 	}
@@ -42,7 +42,7 @@ func TestDesiredKustomizationMergesClusterValues(t *testing.T) {
 	}
 
 	hash := func(fc *v1alpha1.FleetCluster) string {
-		d := desiredKustomization(fr, fc, "web-abc", "main@sha1:abc", "canary")
+		d := desiredKustomization(fr, fc, target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"})
 		h, err := contentHash(d.Labels, d.Annotations, d.Spec)
 		if err != nil {
 			t.Fatal(err)
@@ -77,7 +77,7 @@ func TestTheEvidenceRendersWhatTheKustomizationBuilds(t *testing.T) {
 	}
 	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"},
 		Spec: v1alpha1.FleetClusterSpec{Values: map[string]string{"size": "large"}}}
-	got := desiredKustomization(fr, fc, "web-abc", "main@sha1:abc", "canary").Spec
+	got := desiredKustomization(fr, fc, target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"}).Spec
 	if !reflect.DeepEqual(got.PostBuild, fr.PostBuild(fc)) {
 		t.Errorf("postBuild %+v, the evidence substitutes %+v", got.PostBuild, fr.PostBuild(fc))
 	}
@@ -99,7 +99,7 @@ func TestSpecKept(t *testing.T) {
 	fr.Spec.Path = "./app"
 	fr.Spec.Template.HealthChecks = []meta.NamespacedObjectKindReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Namespace: "demo"}}
 	fr.Spec.Template.PostBuild = &kustomizev1.PostBuild{SubstituteFrom: []kustomizev1.SubstituteReference{{Kind: "ConfigMap", Name: "vars"}}}
-	desired := desiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}, "web-abc", "main@sha1:abc", "canary")
+	desired := desiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}, target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"})
 	for _, tc := range []struct {
 		name string
 		edit func(*kustomizev1.Kustomization)
@@ -131,7 +131,7 @@ func TestObservationOfASpecNotOursIsNotCurrent(t *testing.T) {
 	fr.Spec.SourceRef = v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}
 	fr.Spec.Path = "./app"
 	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}
-	desired := desiredKustomization(fr, fc, "web-abc", "main@sha1:abc", "canary")
+	desired := desiredKustomization(fr, fc, target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"})
 	for _, tc := range []struct {
 		name    string
 		edit    func(*kustomizev1.Kustomization)

@@ -151,15 +151,15 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 }
 
 // specChanged tells whether cluster c's Kustomization is not the one tidegate would write at the
-// known-good today, labelled with wave: its FleetCluster's values or credentials, or the template,
-// changed since it was written.
+// known-good today (with the known-good's build), labelled with wave: its FleetCluster's values or
+// credentials changed since it was written.
 func specChanged(fr *v1alpha1.FleetRollout, w *world, c, wave string) bool {
 	fc, ks := w.Clusters[c], w.Objects[c]
 	kg := fr.Status.LastKnownGood
 	if fc == nil || ks == nil || kg == nil {
 		return false
 	}
-	return !sameBuild(desiredKustomization(fr, fc, kg.Source, kg.Revision, wave), ks)
+	return !sameBuild(desiredKustomization(fr, fc, runs(kg, wave)), ks)
 }
 
 // runningKnownGood counts the clusters whose Kustomization points at the known-good and is Ready

@@ -23,7 +23,7 @@ import (
 func (r *FleetRolloutReconciler) recordLedger(ctx context.Context, fr *v1alpha1.FleetRollout, wasCandidate *v1alpha1.RevisionStatus, receipts map[string]*v1alpha1.GateReceipt) error {
 	now := metav1.NewTime(r.now())
 	st := &fr.Status
-	if wasCandidate != nil && (st.Candidate == nil || st.Candidate.Revision != wasCandidate.Revision) {
+	if wasCandidate != nil && (st.Candidate == nil || st.Candidate.Key() != wasCandidate.Key()) {
 		if err := r.appendLedger(ctx, fr, *wasCandidate, func(l *v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error) {
 			if len(l.Spec.Entries) == 0 || l.Spec.Entries[len(l.Spec.Entries)-1].Type == v1alpha1.LedgerEntryOutcome {
 				return nil, nil
@@ -50,7 +50,7 @@ func (r *FleetRolloutReconciler) recordUnchanged(ctx context.Context, fr *v1alph
 	if u == nil || (was != nil && was.Revision == u.Revision) || tracked.Revision != u.Revision {
 		return nil
 	}
-	rev := v1alpha1.RevisionStatus{Revision: u.Revision, Digest: tracked.Digest, Source: fr.Spec.SourceRef.Name}
+	rev := v1alpha1.RevisionStatus{Revision: u.Revision, Digest: tracked.Digest}
 	return r.appendLedger(ctx, fr, rev, func(l *v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error) {
 		if n := len(l.Spec.Entries); n > 0 && l.Spec.Entries[n-1].Type == v1alpha1.LedgerEntryOutcome {
 			return nil, nil
@@ -73,7 +73,7 @@ func (r *FleetRolloutReconciler) ledgerEntries(ctx context.Context, fr *v1alpha1
 			if err != nil {
 				return nil, err
 			}
-			if rc == nil || rc.Spec.Candidate.Revision != l.Spec.Candidate.Revision {
+			if rc == nil || !sameCandidate(&rc.Spec.Candidate, &l.Spec.Candidate) {
 				continue // pruned before ledgers existed, or of another candidate
 			}
 			listed.Receipts[rc.Name] = true
@@ -132,7 +132,7 @@ func (r *FleetRolloutReconciler) ledgerReceipt(ctx context.Context, namespace, n
 func (r *FleetRolloutReconciler) appendLedger(ctx context.Context, fr *v1alpha1.FleetRollout, candidate v1alpha1.RevisionStatus,
 	add func(*v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error), now metav1.Time) error {
 	l := &v1alpha1.RolloutLedger{}
-	key := client.ObjectKey{Namespace: fr.Namespace, Name: v1alpha1.LedgerName(fr.Name, candidate.Revision)}
+	key := client.ObjectKey{Namespace: fr.Namespace, Name: candidate.LedgerName(fr.Name)}
 	// From the cache: a copy that lags the ledger's last write makes the write below conflict,
 	// and the pass is retried.
 	err := r.Get(ctx, key, l)
@@ -142,7 +142,8 @@ func (r *FleetRolloutReconciler) appendLedger(ctx context.Context, fr *v1alpha1.
 		l = &v1alpha1.RolloutLedger{
 			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.RolloutLedgerKind},
 			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{v1alpha1.RolloutLabel: fr.Name}},
-			Spec:       v1alpha1.RolloutLedgerSpec{Rollout: fr.Name, Candidate: v1alpha1.RevisionStatus{Revision: candidate.Revision, Digest: candidate.Digest}},
+			Spec: v1alpha1.RolloutLedgerSpec{Rollout: fr.Name, Candidate: v1alpha1.RevisionStatus{Revision: candidate.Revision, Digest: candidate.Digest,
+				Build: candidate.Build.DeepCopy(), BuildHash: candidate.BuildHash}},
 		}
 	case err != nil:
 		return fmt.Errorf("reading rolloutledger %s/%s: %w", key.Namespace, key.Name, err)
@@ -165,4 +166,10 @@ func (r *FleetRolloutReconciler) appendLedger(ctx context.Context, fr *v1alpha1.
 		return fmt.Errorf("appending %d entries to rolloutledger %s/%s: %w", len(entries), key.Namespace, key.Name, err)
 	}
 	return r.hook("ledger:" + candidate.Revision)
+}
+
+// sameCandidate tells whether a and b are the same candidate: the same revision, with the same
+// build where both name one (records written before builds were name none).
+func sameCandidate(a, b *v1alpha1.RevisionStatus) bool {
+	return a.Revision == b.Revision && (a.BuildHash == "" || b.BuildHash == "" || a.BuildHash == b.BuildHash)
 }

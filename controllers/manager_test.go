@@ -79,7 +79,7 @@ func TestCacheKeepsWhatTidegateReadsOfAKustomization(t *testing.T) {
 	ctx := context.Background()
 
 	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: fr.Namespace}}
-	ks := desiredKustomization(fr, fc, "app-0123456789ab", "main@sha1:1", "all")
+	ks := desiredKustomization(fr, fc, target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
 	ks.Spec.HealthChecks = []meta.NamespacedObjectKindReference{{Kind: "Deployment", Name: "web", Namespace: "web"}}
 	if err := hub.admin.Create(ctx, ks); err != nil {
 		t.Fatal(err)

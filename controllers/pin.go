@@ -24,13 +24,13 @@ const pinnedSourceInterval = 10 * time.Minute
 // pinnedSource builds the source that pins revision of the rollout's tracked source: a copy of the
 // tracked source with the same URL, credentials and verification, whose ref names exactly that commit
 // (Git) or digest (OCI).
-func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, revision string) (client.Object, error) {
+func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, name, revision string) (client.Object, error) {
 	ref, digest, err := collector.SplitRevision(revision)
 	if err != nil {
 		return nil, fmt.Errorf("fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
 	}
 	objMeta := metav1.ObjectMeta{
-		Name:        v1alpha1.PinnedSourceName(fr.Name, revision),
+		Name:        name,
 		Namespace:   fr.Namespace,
 		Labels:      map[string]string{v1alpha1.RolloutLabel: fr.Name},
 		Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
@@ -69,8 +69,13 @@ func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, revision str
 // existence check reads the cache and a pass over pins that exist makes no API call; a Create is
 // tried only when the cache has none, and AlreadyExists then (the cache lagging a create of a moment
 // ago) is as good as done. beforeCreate, when set, runs just before the create (the crash-point hook).
-func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, tracked client.Object, revision string, beforeCreate func() error) error {
-	pin, err := pinnedSource(fr, tracked, revision)
+func ensurePinnedSource(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, tracked client.Object, rev *v1alpha1.RevisionStatus, beforeCreate func() error) error {
+	revision := rev.Revision
+	name := rev.Source
+	if name == "" {
+		name = v1alpha1.PinnedSourceName(fr.Name, revision)
+	}
+	pin, err := pinnedSource(fr, tracked, name, revision)
 	if err != nil {
 		return err
 	}

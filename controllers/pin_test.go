@@ -29,7 +29,7 @@ func TestPinnedSourceKeepsURLAuthAndVerifyAndPinsTheRevision(t *testing.T) {
 		Interval:  metav1.Duration{},
 		Suspend:   true,
 	}}
-	obj, err := pinnedSource(fr, git, "main@sha1:0123456789abcdef0123456789abcdef01234567")
+	obj, err := pinnedSource(fr, git, v1alpha1.PinnedSourceName(fr.Name, "main@sha1:0123456789abcdef0123456789abcdef01234567"), "main@sha1:0123456789abcdef0123456789abcdef01234567")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +51,14 @@ func TestPinnedSourceKeepsURLAuthAndVerifyAndPinsTheRevision(t *testing.T) {
 	}
 
 	oci := &sourcev1.OCIRepository{Spec: sourcev1.OCIRepositorySpec{URL: "oci://registry.example/web", Reference: &sourcev1.OCIRepositoryRef{Tag: "latest"}}}
-	obj, err = pinnedSource(fr, oci, "latest@sha256:fedcba9876543210")
+	obj, err = pinnedSource(fr, oci, "web-pin", "latest@sha256:fedcba9876543210")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := obj.(*sourcev1.OCIRepository).Spec.Reference; r.Digest != "sha256:fedcba9876543210" || r.Tag != "" {
 		t.Errorf("pinned OCI ref = %+v, want the digest alone", r)
 	}
-	if _, err := pinnedSource(fr, git, "not-a-revision"); err == nil {
+	if _, err := pinnedSource(fr, git, "web-pin", "not-a-revision"); err == nil {
 		t.Errorf("a malformed revision must be refused")
 	}
 }
@@ -115,7 +115,7 @@ func TestEnsurePinnedSourceCreatesOnlyWhenMissing(t *testing.T) {
 	const revision = "main@sha1:0123456789abcdef0123456789abcdef01234567"
 	c := mgr.GetClient()
 
-	if err := ensurePinnedSource(ctx, c, fr, git, revision, nil); err != nil {
+	if err := ensurePinnedSource(ctx, c, fr, git, &v1alpha1.RevisionStatus{Revision: revision}, nil); err != nil {
 		t.Fatal(err)
 	}
 	name := v1alpha1.PinnedSourceName(fr.Name, revision)
@@ -125,7 +125,7 @@ func TestEnsurePinnedSourceCreatesOnlyWhenMissing(t *testing.T) {
 	})
 	before := requests.snapshot()
 	for range 5 {
-		if err := ensurePinnedSource(ctx, c, fr, git, revision, nil); err != nil {
+		if err := ensurePinnedSource(ctx, c, fr, git, &v1alpha1.RevisionStatus{Revision: revision}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,7 +142,7 @@ func TestEnsurePinnedSourceCreatesOnlyWhenMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the pinned source created again", func() (bool, string) {
-		if err := ensurePinnedSource(ctx, c, fr, git, revision, nil); err != nil {
+		if err := ensurePinnedSource(ctx, c, fr, git, &v1alpha1.RevisionStatus{Revision: revision}, nil); err != nil {
 			return false, err.Error()
 		}
 		err := hub.admin.Get(ctx, client.ObjectKey{Namespace: fr.Namespace, Name: name}, &sourcev1.GitRepository{})

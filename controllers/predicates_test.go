@@ -191,7 +191,7 @@ func TestIdleKustomizationsTriggerNoRolloutReconcile(t *testing.T) {
 	controller := true
 	for i := range clusters {
 		fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: fr.Namespace}}
-		ks := desiredKustomization(fr, fc, "app-0123456789ab", "main@sha1:1", "all")
+		ks := desiredKustomization(fr, fc, target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
 		ks.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.FleetRolloutKind,
 			Name: fr.Name, UID: fr.UID, Controller: &controller, BlockOwnerDeletion: &controller}}
 		if err := hub.admin.Create(ctx, ks); err != nil {

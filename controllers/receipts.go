@@ -256,7 +256,7 @@ func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, 
 		at := s.EvaluatedAt.Time
 		switch {
 		case rc.Annotations[UndecidedAnnotation] != "", recorded[rc.Name], s.Rollout != fr.Name, s.Gate != gate, s.Wave != wv.Name,
-			s.Candidate.Revision != st.Candidate.Revision, !slices.Equal(s.Targets, targets):
+			s.Candidate.Key() != st.Candidate.Key(), !slices.Equal(s.Targets, targets):
 			continue
 		case prev != nil && prev.DecidedAt != nil && !at.After(prev.DecidedAt.Time):
 			continue

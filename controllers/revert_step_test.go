@@ -108,3 +108,47 @@ func TestStepRevertThatFailsRollsBack(t *testing.T) {
 			st.LastKnownGood, st.Revert, st.Rejected, s.ks["a"].LastApplied, s.ks["b"].LastApplied)
 	}
 }
+
+// A rollback requested once a template edit completed goes back, through the gates, to the same
+// revision with the build before the edit, which history kept; the edit's build is rejected, so the
+// spec that still asks for it does not bring it back until spec.retry changes.
+func TestStepRevertATemplateEdit(t *testing.T) {
+	s := newSim(t, "a", "b")
+	s.run("r1", v1alpha1.PhaseCompleted)
+	first := s.fr.Status.LastKnownGood.DeepCopy()
+	s.fr.Spec.Template.TargetNamespace = "edited"
+	s.run("r1", v1alpha1.PhaseProgressing)
+	s.run("r1", v1alpha1.PhaseCompleted)
+	edited := s.fr.Status.LastKnownGood.DeepCopy()
+	decided := s.decisions[v1alpha1.GateNoDisruption]
+
+	s.fr.Spec.Rollback.Request = "1"
+	s.run("r1", v1alpha1.PhaseProgressing)
+	s.run("r1", v1alpha1.PhaseCompleted)
+	st := s.fr.Status
+	if kg := st.LastKnownGood; kg.BuildHash != first.BuildHash || kg.Source != first.Source || st.Revert != nil {
+		t.Fatalf("the known-good is the first build again: %+v (first %+v), revert %+v", kg, first, st.Revert)
+	}
+	if s.decisions[v1alpha1.GateNoDisruption] != decided+2 {
+		t.Errorf("the way back was not gated wave by wave: %d noDisruption decisions, want 2", s.decisions[v1alpha1.GateNoDisruption]-decided)
+	}
+	for _, c := range []string{"a", "b"} {
+		if ks := s.objects[c]; ks.Spec.TargetNamespace != "" || ks.Spec.SourceRef.Name != first.Source {
+			t.Errorf("%s runs the first build again: %+v", c, ks.Spec)
+		}
+	}
+	if !s.fr.IsRejectedBuild("r1", edited.BuildHash) || s.fr.IsRejectedBuild("r1", first.BuildHash) {
+		t.Errorf("the edit's build is rejected, the first is not: %+v", st.Rejected)
+	}
+	for range 10 {
+		if p := s.once("r1"); p != v1alpha1.PhaseCompleted || s.fr.Status.LastKnownGood.BuildHash != first.BuildHash {
+			t.Fatalf("the rejected edit came back without a retry: %s %+v", p, s.fr.Status.LastKnownGood)
+		}
+	}
+	s.fr.Spec.Retry = "1"
+	s.run("r1", v1alpha1.PhaseProgressing)
+	s.run("r1", v1alpha1.PhaseCompleted)
+	if s.fr.Status.LastKnownGood.BuildHash != edited.BuildHash {
+		t.Errorf("after the retry the edit is the known-good again: %+v", s.fr.Status.LastKnownGood)
+	}
+}

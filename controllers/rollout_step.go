@@ -93,10 +93,11 @@ func stepOnce(w *world) stepResult {
 	st := &fr.Status
 	res := stepResult{GateWave: -1, Decided: -1}
 	now := metav1.NewTime(w.Now)
+	adoptBuilds(fr)
 	if fr.Spec.Retry != st.LastHandledRetry {
 		st.LastHandledRetry = fr.Spec.Retry
 		if fr.Spec.Retry != "" {
-			retry(fr, w.Target, now)
+			retry(fr, w.Target, "", now)
 		}
 	}
 	if fr.Spec.Rollback.Request != st.LastHandledRollbackRequest {
@@ -131,18 +132,27 @@ func stepOnce(w *world) stepResult {
 		res.waitFor(v1alpha1.WaitingForSource, "", nil, nil, "%s", w.TargetWhy)
 		return res
 	}
-	if st.Candidate == nil || st.Candidate.Revision != w.Target {
+	// The candidate wanted is the target revision with the build the spec asks for (a going back,
+	// with the build it ran with): a template edit is a candidate like a new revision.
+	build := fr.SpecBuild()
+	if st.Revert != nil && st.Revert.To.Build != nil {
+		build = st.Revert.To.Build
+	}
+	buildHash := v1alpha1.HashBuild(build)
+	if !st.Candidate.IsCandidate(w.Target, buildHash) {
+		wanted := candidateName(w.Target, buildHash, st)
 		switch {
 		case st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || (st.Phase == v1alpha1.PhaseHeld && fr.Spec.Hold != nil)) && anyStarted(st):
-			// A rollout in progress finishes (or fails) before a newer revision starts, so no cluster
+			// A rollout in progress finishes (or fails) before a newer candidate starts, so no cluster
 			// is left between two candidates; the newer one is picked up right after. A hold keeps
 			// the candidate too: nothing new starts while held.
-			res.waitFor(v1alpha1.WaitingForRevision, "", nil, nil, "revision %s waits for %s to finish", w.Target, st.Candidate.Revision)
-		case st.LastKnownGood != nil && st.LastKnownGood.Revision == w.Target && !anyStarted(st):
+			res.waitFor(v1alpha1.WaitingForRevision, "", nil, nil, "%s waits for %s to finish",
+				wanted, candidateName(st.Candidate.Revision, st.Candidate.BuildHash, st))
+		case st.LastKnownGood.IsCandidate(w.Target, buildHash) && !anyStarted(st):
 			st.Phase = v1alpha1.PhaseCompleted
 			return res
-		case fr.IsRejected(w.Target):
-			res.waitFor(v1alpha1.WaitingForRetry, "", nil, nil, "revision %s was rejected; change spec.retry to roll it out again", w.Target)
+		case fr.IsRejectedBuild(w.Target, buildHash):
+			res.waitFor(v1alpha1.WaitingForRetry, "", nil, nil, "%s was rejected; change spec.retry to roll it out again", wanted)
 			return res
 		case unchangedCandidate(fr, w) && w.TargetRender != "" && w.TargetRender == w.KnownGoodRender:
 			at := metav1.NewTime(w.Now)
@@ -152,8 +162,12 @@ func stepOnce(w *world) stepResult {
 				w.Target, fr.Spec.Path, st.LastKnownGood.Revision, w.TargetRender, st.LastKnownGood.Revision))
 			return res
 		default:
-			newCandidate(fr, w)
+			newCandidate(fr, w, build, buildHash)
 			res.Next, res.Notes = true, w.Plan.Notes
+			if kg := st.LastKnownGood; kg != nil && kg.Revision == w.Target {
+				res.Notes = append(res.Notes, fmt.Sprintf("the build changed (spec.path or the template's targetNamespace, patches, images or postBuild: build %s, was %s): revision %s with it is a new candidate, rolled out wave by wave through the gates",
+					buildHash, kg.BuildHash, w.Target))
+			}
 			return res
 		}
 	}
@@ -586,10 +600,10 @@ func progressOf(st *v1alpha1.FleetRolloutStatus) string {
 	var b strings.Builder
 	b.WriteString(st.Phase)
 	if st.Candidate != nil {
-		b.WriteString(" " + st.Candidate.Revision)
+		b.WriteString(" " + st.Candidate.Key())
 	}
 	if st.LastKnownGood != nil {
-		b.WriteString(" " + st.LastKnownGood.Revision)
+		b.WriteString(" " + st.LastKnownGood.Key())
 	}
 	for _, wv := range st.Waves {
 		b.WriteString(" " + wv.Name + "=" + wv.Phase)
@@ -808,7 +822,7 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *world, now metav1.Time) stepResu
 			st.Waves[i].Phase = v1alpha1.WaveRolledBack
 		}
 	}
-	reject(fr, st.Candidate.Revision, "rolled back to "+kg.Revision, now)
+	reject(fr, st.Candidate, "rolled back to "+kg.Revision, now)
 	st.Revert = nil
 	return res
 }
@@ -862,14 +876,65 @@ func refusedWrites(st *v1alpha1.FleetRolloutStatus) map[string]bool {
 	return out
 }
 
-// newCandidate starts w.Target from its first wave. The gate conditions of the previous candidate
-// go: they are about another revision.
-func newCandidate(fr *v1alpha1.FleetRollout, w *world) {
+// adoptBuilds gives the candidates status recorded before builds were (status.candidate and the
+// others without one) the spec's build: the build their Kustomizations were written with.
+func adoptBuilds(fr *v1alpha1.FleetRollout) {
+	for _, r := range candidates(&fr.Status) {
+		if r.Build == nil {
+			r.Build = fr.SpecBuild().DeepCopy()
+			r.BuildHash = v1alpha1.HashBuild(r.Build)
+		}
+	}
+}
+
+// candidateName names a candidate for people: its revision, and its build when the known-good, the
+// candidate or status.history has the same revision with another build.
+func candidateName(revision, buildHash string, st *v1alpha1.FleetRolloutStatus) string {
+	for _, r := range candidates(st) {
+		if r.Revision == revision && r.BuildHash != buildHash {
+			return fmt.Sprintf("revision %s with build %s", revision, buildHash)
+		}
+	}
+	return "revision " + revision
+}
+
+// candidates are the candidates status records: the candidate, the known-good, the revision a
+// going back goes to, and status.history.
+func candidates(st *v1alpha1.FleetRolloutStatus) []*v1alpha1.RevisionStatus {
+	out := []*v1alpha1.RevisionStatus{}
+	for _, r := range []*v1alpha1.RevisionStatus{st.Candidate, st.LastKnownGood} {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	if st.Revert != nil {
+		out = append(out, &st.Revert.To)
+	}
+	for i := range st.History {
+		out = append(out, &st.History[i].RevisionStatus)
+	}
+	return out
+}
+
+// newCandidate starts w.Target with build from its first wave. The gate conditions of the previous
+// candidate go: they are about another candidate. Its pinned source is the one status already
+// records for the same revision and build (a going back), else its own (CandidateSourceName).
+func newCandidate(fr *v1alpha1.FleetRollout, w *world, build *v1alpha1.Build, buildHash string) {
 	st := &fr.Status
 	for _, g := range v1alpha1.Gates {
 		conditions.Delete(fr, g)
 	}
-	st.Candidate = &v1alpha1.RevisionStatus{Revision: w.Target, Source: v1alpha1.PinnedSourceName(fr.Name, w.Target)}
+	recorded := candidates(st)
+	source := v1alpha1.CandidateSourceName(fr.Name, w.Target, buildHash, func(name string) bool {
+		return slices.ContainsFunc(recorded, func(r *v1alpha1.RevisionStatus) bool { return r.Source == name && r.BuildHash != buildHash })
+	})
+	for _, r := range recorded {
+		if r.IsCandidate(w.Target, buildHash) && r.Source != "" {
+			source = r.Source
+			break
+		}
+	}
+	st.Candidate = &v1alpha1.RevisionStatus{Revision: w.Target, Source: source, Build: build.DeepCopy(), BuildHash: buildHash}
 	st.Phase = v1alpha1.PhaseProgressing
 	st.CurrentWave = ""
 	st.PlanHash = w.Plan.Hash
@@ -891,7 +956,7 @@ func complete(fr *v1alpha1.FleetRollout, now metav1.Time) {
 	st.Revert = nil
 	history := []v1alpha1.HistoryEntry{{RevisionStatus: kg, CompletedAt: &now}}
 	for _, h := range st.History {
-		if h.Revision != kg.Revision && len(history) <= fr.HistoryLimit() {
+		if !h.IsCandidate(kg.Revision, kg.BuildHash) && len(history) <= fr.HistoryLimit() {
 			history = append(history, h)
 		}
 	}
@@ -910,8 +975,8 @@ func beginRevert(fr *v1alpha1.FleetRollout, now metav1.Time) string {
 			revisionOrNone(st.LastKnownGood), fr.HistoryLimit())
 	}
 	from := st.LastKnownGood.Revision
-	reject(fr, from, "rolled back from Completed by spec.rollback.request, to "+prev.Revision, now)
-	retry(fr, prev.Revision, now) // asked for by name: an earlier rejection of it does not stand
+	reject(fr, st.LastKnownGood, "rolled back from Completed by spec.rollback.request, to "+prev.Revision, now)
+	retry(fr, prev.Revision, prev.BuildHash, now) // asked for by name: an earlier rejection of it does not stand
 	st.Revert = &v1alpha1.RevertStatus{From: from, To: prev.RevisionStatus, RequestedAt: &now}
 	return ""
 }
@@ -923,18 +988,19 @@ func revisionOrNone(r *v1alpha1.RevisionStatus) string {
 	return r.Revision
 }
 
-// retry lets a rejected or failed candidate go again: it leaves status.rejected, and failed waves are
-// observed afresh.
-func retry(fr *v1alpha1.FleetRollout, target string, now metav1.Time) {
+// retry lets a rejected or failed candidate of revision target go again: it leaves status.rejected,
+// and failed waves are observed afresh. buildHash "" is every build of the revision; else that
+// build only (a going back to it), with the rejections that name no build.
+func retry(fr *v1alpha1.FleetRollout, target, buildHash string, now metav1.Time) {
 	st := &fr.Status
 	kept := st.Rejected[:0]
 	for _, r := range st.Rejected {
-		if r.Revision != target {
+		if r.Revision != target || (buildHash != "" && r.BuildHash != "" && r.BuildHash != buildHash) {
 			kept = append(kept, r)
 		}
 	}
 	st.Rejected = kept
-	if st.Candidate == nil || st.Candidate.Revision != target {
+	if st.Candidate == nil || st.Candidate.Revision != target || (buildHash != "" && st.Candidate.BuildHash != buildHash) {
 		return
 	}
 	if st.Phase == v1alpha1.PhaseRolledBack {
@@ -955,11 +1021,13 @@ func retry(fr *v1alpha1.FleetRollout, target string, now metav1.Time) {
 	st.Phase = v1alpha1.PhaseProgressing
 }
 
-func reject(fr *v1alpha1.FleetRollout, revision, reason string, now metav1.Time) {
-	if fr.IsRejected(revision) {
+// reject records candidate c in status.rejected: that revision with that build is not rolled out
+// again until spec.retry changes.
+func reject(fr *v1alpha1.FleetRollout, c *v1alpha1.RevisionStatus, reason string, now metav1.Time) {
+	if fr.IsRejectedBuild(c.Revision, c.BuildHash) {
 		return
 	}
-	fr.Status.Rejected = append(fr.Status.Rejected, v1alpha1.RejectedRevision{Revision: revision, Reason: reason, At: now})
+	fr.Status.Rejected = append(fr.Status.Rejected, v1alpha1.RejectedRevision{Revision: c.Revision, BuildHash: c.BuildHash, Reason: reason, At: now})
 	if n := len(fr.Status.Rejected); n > maxRejected {
 		fr.Status.Rejected = fr.Status.Rejected[n-maxRejected:]
 	}

@@ -278,7 +278,7 @@ func (s *sim) flux(plan fleets.WavePlan) {
 		if fc == nil {
 			continue
 		}
-		ks := desiredKustomization(s.fr, fc, tg.Source, tg.Revision, tg.Wave)
+		ks := desiredKustomization(s.fr, fc, tg)
 		if !mayWrite(isMoving, c, ks, s.objects[c]) {
 			continue
 		}
@@ -313,8 +313,10 @@ func (s *sim) flux(plan fleets.WavePlan) {
 			}
 			switched++
 			s.applied[c] = tg
-			if !s.broken[c] || s.fr.Status.Candidate == nil || tg.Revision != s.fr.Status.Candidate.Revision {
+			if !s.broken[c] || s.fr.Status.Candidate == nil || tg.Source != s.fr.Status.Candidate.Source {
 				s.lastGood[c] = tg.Revision
+			} else {
+				s.lastGood[c] = "" // the candidate (a revision, or a build of one) fails there
 			}
 		}
 	}

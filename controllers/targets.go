@@ -12,6 +12,24 @@ type target struct {
 	Source   string
 	Revision string
 	Wave     string
+	// Build is the candidate's or the known-good's build (v1alpha1.RevisionStatus.Build).
+	Build *v1alpha1.Build
+}
+
+// runs is the target of cluster c running candidate r, labelled with wave.
+func runs(r *v1alpha1.RevisionStatus, wave string) target {
+	return target{Source: r.Source, Revision: r.Revision, Wave: wave, Build: r.Build}
+}
+
+// buildOfSource is the build status records for the pinned source named source (the candidate's,
+// the known-good's, or one of status.history), nil when none: the spec's.
+func buildOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.Build {
+	for _, r := range candidates(st) {
+		if r.Source == source {
+			return r.Build
+		}
+	}
+	return nil
 }
 
 // desiredTargets derives, from the recorded status alone, what each cluster's Kustomization should
@@ -38,7 +56,7 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 			if !rolledBack(ks.Spec.SourceRef.Name, st) {
 				continue
 			}
-			out[c] = target{Source: kg.Source, Revision: kg.Revision, Wave: ks.Labels[v1alpha1.WaveLabel]}
+			out[c] = runs(kg, ks.Labels[v1alpha1.WaveLabel])
 		}
 		return out
 	}
@@ -69,7 +87,7 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 			if w.CatchUp {
 				label = labels[c]
 			}
-			out[c] = target{Source: to.Source, Revision: to.Revision, Wave: label}
+			out[c] = runs(to, label)
 		}
 	}
 	return out
@@ -78,7 +96,7 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 // moving are the clusters whose Kustomization a write may change now: the members of the waves
 // being switched, soaked or rehearsed, and, in a rollback, every cluster sent back. Any other
 // cluster's Kustomization is written only to put back what tidegate wrote before (someone else
-// changed it), never with a spec of another template, values or credentials: those reach it
+// changed it), never with a spec of another build, values or credentials: those reach it
 // through a wave (act).
 func moving(st *v1alpha1.FleetRolloutStatus) func(cluster string) bool {
 	if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {

@@ -68,7 +68,7 @@ func TestOneFailedKustomizationWriteStopsNoOther(t *testing.T) {
 		}
 		controller := true
 		for _, c := range owned {
-			ks := desiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: ns}}, fr.Status.Candidate.Source, rev2, "all")
+			ks := desiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: ns}}, target{Source: fr.Status.Candidate.Source, Revision: rev2, Wave: "all"})
 			ks.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.FleetRolloutKind,
 				Name: fr.Name, UID: fr.UID, Controller: &controller}}
 			if err := hub.admin.Create(ctx, ks); err != nil {
@@ -149,7 +149,7 @@ func TestOneFailedKustomizationWriteStopsNoOther(t *testing.T) {
 	}
 	// The policy takes a moment to be enforced.
 	eventually(t, "the admission policy enforced", func() (bool, string) {
-		probe := desiredKustomization(wave, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "wave"}}, "probe", rev2, "all")
+		probe := desiredKustomization(wave, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "wave"}}, target{Source: "probe", Revision: rev2, Wave: "all"})
 		probe.Name = "probe"
 		err := hub.admin.Create(ctx, probe, client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), "cluster c takes no Kustomization"), fmt.Sprint(err)

@@ -673,6 +673,43 @@ type RevisionStatus struct {
 	// source is the name of the pinned source tidegate created for this revision.
 	// +optional
 	Source string `json:"source,omitempty"`
+
+	// build is what of the spec shaped what Flux applies at this revision: spec.path and the
+	// template's targetNamespace, patches, images and postBuild, as they were when the candidate
+	// started. A revision and a build are one candidate: a change of the build is a new candidate,
+	// rolled out through the waves and gates like a new revision, and a rollback writes the
+	// known-good's own build back.
+	// +optional
+	Build *Build `json:"build,omitempty"`
+
+	// buildHash is the hash of build (12 hex characters).
+	// +optional
+	BuildHash string `json:"buildHash,omitempty"`
+}
+
+// Build is what of a FleetRollout's spec decides what kustomize-controller builds and applies from
+// a revision, for every cluster: spec.path and the template's targetNamespace, patches, images and
+// postBuild. Each cluster's values and credentials come on top of it.
+type Build struct {
+	// path of spec.path.
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// targetNamespace of the template.
+	// +optional
+	TargetNamespace string `json:"targetNamespace,omitempty"`
+
+	// patches of the template.
+	// +optional
+	Patches []kustomize.Patch `json:"patches,omitempty"`
+
+	// images of the template.
+	// +optional
+	Images []kustomize.Image `json:"images,omitempty"`
+
+	// postBuild of the template.
+	// +optional
+	PostBuild *kustomizev1.PostBuild `json:"postBuild,omitempty"`
 }
 
 // ShortRevisions are a rollout's revisions as `flux get` prints them.
@@ -716,6 +753,11 @@ type RejectedRevision struct {
 	// revision rejected.
 	// +required
 	Revision string `json:"revision"`
+
+	// buildHash is the build the revision was rejected with (status.candidate.buildHash): the same
+	// revision with another build (a template edit) is another candidate. Empty: every build.
+	// +optional
+	BuildHash string `json:"buildHash,omitempty"`
 
 	// reason it was rejected.
 	// +optional

@@ -75,7 +75,7 @@ func (in *FleetRollout) HistoryLimit() int {
 // rollback of a completed rollout goes back to. nil when there is none.
 func (in *FleetRolloutStatus) PreviousKnownGood() *HistoryEntry {
 	for i := range in.History {
-		if in.LastKnownGood == nil || in.History[i].Revision != in.LastKnownGood.Revision {
+		if in.LastKnownGood == nil || !in.History[i].IsCandidate(in.LastKnownGood.Revision, in.LastKnownGood.BuildHash) {
 			return &in.History[i]
 		}
 	}
@@ -282,6 +282,87 @@ func (fr *FleetRollout) PostBuild(fc *FleetCluster) *kustomizev1.PostBuild {
 	}
 	pb.Substitute = fr.InstallValues(fc)
 	return pb
+}
+
+// SpecBuild is the build spec asks for now: spec.path and the template's build fields (a copy
+// sharing the spec's slices: do not change them).
+func (fr *FleetRollout) SpecBuild() *Build {
+	t := fr.Spec.Template
+	return &Build{Path: fr.Spec.Path, TargetNamespace: t.TargetNamespace, Patches: t.Patches, Images: t.Images, PostBuild: t.PostBuild}
+}
+
+// HashBuild is the hash of b, 12 hex characters: equal hashes are the same build.
+func HashBuild(b *Build) string {
+	if b == nil {
+		b = &Build{}
+	}
+	raw, err := json.Marshal(b)
+	if err != nil {
+		// Build holds strings, string maps and slices of them only.
+		panic(fmt.Sprintf("encoding a build: %v", err))
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:6])
+}
+
+// Built is fr as if its spec asked for build b: the FleetRollout whose Kustomizations, renders and
+// values (BuildSpec, PostBuild, InstallValues, the spec's path) are those of b. nil b is fr itself.
+// The copy shares everything else with fr: read it, do not change it.
+func (fr *FleetRollout) Built(b *Build) *FleetRollout {
+	if b == nil {
+		return fr
+	}
+	out := *fr
+	out.Spec.Path = b.Path
+	out.Spec.Template.TargetNamespace = b.TargetNamespace
+	out.Spec.Template.Patches = b.Patches
+	out.Spec.Template.Images = b.Images
+	out.Spec.Template.PostBuild = b.PostBuild
+	return &out
+}
+
+// Key identifies the candidate r among the rollout's: its revision and its build's hash.
+func (r *RevisionStatus) Key() string {
+	return r.Revision + "#" + r.BuildHash
+}
+
+// IsCandidate tells whether r is the candidate of revision with the build of hash buildHash.
+func (r *RevisionStatus) IsCandidate(revision, buildHash string) bool {
+	return r != nil && r.Revision == revision && r.BuildHash == buildHash
+}
+
+// IsRejectedBuild tells whether revision with build buildHash is in status.rejected: an entry of
+// the revision that names that build, or no build.
+func (in *FleetRollout) IsRejectedBuild(revision, buildHash string) bool {
+	for _, r := range in.Status.Rejected {
+		if r.Revision == revision && (r.BuildHash == "" || r.BuildHash == buildHash) {
+			return true
+		}
+	}
+	return false
+}
+
+// CandidateSourceName is the name of the source tidegate pins the candidate of revision with build
+// buildHash to: PinnedSourceName, or, when taken says that name is pinned for another build of
+// the revision (a template edit of a revision that rolled out), <rollout>-<short revision>-<build
+// hash, 8 characters>, so that each candidate has its own pinned source and a Kustomization's
+// source says which candidate it runs.
+func CandidateSourceName(rollout, revision, buildHash string, taken func(name string) bool) string {
+	name := PinnedSourceName(rollout, revision)
+	if buildHash == "" || taken == nil || !taken(name) {
+		return name
+	}
+	return boundedName(name, buildHash[:min(8, len(buildHash))])
+}
+
+// LedgerName is the name of the ledger of candidate c of the rollout: LedgerName of its revision,
+// or, for a candidate with its own build's pinned source (CandidateSourceName), of the revision and
+// that source, so that each candidate has its own record.
+func (r *RevisionStatus) LedgerName(rollout string) string {
+	if r.Source == "" || r.Source == PinnedSourceName(rollout, r.Revision) {
+		return LedgerName(rollout, r.Revision)
+	}
+	return LedgerName(rollout, r.Revision+"#"+r.Source)
 }
 
 // LedgerName is the name of the ledger of a rollout's revision: <rollout>-ledger-<12 hex characters

@@ -237,3 +237,56 @@ func TestInstallValuesMergeTheClusterOverTheRollout(t *testing.T) {
 		t.Errorf("a rollout without postBuild: %v, want the cluster's values", got)
 	}
 }
+
+// A build is the spec's path and the template's build fields: its hash changes with any of them
+// and with nothing else; Built reads a rollout as if its spec asked for another build without
+// changing it; a candidate of a revision already pinned for another build gets its own source and
+// ledger; a rejection names its build.
+func TestBuilds(t *testing.T) {
+	fr := &FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: FleetRolloutSpec{Path: "./app"}}
+	base := HashBuild(fr.SpecBuild())
+	if len(base) != 12 || HashBuild(fr.SpecBuild()) != base {
+		t.Fatalf("hash %q is not 12 stable hex characters", base)
+	}
+	fr.Spec.Template.Interval = &metav1.Duration{Duration: time.Minute}
+	if HashBuild(fr.SpecBuild()) != base {
+		t.Error("the interval is not part of the build")
+	}
+	edited := fr.DeepCopy()
+	edited.Spec.Template.TargetNamespace = "team-a"
+	other := edited.SpecBuild()
+	if HashBuild(other) == base {
+		t.Error("targetNamespace is part of the build")
+	}
+	view := fr.Built(other)
+	if view.Spec.Template.TargetNamespace != "team-a" || fr.Spec.Template.TargetNamespace != "" || view.Spec.Template.Interval != fr.Spec.Template.Interval {
+		t.Errorf("Built: %+v, from %+v", view.Spec.Template, fr.Spec.Template)
+	}
+	if fr.Built(nil) != fr {
+		t.Error("Built(nil) is the rollout itself")
+	}
+
+	rev := "main@sha1:0123456789abcdef0123456789abcdef01234567"
+	plain := PinnedSourceName("web", rev)
+	if got := CandidateSourceName("web", rev, base, func(string) bool { return false }); got != plain {
+		t.Errorf("a revision's first build: %s, want %s", got, plain)
+	}
+	own := CandidateSourceName("web", rev, HashBuild(other), func(n string) bool { return n == plain })
+	if own == plain || !strings.HasPrefix(own, plain+"-") {
+		t.Errorf("another build of a pinned revision: %s", own)
+	}
+	first := RevisionStatus{Revision: rev, Source: plain}
+	second := RevisionStatus{Revision: rev, Source: own}
+	if first.LedgerName("web") != LedgerName("web", rev) || second.LedgerName("web") == first.LedgerName("web") {
+		t.Errorf("ledgers: %s and %s", first.LedgerName("web"), second.LedgerName("web"))
+	}
+
+	fr.Status.Rejected = []RejectedRevision{{Revision: rev, BuildHash: HashBuild(other)}}
+	if !fr.IsRejectedBuild(rev, HashBuild(other)) || fr.IsRejectedBuild(rev, base) {
+		t.Errorf("a rejection names its build: %+v", fr.Status.Rejected)
+	}
+	fr.Status.Rejected = []RejectedRevision{{Revision: rev}}
+	if !fr.IsRejectedBuild(rev, base) {
+		t.Error("a rejection without a build rejects every build")
+	}
+}

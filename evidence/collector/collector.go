@@ -238,7 +238,7 @@ func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now 
 // The first wave's preflight also covers every later wave's planned targets (laterWaves), so that
 // a cluster that cannot take the candidate is found before the canary runs it.
 func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (tgcue.DeploySafeEvidence, error) {
-	fr := sc.Rollout
+	fr := sc.Rollout.Built(sc.Rollout.Status.Candidate.Build)
 	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	ev.Preflight.MaxFailures = maxFailuresOf(fr.WaveSpec(wv.Name))
 	later := laterWaves(sc, wv)
@@ -387,7 +387,7 @@ func maxFailuresOf(spec v1alpha1.Wave) int {
 // rollbackSafe classifies the diff between the rendered known-good and candidate. The
 // approvals of the candidate's irreversible changes are returned for the receipt.
 func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (tgcue.RollbackSafeEvidence, []v1alpha1.Approval, error) {
-	fr := sc.Rollout
+	fr := sc.Rollout.Built(sc.Rollout.Status.Candidate.Build)
 	ev := tgcue.RollbackSafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	cand, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
 	if err != nil {
@@ -397,8 +397,11 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 		return ev, nil, fmt.Errorf("the candidate does not render: %w", cand.RenderErr)
 	}
 	var good *renderedPackage
+	goodFR := fr
 	if kg := fr.Status.LastKnownGood; kg != nil {
-		pkg, err := c.renderRevision(ctx, fr, sc.KnownGood, kg.Digest, false)
+		// The known-good as its clusters run it: with its own build, which a template edit changed.
+		goodFR = sc.Rollout.Built(kg.Build)
+		pkg, err := c.renderRevision(ctx, goodFR, sc.KnownGood, kg.Digest, false)
 		if err != nil {
 			return ev, nil, fmt.Errorf("%w: the known-good %s: %w", ErrUnobserved, kg.Revision, err)
 		}
@@ -407,7 +410,7 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 		}
 		good = pkg
 	}
-	diff, err := classifyEach(fr, ev.Targets, sc.Clusters, good, cand)
+	diff, err := classifyEach(goodFR, fr, ev.Targets, sc.Clusters, good, cand)
 	if err != nil {
 		return ev, nil, err
 	}
@@ -445,7 +448,8 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 		Name: kg.Source, Exists: w.KnownGood.Exists, Ready: w.KnownGood.Ready,
 		ServedDigest: w.KnownGood.Digest, RecordedDigest: kg.Digest,
 	}
-	if pkg, err := c.renderRevision(ctx, fr, w.KnownGood, kg.Digest, true); err != nil {
+	goodFR := fr.Built(kg.Build)
+	if pkg, err := c.renderRevision(ctx, goodFR, w.KnownGood, kg.Digest, true); err != nil {
 		src.RenderError = err.Error()
 		answered := errors.Is(err, evidence.ErrNotServed) || errors.Is(err, evidence.ErrDigestMismatch)
 		if src.Exists && src.ServedDigest == src.RecordedDigest && !answered {
@@ -456,7 +460,7 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 		}
 	} else if pkg.RenderErr != nil {
 		src.RenderError = pkg.RenderErr.Error()
-	} else if _, err := objectsOf(fr, nil, pkg); err != nil {
+	} else if _, err := objectsOf(goodFR, nil, pkg); err != nil {
 		src.RenderError = "postBuild substitution: " + err.Error()
 	} else {
 		src.Renders = true
@@ -595,7 +599,7 @@ func firstOf(names []string) string {
 func sampleKey(fr *v1alpha1.FleetRollout, wave, cluster string) string {
 	var candidate string
 	if fr.Status.Candidate != nil {
-		candidate = fr.Status.Candidate.Revision
+		candidate = fr.Status.Candidate.Key()
 	}
 	return sampleKeyOf(types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name}, candidate, wave, cluster)
 }
@@ -627,7 +631,7 @@ func (c *Collector) waveSampler(sc *Scope, i int) *availability.Sampler {
 func (c *Collector) waveInterval(sc *Scope, wave string) time.Duration {
 	fr := sc.Rollout
 	if fr.Status.Candidate != nil {
-		id := soakID{rollout: fr.UID, candidate: fr.Status.Candidate.Revision, wave: wave}
+		id := soakID{rollout: fr.UID, candidate: fr.Status.Candidate.Key(), wave: wave}
 		c.bg.mu.Lock()
 		s := c.bg.soaks[fr.UID]
 		c.bg.mu.Unlock()

@@ -92,7 +92,7 @@ func (c *Collector) Follow(sc *Scope, preWave func(wave int) []string) {
 		c.endSoak(fr.UID, "")
 		return
 	}
-	id := soakID{rollout: fr.UID, candidate: fr.Status.Candidate.Revision, wave: fr.Status.Waves[i].Name}
+	id := soakID{rollout: fr.UID, candidate: fr.Status.Candidate.Key(), wave: fr.Status.Waves[i].Name}
 	var prev soakPlan
 	c.bg.mu.Lock()
 	if s := c.bg.soaks[fr.UID]; s != nil && s.id == id {
@@ -159,7 +159,7 @@ func (c *Collector) planSoak(sc *Scope, i int, preWave func(int) []string, prev 
 	wv := &fr.Status.Waves[i]
 	plan := soakPlan{
 		rollout:   types.NamespacedName{Namespace: fr.Namespace, Name: fr.Name},
-		candidate: fr.Status.Candidate.Revision,
+		candidate: fr.Status.Candidate.Key(),
 		wave:      wv.Name,
 		sampling:  wv.Phase == v1alpha1.WaveSoaking,
 		interval:  sc.Settings.SampleInterval,
@@ -293,7 +293,7 @@ func (c *Collector) stillSoaking(ctx context.Context, plan soakPlan, id soakID) 
 	if fr.UID != id.rollout || !fr.DeletionTimestamp.IsZero() {
 		return false, true
 	}
-	if fr.Spec.Suspend || rollingBack(&fr) || fr.Status.Candidate == nil || fr.Status.Candidate.Revision != id.candidate {
+	if fr.Spec.Suspend || rollingBack(&fr) || fr.Status.Candidate == nil || fr.Status.Candidate.Key() != id.candidate {
 		return false, false
 	}
 	for _, wv := range fr.Status.Waves {

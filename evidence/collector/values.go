@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -93,8 +94,10 @@ func substituteOwnValues(fr *v1alpha1.FleetRollout, clusters map[string]*v1alpha
 // classifyEach classifies going back from cand to good (nil on a first rollout) with the objects
 // each target's Kustomization applies, once per distinct postBuild among the targets, and merges
 // the findings: a cluster's own values can make a change matter (a claim's size, a storage
-// class) that the rollout's values do not.
-func classifyEach(fr *v1alpha1.FleetRollout, targets []string, clusters map[string]*v1alpha1.FleetCluster, good, cand *renderedPackage) (evidence.RollbackSafety, error) {
+// class) that the rollout's values do not. goodFR and fr are the rollout with the known-good's and
+// the candidate's build (v1alpha1.FleetRollout.Built): each side is substituted as its clusters
+// get it.
+func classifyEach(goodFR, fr *v1alpha1.FleetRollout, targets []string, clusters map[string]*v1alpha1.FleetCluster, good, cand *renderedPackage) (evidence.RollbackSafety, error) {
 	owners := []*v1alpha1.FleetCluster{nil}
 	for _, name := range targets {
 		if fc := clusters[name]; fc != nil && len(fc.Spec.Values) > 0 {
@@ -104,7 +107,7 @@ func classifyEach(fr *v1alpha1.FleetRollout, targets []string, clusters map[stri
 	var out evidence.RollbackSafety
 	seen := map[string]bool{}
 	for i, fc := range owners {
-		key, err := json.Marshal(fr.PostBuild(fc))
+		key, err := json.Marshal([]*kustomizev1.PostBuild{goodFR.PostBuild(fc), fr.PostBuild(fc)})
 		if err != nil {
 			return out, err
 		}
@@ -122,7 +125,7 @@ func classifyEach(fr *v1alpha1.FleetRollout, targets []string, clusters map[stri
 		}
 		var g []*unstructured.Unstructured
 		if good != nil {
-			if g, err = objectsOf(fr, fc, good); err != nil {
+			if g, err = objectsOf(goodFR, fc, good); err != nil {
 				return out, fmt.Errorf("the known-good's postBuild substitution with %s: %w", whose, err)
 			}
 		}

@@ -133,7 +133,8 @@ func Verify(b *Bundle, keys *KeySet) *Verification {
 		receipts[rc.Name] = rc
 		v.verifyReceipt(rec, rc, br.Evidence, keys, signed)
 		if rc.Namespace != l.Namespace || rc.Spec.Rollout != l.Spec.Rollout || rc.Spec.Candidate.Revision != l.Spec.Candidate.Revision ||
-			rc.Spec.Candidate.Digest != l.Spec.Candidate.Digest {
+			rc.Spec.Candidate.Digest != l.Spec.Candidate.Digest ||
+			(rc.Spec.Candidate.BuildHash != "" && l.Spec.Candidate.BuildHash != "" && rc.Spec.Candidate.BuildHash != l.Spec.Candidate.BuildHash) {
 			v.add(rec, "candidate", fmt.Errorf("about %s/%s candidate %s (%s), the ledger is of %s/%s candidate %s (%s)",
 				rc.Namespace, rc.Spec.Rollout, rc.Spec.Candidate.Revision, rc.Spec.Candidate.Digest,
 				l.Namespace, l.Spec.Rollout, l.Spec.Candidate.Revision, l.Spec.Candidate.Digest), "")
