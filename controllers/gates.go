@@ -186,7 +186,7 @@ func countedApprovals(fr *v1alpha1.FleetRollout, s tgcue.Settings, wv *v1alpha1.
 	if gate != v1alpha1.GateDeploySafe || !waveNeedsApproval(fr, s, wv.Name) {
 		return counted
 	}
-	a := fr.ApprovalOf(fr.Status.Candidate.Revision, wv.Name)
+	a := fr.ApprovalOfCandidate(fr.Status.Candidate, wv.Name, false)
 	if a == nil || slices.ContainsFunc(counted, func(c v1alpha1.Approval) bool { return equality.Semantic.DeepEqual(c, *a) }) {
 		return counted
 	}

@@ -236,10 +236,14 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 			}
 			st.Phase = v1alpha1.PhaseProgressing
 			st.CurrentWave = wv.Name
-			if waveNeedsApproval(fr, w.Settings, wv.Name) && !fr.Approved(st.Candidate.Revision, wv.Name) {
+			if waveNeedsApproval(fr, w.Settings, wv.Name) && fr.ApprovalOfCandidate(st.Candidate, wv.Name, false) == nil {
 				wv.Phase = v1alpha1.WaveAwaiting
+				entry := fmt.Sprintf("{revision: %q, wave: %q}", st.Candidate.Revision, wv.Name)
+				if fr.NeedsBuildApproval(st.Candidate) {
+					entry = fmt.Sprintf("{revision: %q, buildHash: %q, wave: %q}", st.Candidate.Revision, st.Candidate.BuildHash, wv.Name)
+				}
 				res.waitFor(v1alpha1.WaitingForApproval, wv.Name, previousFinished(st, i), nil,
-					"wave %s needs an approval: add {revision: %q, wave: %q} to spec.approvals", wv.Name, st.Candidate.Revision, wv.Name)
+					"wave %s needs an approval: add %s to spec.approvals", wv.Name, entry)
 				return res
 			}
 			wv.Phase = v1alpha1.WavePending

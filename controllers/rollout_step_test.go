@@ -476,6 +476,23 @@ func TestStepNarratives(t *testing.T) {
 		s.fr.Spec.Approvals = append(s.fr.Spec.Approvals, v1alpha1.Approval{Revision: "r2", Wave: "rest"})
 		s.run("r2", v1alpha1.PhaseCompleted)
 	})
+	t.Run("a wave of a template edit waits for an approval naming its build", func(t *testing.T) {
+		s := newSim(t, "a", "b", "c")
+		s.fr.Spec.Waves[1].RequireApproval = true
+		s.fr.Spec.Approvals = []v1alpha1.Approval{{Revision: "r1"}}
+		s.run("r1", v1alpha1.PhaseCompleted)
+		s.fr.Spec.Template.TargetNamespace = "edited"
+		s.untilWave("r1", 1, v1alpha1.WaveAwaiting)
+		c := s.fr.Status.Candidate
+		if w := s.fr.Status.Waves[1]; w.Phase != v1alpha1.WaveAwaiting || !strings.Contains(s.fr.Status.WaitingFor.Message, "buildHash: \""+c.BuildHash) {
+			t.Fatalf("the approval of r1 alone does not approve the edit's rest wave: %+v %+v", w, s.fr.Status.WaitingFor)
+		}
+		s.fr.Spec.Approvals = append(s.fr.Spec.Approvals, v1alpha1.Approval{Revision: "r1", Wave: "rest", BuildHash: c.BuildHash})
+		s.run("r1", v1alpha1.PhaseCompleted)
+		if s.fr.Status.LastKnownGood.BuildHash != c.BuildHash {
+			t.Errorf("the approved edit completed: %+v", s.fr.Status.LastKnownGood)
+		}
+	})
 	t.Run("a newer revision waits for the one in progress", func(t *testing.T) {
 		s := newSim(t, "a", "b", "c")
 		s.run("r1", v1alpha1.PhaseCompleted)

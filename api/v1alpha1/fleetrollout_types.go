@@ -294,6 +294,14 @@ type Approval struct {
 	// +optional
 	Wave string `json:"wave,omitempty"`
 
+	// buildHash is the build approved, as in status.candidate.buildHash. Empty approves the revision
+	// as it first rolls out (its candidate with the revision's own pinned source); a build edit of
+	// a revision that rolled out (a template edit) is approved only by an approval that names its
+	// build. tidegate approve and the MCP approve tool fill it in for such a candidate.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BuildHash string `json:"buildHash,omitempty"`
+
 	// irreversible approves the changes the rollbackSafe gate flagged as irreversible.
 	// +optional
 	Irreversible bool `json:"irreversible,omitempty"`

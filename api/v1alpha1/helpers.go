@@ -98,6 +98,33 @@ func (in *FleetRollout) ApprovalOf(revision, wave string) *Approval {
 	return nil
 }
 
+// ApprovalOfCandidate is the first approval in spec.approvals of candidate c for wave ("" for an
+// approval of its irreversible changes, irreversible true): one of c's revision that names c's
+// build, or, when c has the revision's own pinned source (the revision as it first rolls out),
+// names no build. An approval without a wave approves every wave. nil when there is none.
+func (in *FleetRollout) ApprovalOfCandidate(c *RevisionStatus, wave string, irreversible bool) *Approval {
+	for i, a := range in.Spec.Approvals {
+		switch {
+		case !in.ApprovesCandidate(a, c):
+		case irreversible && a.Irreversible, !irreversible && (a.Wave == "" || a.Wave == wave):
+			return &in.Spec.Approvals[i]
+		}
+	}
+	return nil
+}
+
+// ApprovesCandidate tells whether a is an approval of candidate c: of its revision, naming its
+// build, or naming none when c is the revision as it first rolls out (NeedsBuildApproval false).
+func (in *FleetRollout) ApprovesCandidate(a Approval, c *RevisionStatus) bool {
+	return a.Revision == c.Revision && (a.BuildHash == c.BuildHash || (a.BuildHash == "" && !in.NeedsBuildApproval(c)))
+}
+
+// NeedsBuildApproval tells whether approvals of candidate c must name its build: c is a build of a
+// revision that already had a candidate, with a pinned source of its own (CandidateSourceName).
+func (in *FleetRollout) NeedsBuildApproval(c *RevisionStatus) bool {
+	return c.Source != "" && c.Source != PinnedSourceName(in.Name, c.Revision)
+}
+
 // IrreversibleApproved tells whether spec.approvals approve the irreversible changes of revision.
 func (in *FleetRollout) IrreversibleApproved(revision string) bool {
 	for _, a := range in.Spec.Approvals {

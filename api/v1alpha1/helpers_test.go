@@ -290,3 +290,26 @@ func TestBuilds(t *testing.T) {
 		t.Error("a rejection without a build rejects every build")
 	}
 }
+
+// An approval of a revision approves it as it first rolls out; a build edit of it (its own pinned
+// source) is approved only by an approval naming its build.
+func TestApprovalsOfABuild(t *testing.T) {
+	rev := "main@sha1:0123456789abcdef0123456789abcdef01234567"
+	fr := &FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web"}}
+	first := &RevisionStatus{Revision: rev, Source: PinnedSourceName("web", rev), BuildHash: "aaaaaaaaaaaa"}
+	edit := &RevisionStatus{Revision: rev, Source: PinnedSourceName("web", rev) + "-bbbbbbbb", BuildHash: "bbbbbbbbbbbb"}
+	fr.Spec.Approvals = []Approval{{Revision: rev, Wave: "ring"}, {Revision: rev, Irreversible: true}}
+	if fr.ApprovalOfCandidate(first, "ring", false) == nil || fr.ApprovalOfCandidate(first, "", true) == nil {
+		t.Error("an approval of the revision approves its first candidate")
+	}
+	if fr.ApprovalOfCandidate(edit, "ring", false) != nil || fr.ApprovalOfCandidate(edit, "", true) != nil || !fr.NeedsBuildApproval(edit) {
+		t.Error("an approval of the revision alone approves a build edit of it")
+	}
+	fr.Spec.Approvals = append(fr.Spec.Approvals, Approval{Revision: rev, Wave: "ring", BuildHash: edit.BuildHash})
+	if a := fr.ApprovalOfCandidate(edit, "ring", false); a == nil || a.BuildHash != edit.BuildHash {
+		t.Errorf("an approval naming the build approves it: %+v", a)
+	}
+	if fr.ApprovalOfCandidate(edit, "rest", false) != nil {
+		t.Error("an approval of wave ring approves wave rest")
+	}
+}

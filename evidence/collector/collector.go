@@ -419,7 +419,7 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 		diff.PrunedStateful, diff.ChangedStateful, diff.CRDChanges, diff.ImmutableRecreates, diff.Irreversible
 	var used []v1alpha1.Approval
 	for _, a := range fr.Spec.Approvals {
-		if a.Revision == fr.Status.Candidate.Revision && a.Irreversible {
+		if a.Irreversible && fr.ApprovesCandidate(a, fr.Status.Candidate) {
 			used = append(used, a)
 		}
 	}

@@ -98,6 +98,12 @@ func Approve(a v1alpha1.Approval) Mutation {
 				ch.Notes = append(ch.Notes, fmt.Sprintf("warning: %s is not the candidate (%s): the approval applies only once it is", entry.Revision, cand.Revision))
 			}
 		}
+		if cand != nil && entry.Revision == cand.Revision && entry.BuildHash == "" && fr.NeedsBuildApproval(cand) {
+			// A build edit of a revision that rolled out: an approval of the revision alone does
+			// not approve it.
+			entry.BuildHash = cand.BuildHash
+			ch.Notes = append(ch.Notes, fmt.Sprintf("the candidate is %s with build %s (a build edit): the approval names it", cand.Revision, cand.BuildHash))
+		}
 		if entry.Wave != "" {
 			waves := []string{"all"}
 			if len(fr.Spec.Waves) > 0 {
@@ -189,6 +195,9 @@ func RequestReconcile(value string) Mutation {
 // ApprovalString is an approval as the write messages print it.
 func ApprovalString(a v1alpha1.Approval) string {
 	parts := []string{"revision: " + a.Revision}
+	if a.BuildHash != "" {
+		parts = append(parts, "buildHash: "+a.BuildHash)
+	}
 	if a.Wave != "" {
 		parts = append(parts, "wave: "+a.Wave)
 	}
