@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence/collector"
 )
 
@@ -51,12 +52,29 @@ type GateEvaluator interface {
 }
 
 // CUEGates decides a gate with the rollout's CUE policy over the collected evidence (cue.Evaluate).
-type CUEGates struct{}
+type CUEGates struct {
+	// Budget, when set, evaluates a rollout's own policy in a worker process under its budget; the
+	// built-in policy, tidegate's own, is evaluated in-process. nil evaluates every policy
+	// in-process.
+	Budget *bounded.Evaluator
+}
 
 // Evaluate implements GateEvaluator. A policy that cannot decide (it does not compile or is not
-// concrete) is an error wrapping *tgcue.PolicyError: the engine stalls the rollout on it.
-func (CUEGates) Evaluate(_ context.Context, req GateRequest) (GateDecision, error) {
-	d, err := tgcue.Evaluate(req.Policy, req.Gate, req.Evidence)
+// concrete) is an error wrapping *tgcue.PolicyError: the engine stalls the rollout on it. An
+// evaluation that passes its budget is Inconclusive, the reason naming the budget: the gate fails
+// once it has been so for the policy's settings.inconclusiveAfter, like any Inconclusive gate.
+func (g CUEGates) Evaluate(ctx context.Context, req GateRequest) (GateDecision, error) {
+	var d tgcue.Decision
+	var err error
+	if g.Budget != nil && req.Policy != nil && !req.Policy.Builtin() {
+		d, err = g.Budget.Evaluate(ctx, req.Policy, req.Gate, req.Evidence)
+	} else {
+		d, err = tgcue.Evaluate(req.Policy, req.Gate, req.Evidence)
+	}
+	if over := (*bounded.BudgetError)(nil); errors.As(err, &over) {
+		return GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{tgcue.WholeGate}, Reasons: []string{err.Error()},
+			Evidence: req.Evidence, PolicyDigest: req.Policy.Digest()}, nil
+	}
 	if err != nil {
 		return GateDecision{}, err
 	}

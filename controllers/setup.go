@@ -9,6 +9,7 @@ import (
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
 	"github.com/fluxcd/pkg/runtime/metrics"
 
+	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
@@ -34,6 +35,9 @@ type Options struct {
 	// Signer, when set, signs every receipt and ledger entry (--receipt-signing-key); nil writes
 	// them unsigned.
 	Signer *attest.Signer
+	// PolicyBudget bounds each load and evaluation of a rollout's own policy, run in a worker
+	// process (--policy-time-budget, --policy-memory-budget); zero fields are bounded.DefaultBudget's.
+	PolicyBudget bounded.Budget
 }
 
 // MemberOptions limit what tidegate asks of member clusters; zero values are member's defaults.
@@ -70,10 +74,23 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 	}
 	m := runtimectrl.NewMetrics(mgr, metricsRecorder())
 	members := NewMemberClients(mgr, hubConfig, opts.Members)
+	budget := opts.PolicyBudget
+	if budget.Time <= 0 {
+		budget.Time = bounded.DefaultBudget.Time
+	}
+	if budget.Memory <= 0 {
+		budget.Memory = bounded.DefaultBudget.Memory
+	}
+	policies := &bounded.Evaluator{Budget: budget}
 	evidence := &collector.Collector{
-		Members:  members,
-		Sources:  mgr.GetClient(),
-		Rollouts: mgr.GetClient(),
+		Members:      members,
+		Sources:      mgr.GetClient(),
+		Rollouts:     mgr.GetClient(),
+		PolicyBudget: policies,
+	}
+	gates := opts.Gates
+	if gates == nil {
+		gates = CUEGates{Budget: policies}
 	}
 	// The collector's background work (sampling soaks, gathering evidence ahead) ends with the manager.
 	if err := mgr.Add(evidence); err != nil {
@@ -85,7 +102,7 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		EventRecorder: recorder,
 		Metrics:       &m,
 		Evidence:      evidence,
-		Gates:         opts.Gates,
+		Gates:         gates,
 		TestHook:      opts.TestHook,
 		Signer:        opts.Signer,
 	}

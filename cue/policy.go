@@ -64,6 +64,18 @@ type policyFile struct {
 // or "builtin:sha256:<hex>" for the built-in default policy.
 func (p *Policy) Digest() string { return p.digest }
 
+// Sources returns a copy of the policy's files, by name: what LoadPolicy loads it from again.
+func (p *Policy) Sources() map[string][]byte {
+	out := make(map[string][]byte, len(p.files))
+	for _, f := range p.files {
+		out[f.name] = append([]byte(nil), f.src...)
+	}
+	return out
+}
+
+// Builtin tells whether p is the built-in default policy (DefaultPolicy).
+func (p *Policy) Builtin() bool { return strings.HasPrefix(p.digest, "builtin:") }
+
 // Files returns the policy's file names, sorted.
 func (p *Policy) Files() []string {
 	names := make([]string, len(p.files))

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -14,11 +15,13 @@ import (
 
 	"github.com/fluxcd/pkg/runtime/logger"
 	flag "github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	"github.com/tidegate/tidegate/controllers"
+	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
 )
@@ -47,6 +50,8 @@ func main() {
 		featureGates    string
 		fleetNamespaces string
 		signingKey      string
+		policyMemory    string
+		policyBudget    bounded.Budget
 		logOptions      logger.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -85,6 +90,10 @@ func main() {
 	flag.StringVar(&fleetNamespaces, "fleet-namespaces", "",
 		"Comma-separated namespaces where FleetClusters live: member credentials (Secrets, ConfigMaps) are watched and read only there, "+
 			"with the ClusterRole tidegate-member-credentials bound in each (config/fleet-namespaces). Empty: every namespace.")
+	flag.DurationVar(&policyBudget.Time, "policy-time-budget", bounded.DefaultBudget.Time,
+		"The longest one load or one gate evaluation of a rollout's own CUE policy may take, in a worker process; past it the gate is Inconclusive (the policy's load: the rollout stalls), naming the budget.")
+	flag.StringVar(&policyMemory, "policy-memory-budget", "256Mi",
+		"The most memory one load or one gate evaluation of a rollout's own CUE policy may hold, in a worker process (a quantity: 256Mi). Each of --concurrent rollouts may run one worker at once: keep --concurrent times it, plus the manager's own, under the container's limit.")
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -93,6 +102,12 @@ func main() {
 	if err := controllers.SetFeatureGates(featureGates); err != nil {
 		log.Error(err, "invalid flag")
 		os.Exit(1)
+	}
+	if q, err := resource.ParseQuantity(policyMemory); err != nil || q.Value() < 16<<20 || policyBudget.Time < time.Second {
+		log.Error(fmt.Errorf("--policy-memory-budget %q and --policy-time-budget %s: give at least 16Mi and 1s (e.g. 256Mi, 10s)", policyMemory, policyBudget.Time), "invalid flag")
+		os.Exit(1)
+	} else {
+		policyBudget.Memory = q.Value()
 	}
 
 	for _, ns := range strings.Split(fleetNamespaces, ",") {
@@ -139,7 +154,7 @@ func main() {
 		log.Info("signing receipts and ledger entries", "secret", ns+"/"+signingKey, "keyID", signer.KeyID())
 	}
 	if err := controllers.Setup(mgr, restConfig, controllers.Options{
-		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer,
+		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer, PolicyBudget: policyBudget,
 	}); err != nil {
 		log.Error(err, "unable to set up controllers")
 		os.Exit(1)

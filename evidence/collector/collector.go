@@ -22,6 +22,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/evidence/preflight"
@@ -70,6 +71,9 @@ type Collector struct {
 	Freshness time.Duration
 	// Clock is the time samples and evidence are taken at; nil means time.Now.
 	Clock func() time.Time
+	// PolicyBudget, when set, loads each rollout's policy in a worker process under its budget
+	// before it is loaded in-process (compilePolicy); nil loads it in-process only.
+	PolicyBudget *bounded.Evaluator
 
 	policies   digestCache[*RolloutPolicy]
 	renders    digestCache[*renderedPackage]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence"
 )
 
@@ -81,7 +82,13 @@ func (c *Collector) Policy(ctx context.Context, fr *v1alpha1.FleetRollout) (*Rol
 	if err != nil {
 		return nil, fmt.Errorf("fetching the policy from %s: %w", from, err)
 	}
-	rp, err := compilePolicy(art.FS, dir)
+	rp, err := c.compilePolicy(ctx, art.FS, dir)
+	var over *bounded.BudgetError
+	if errors.As(err, &over) {
+		// Not kept: a load that ran out of time on a busy machine may fit the next time. Meanwhile
+		// the rollout stalls on it as on any policy that cannot decide.
+		return nil, fmt.Errorf("the policy from %s: %w", from, &tgcue.PolicyError{Problems: []string{err.Error()}})
+	}
 	if err != nil {
 		err = fmt.Errorf("the policy from %s: %w", from, err)
 		c.policies.put(key, &RolloutPolicy{From: from, Err: err}, maxCachedPolicies)
@@ -92,12 +99,19 @@ func (c *Collector) Policy(ctx context.Context, fr *v1alpha1.FleetRollout) (*Rol
 	return rp, nil
 }
 
-// compilePolicy loads the CUE package in dir and reads its settings. Every error is a
-// *tgcue.PolicyError: a wrong path or a package that does not compile is fixed in Git or the spec.
-func compilePolicy(fsys filesys.FileSystem, dir string) (*RolloutPolicy, error) {
+// compilePolicy loads the CUE package in dir and reads its settings: first in a worker under
+// c.PolicyBudget (when set), so that a policy too expensive to load ends there (*bounded.BudgetError)
+// rather than in the controller, then in-process, which is then known to fit. Every other error is
+// a *tgcue.PolicyError: a wrong path or a package that does not compile is fixed in Git or the spec.
+func (c *Collector) compilePolicy(ctx context.Context, fsys filesys.FileSystem, dir string) (*RolloutPolicy, error) {
 	files, err := cueFiles(fsys, dir)
 	if err != nil {
 		return nil, &tgcue.PolicyError{Problems: []string{err.Error()}}
+	}
+	if c.PolicyBudget != nil {
+		if err := c.PolicyBudget.Load(ctx, files); err != nil {
+			return nil, err
+		}
 	}
 	p, err := tgcue.LoadPolicy(files)
 	if err != nil {

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func TestCompilePolicy(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p, err := compilePolicy(fsys, tc.dir)
+			p, err := (&Collector{}).compilePolicy(context.Background(), fsys, tc.dir)
 			if tc.wantErr != "" {
 				var perr *tgcue.PolicyError
 				if !errors.As(err, &perr) || !strings.Contains(err.Error(), tc.wantErr) {
