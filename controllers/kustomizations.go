@@ -62,7 +62,7 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 		},
 		Spec: kustomizev1.KustomizationSpec{
 			Interval:        durationOr(t.Interval, defaultKustomizationInterval),
-			RetryInterval:   t.RetryInterval,
+			RetryInterval:   retryInterval(t),
 			Timeout:         &metav1.Duration{Duration: durationOr(t.Timeout, defaultKustomizationTimeout).Duration},
 			Path:            fr.Spec.Path,
 			Prune:           boolOr(t.Prune, true),
@@ -83,6 +83,20 @@ func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 		ks.Spec.KubeConfig = fc.Spec.KubeConfig.DeepCopy()
 	}
 	return ks
+}
+
+// defaultRetryInterval is how soon kustomize-controller retries a failed apply when the template
+// sets no retryInterval: a member's 503 or a webhook's timeout at the moment of a switch is
+// retried within the wave's deadline, not an interval (10 m) later.
+const defaultRetryInterval = time.Minute
+
+// retryInterval is the template's retryInterval, else defaultRetryInterval, or the interval when
+// that is shorter.
+func retryInterval(t v1alpha1.KustomizationTemplate) *metav1.Duration {
+	if t.RetryInterval != nil {
+		return t.RetryInterval
+	}
+	return &metav1.Duration{Duration: min(defaultRetryInterval, durationOr(t.Interval, defaultKustomizationInterval).Duration)}
 }
 
 // applyKustomization writes ks with server-side apply under tidegate's field manager, unless the

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"reflect"
 	"testing"
+	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/kustomize"
@@ -152,6 +153,25 @@ func TestObservationOfASpecNotOursIsNotCurrent(t *testing.T) {
 		o := p.Kustomizations["eu-1"]
 		if o.Current != tc.current || o.FailedAt("web-abc", "main@sha1:abc") != tc.current {
 			t.Errorf("%s: current %v, failed at the revision %v; want both %v", tc.name, o.Current, o.FailedAt("web-abc", "main@sha1:abc"), tc.current)
+		}
+	}
+}
+
+// A failed apply is retried within a minute unless the template says otherwise: a transient error
+// at a switch does not wait an interval (10m).
+func TestRetryIntervalDefault(t *testing.T) {
+	for _, tc := range []struct {
+		tpl  v1alpha1.KustomizationTemplate
+		want time.Duration
+	}{
+		{v1alpha1.KustomizationTemplate{}, time.Minute},
+		{v1alpha1.KustomizationTemplate{Interval: &metav1.Duration{Duration: 30 * time.Second}}, 30 * time.Second},
+		{v1alpha1.KustomizationTemplate{RetryInterval: &metav1.Duration{Duration: 5 * time.Minute}}, 5 * time.Minute},
+	} {
+		fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetRolloutSpec{Template: tc.tpl}}
+		ks := desiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}, target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"})
+		if ks.Spec.RetryInterval == nil || ks.Spec.RetryInterval.Duration != tc.want {
+			t.Errorf("template %+v: retryInterval %v, want %s", tc.tpl, ks.Spec.RetryInterval, tc.want)
 		}
 	}
 }

@@ -52,6 +52,9 @@ type MemberOptions struct {
 	// FleetNamespaces, when set, are the only namespaces whose FleetClusters are reached: a
 	// FleetCluster elsewhere is told to be moved or the list extended (--fleet-namespaces).
 	FleetNamespaces []string
+	// AllowInsecure accepts member kubeconfigs that skip TLS verification or go through a proxy
+	// (--allow-insecure-member-kubeconfigs).
+	AllowInsecure bool
 }
 
 // NewMemberClients returns the member clients of a manager: kubeconfig Secrets and workload identity
@@ -61,7 +64,7 @@ type MemberOptions struct {
 func NewMemberClients(mgr ctrl.Manager, hubConfig *rest.Config, o MemberOptions) *member.Clients {
 	return &member.Clients{
 		Secrets: mgr.GetAPIReader(), Versions: mgr.GetCache(), Tokens: mgr.GetClient(), Hub: hubConfig, Scheme: mgr.GetScheme(),
-		QPS: o.QPS, Burst: o.Burst, Timeout: o.Timeout, CacheSize: o.CacheSize, Namespaces: o.FleetNamespaces,
+		QPS: o.QPS, Burst: o.Burst, Timeout: o.Timeout, CacheSize: o.CacheSize, Namespaces: o.FleetNamespaces, AllowInsecure: o.AllowInsecure,
 	}
 }
 

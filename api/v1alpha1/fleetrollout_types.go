@@ -164,7 +164,8 @@ type KustomizationTemplate struct {
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 	Interval *metav1.Duration `json:"interval,omitempty"`
 
-	// retryInterval of the Kustomizations after a failed apply. Defaults to the interval.
+	// retryInterval of the Kustomizations after a failed apply. Defaults to 1m, or the interval
+	// when that is shorter.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"

@@ -120,9 +120,10 @@ func (in *FleetRollout) ApprovesCandidate(a Approval, c *RevisionStatus) bool {
 }
 
 // NeedsBuildApproval tells whether approvals of candidate c must name its build: c is a build of a
-// revision that already had a candidate, with a pinned source of its own (CandidateSourceName).
+// revision that already had a candidate, with a pinned source of its own (CandidateSourceName). A
+// candidate recorded before builds were (no buildHash) needs none.
 func (in *FleetRollout) NeedsBuildApproval(c *RevisionStatus) bool {
-	return c.Source != "" && c.Source != PinnedSourceName(in.Name, c.Revision)
+	return c.BuildHash != "" && c.Source != "" && c.Source != PinnedSourceName(in.Name, c.Revision)
 }
 
 // IrreversibleApproved tells whether spec.approvals approve the irreversible changes of revision.

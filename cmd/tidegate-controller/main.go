@@ -94,6 +94,8 @@ func main() {
 		"The longest one load or one gate evaluation of a rollout's own CUE policy may take, in a worker process; past it the gate is Inconclusive (the policy's load: the rollout stalls), naming the budget.")
 	flag.StringVar(&policyMemory, "policy-memory-budget", "256Mi",
 		"The most memory one load or one gate evaluation of a rollout's own CUE policy may hold, in a worker process (a quantity: 256Mi). Each of --concurrent rollouts may run one worker at once: keep --concurrent times it, plus the manager's own, under the container's limit.")
+	flag.BoolVar(&members.AllowInsecure, "allow-insecure-member-kubeconfigs", false,
+		"Accept member kubeconfigs whose cluster sets insecure-skip-tls-verify or proxy-url; refused by default (the FleetCluster says why).")
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 

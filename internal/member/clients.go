@@ -78,6 +78,9 @@ type Clients struct {
 	// may read (the controller's --fleet-namespaces); a FleetCluster elsewhere with a kubeConfig
 	// gets a kubeconfig error that says so.
 	Namespaces []string
+	// AllowInsecure accepts kubeconfigs whose cluster sets insecure-skip-tls-verify or proxy-url
+	// (--allow-insecure-member-kubeconfigs); refused otherwise.
+	AllowInsecure bool
 
 	once    sync.Once
 	sources *lru.Cache // sourceKey → *source
@@ -242,7 +245,7 @@ func (m *Clients) source(ctx context.Context, fc *v1alpha1.FleetCluster) (*sourc
 			return held, nil // the cache lags the API server: nothing changed
 		}
 		src := &source{version: s.ResourceVersion}
-		if cfg, err := configFromSecret(&s, key.key); err != nil {
+		if cfg, err := configFromSecret(&s, key.key, m.AllowInsecure); err != nil {
 			src.err = err
 		} else {
 			src = m.build(cfg, s.ResourceVersion)

@@ -3,7 +3,9 @@ package member
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	fluxclient "github.com/fluxcd/pkg/runtime/client"
@@ -65,12 +67,12 @@ func readError(fc *v1alpha1.FleetCluster, key types.NamespacedName, err error) e
 // configFromSecret builds a REST config from a kubeconfig Secret, from the data key named by key
 // (empty: the defaults). Its errors name the Secret, not a FleetCluster (forCluster adds that): many
 // FleetClusters may share one Secret.
-func configFromSecret(secret *corev1.Secret, key string) (*rest.Config, error) {
+func configFromSecret(secret *corev1.Secret, key string, allowInsecure bool) (*rest.Config, error) {
 	data, dataKey, err := kubeConfigData(secret, key)
 	if err != nil {
 		return nil, &kubeConfigError{msg: err.Error()}
 	}
-	cfg, err := restConfigFromKubeConfig(data)
+	cfg, err := restConfigFromKubeConfig(data, allowInsecure)
 	if err != nil {
 		return nil, &kubeConfigError{msg: fmt.Sprintf(
 			"invalid kubeconfig in Secret %s key %q: %s: put a self-contained kubeconfig (inline certificate and key data or token) in that key",
@@ -116,9 +118,10 @@ func keyHint(key string) string {
 // yamlErrorLine finds the position in a YAML parser error, the one part of it that is safe to repeat.
 var yamlErrorLine = regexp.MustCompile(`line [0-9]+`)
 
-// restConfigFromKubeConfig parses and vets a kubeconfig. Its errors describe what is wrong without
+// restConfigFromKubeConfig parses and vets a kubeconfig. Unless allowInsecure, a cluster that
+// skips TLS verification or goes through a proxy is refused. Its errors describe what is wrong without
 // quoting the input: parser errors can echo the offending value, which may be a key or a token.
-func restConfigFromKubeConfig(data []byte) (*rest.Config, error) {
+func restConfigFromKubeConfig(data []byte, allowInsecure bool) (*rest.Config, error) {
 	raw, err := clientcmd.Load(data)
 	if err != nil {
 		if line := yamlErrorLine.FindString(err.Error()); line != "" {
@@ -136,6 +139,19 @@ func restConfigFromKubeConfig(data []byte) (*rest.Config, error) {
 			return nil, fmt.Errorf("user '%s' uses an exec credential plugin, which tidegate does not run", name)
 		case user.AuthProvider != nil:
 			return nil, fmt.Errorf("user '%s' uses an auth-provider plugin, which tidegate does not run", name)
+		}
+	}
+	if !allowInsecure {
+		for _, name := range slices.Sorted(maps.Keys(raw.Clusters)) {
+			switch c := raw.Clusters[name]; {
+			case c == nil:
+			case c.InsecureSkipTLSVerify:
+				return nil, fmt.Errorf("cluster '%s' sets insecure-skip-tls-verify: the member's API server would not be authenticated, and its credentials would go to whoever answers; "+
+					"give its certificate-authority-data instead (or start the controller with --allow-insecure-member-kubeconfigs)", name)
+			case c.ProxyURL != "":
+				return nil, fmt.Errorf("cluster '%s' sets proxy-url: the member's traffic, credentials included, would go through a proxy the hub does not vouch for; "+
+					"reach the member directly (or start the controller with --allow-insecure-member-kubeconfigs)", name)
+			}
 		}
 	}
 	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()

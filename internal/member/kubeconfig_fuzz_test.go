@@ -73,7 +73,7 @@ func FuzzKubeConfigSecret(f *testing.F) {
 		} else {
 			secret.Data["value"] = data
 		}
-		cfg, err := configFromSecret(secret, key)
+		cfg, err := configFromSecret(secret, key, true)
 		if err != nil {
 			if !IsKubeConfigError(err) {
 				t.Fatalf("not a kubeconfig error: %v", err)

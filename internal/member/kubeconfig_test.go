@@ -166,3 +166,31 @@ func TestConfigForFleetClusterKeySelection(t *testing.T) {
 		}
 	})
 }
+
+// A kubeconfig whose cluster skips TLS verification or goes through a proxy is refused, with a
+// message that names the setting and the fix and never the credential, unless the controller
+// allows it.
+func TestInsecureKubeconfigsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		edit       func(*clientcmdapi.Config)
+	}{
+		{"insecure", "sets insecure-skip-tls-verify", func(c *clientcmdapi.Config) { c.Clusters["c"].InsecureSkipTLSVerify = true }},
+		{"proxy", "sets proxy-url", func(c *clientcmdapi.Config) { c.Clusters["c"].ProxyURL = "http://proxy.example:3128" }},
+	} {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "fleet"},
+			Data: map[string][]byte{"value": fcKubeConfig(t, "https://m.example:6443", tc.edit)}}
+		_, err := configFromSecret(secret, "", false)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--allow-insecure-member-kubeconfigs") ||
+			strings.Contains(err.Error(), fcTestToken) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if cfg, err := configFromSecret(secret, "", true); err != nil || cfg.Host != "https://m.example:6443" {
+			t.Errorf("%s, allowed: %v", tc.name, err)
+		}
+	}
+	plain := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "fleet"}, Data: map[string][]byte{"value": fcKubeConfig(t, "https://m.example:6443", nil)}}
+	if _, err := configFromSecret(plain, "", false); err != nil {
+		t.Errorf("a verified, direct kubeconfig: %v", err)
+	}
+}
