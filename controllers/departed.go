@@ -114,10 +114,8 @@ func (r *FleetRolloutReconciler) orphanDeparted(ctx context.Context, p *pass) er
 // a rejected candidate: that revision with the build status records for the source, or, when
 // status records none, any build of it.
 func runsRejected(fr *v1alpha1.FleetRollout, source, revision string) bool {
-	for _, r := range candidates(&fr.Status) {
-		if r.Source == source && r.Revision == revision {
-			return fr.IsRejectedBuild(revision, r.BuildHash)
-		}
+	if r := candidateOfSource(&fr.Status, source); r != nil && r.Revision == revision {
+		return fr.IsRejectedBuild(revision, r.BuildHash)
 	}
 	return fr.IsRejected(revision)
 }

@@ -21,13 +21,22 @@ func runs(r *v1alpha1.RevisionStatus, wave string) target {
 	return target{Source: r.Source, Revision: r.Revision, Wave: wave, Build: r.Build}
 }
 
-// buildOfSource is the build status records for the pinned source named source (the candidate's,
-// the known-good's, or one of status.history), nil when none: the spec's.
-func buildOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.Build {
+// candidateOfSource is the candidate status records with the pinned source named source (the
+// candidate, the known-good, or one of status.history), nil when none.
+func candidateOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.RevisionStatus {
 	for _, r := range candidates(st) {
 		if r.Source == source {
-			return r.Build
+			return r
 		}
+	}
+	return nil
+}
+
+// buildOfSource is the build status records for the pinned source named source, nil when none: the
+// spec's.
+func buildOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.Build {
+	if r := candidateOfSource(st, source); r != nil {
+		return r.Build
 	}
 	return nil
 }
