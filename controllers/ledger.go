@@ -128,44 +128,91 @@ func (r *FleetRolloutReconciler) ledgerReceipt(ctx context.Context, namespace, n
 	return rc, nil
 }
 
-// appendLedger appends the entries add returns to the ledger of candidate, creating it.
+// appendLedger appends the entries add returns to the ledger of candidate, creating it. add sees
+// the whole record: the entries of every part of the ledger, in order. An entry that would grow a
+// full part past v1alpha1.MaxLedgerEntries goes to the part that continues it, created here, so
+// a long record never stops the status write that follows.
 func (r *FleetRolloutReconciler) appendLedger(ctx context.Context, fr *v1alpha1.FleetRollout, candidate v1alpha1.RevisionStatus,
 	add func(*v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error), now metav1.Time) error {
-	l := &v1alpha1.RolloutLedger{}
-	key := client.ObjectKey{Namespace: fr.Namespace, Name: candidate.LedgerName(fr.Name)}
-	// From the cache: a copy that lags the ledger's last write makes the write below conflict,
-	// and the pass is retried.
-	err := r.Get(ctx, key, l)
-	exists := err == nil
-	switch {
-	case apierrors.IsNotFound(err):
-		l = &v1alpha1.RolloutLedger{
+	first := candidate.LedgerName(fr.Name)
+	parts, err := r.ledgerParts(ctx, fr.Namespace, first)
+	if err != nil {
+		return err
+	}
+	created := len(parts) == 0
+	if created {
+		parts = []*v1alpha1.RolloutLedger{{
 			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.RolloutLedgerKind},
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{v1alpha1.RolloutLabel: fr.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: first, Namespace: fr.Namespace, Labels: map[string]string{v1alpha1.RolloutLabel: fr.Name}},
 			Spec: v1alpha1.RolloutLedgerSpec{Rollout: fr.Name, Candidate: v1alpha1.RevisionStatus{Revision: candidate.Revision, Digest: candidate.Digest,
 				Build: candidate.Build.DeepCopy(), BuildHash: candidate.BuildHash}},
-		}
-	case err != nil:
-		return fmt.Errorf("reading rolloutledger %s/%s: %w", key.Namespace, key.Name, err)
+		}}
 	}
-	entries, err := add(l)
+	entries, err := add(wholeLedger(parts))
 	if err != nil || len(entries) == 0 {
 		return err
 	}
+	written := len(parts) - 1 // the parts before it are full and stay as they are
+	had := len(parts[written].Spec.Entries)
 	for _, e := range entries {
-		if err := attest.Append(l, e, now, r.Signer); err != nil {
+		tail := parts[len(parts)-1]
+		if len(tail.Spec.Entries) >= v1alpha1.MaxLedgerEntries {
+			parts = append(parts, attest.Continuation(tail, first, len(parts)))
+			tail = parts[len(parts)-1]
+		}
+		if err := attest.Append(tail, e, now, r.Signer); err != nil {
 			return err
 		}
 	}
-	if exists {
-		err = r.Update(ctx, l, client.FieldOwner(v1alpha1.FieldManager))
-	} else {
-		err = r.Create(ctx, l, client.FieldOwner(v1alpha1.FieldManager))
-	}
-	if err != nil {
-		return fmt.Errorf("appending %d entries to rolloutledger %s/%s: %w", len(entries), key.Namespace, key.Name, err)
+	for i := written; i < len(parts); i++ {
+		l := parts[i]
+		switch {
+		case i > written || created:
+			err = r.Create(ctx, l, client.FieldOwner(v1alpha1.FieldManager))
+		case len(l.Spec.Entries) > had:
+			err = r.Update(ctx, l, client.FieldOwner(v1alpha1.FieldManager))
+		}
+		if err != nil {
+			return fmt.Errorf("appending %d entries to rolloutledger %s/%s: %w", len(entries), l.Namespace, l.Name, err)
+		}
 	}
 	return r.hook("ledger:" + candidate.Revision)
+}
+
+// ledgerParts reads the ledger named first and every part that continues it, in order; none when
+// there is no ledger yet. From the cache: a copy that lags the ledger's last write makes the write
+// that follows conflict (or, for a new part, already exist), and the pass is retried.
+func (r *FleetRolloutReconciler) ledgerParts(ctx context.Context, namespace, first string) ([]*v1alpha1.RolloutLedger, error) {
+	var parts []*v1alpha1.RolloutLedger
+	for n := 1; ; n++ {
+		l := &v1alpha1.RolloutLedger{}
+		key := client.ObjectKey{Namespace: namespace, Name: v1alpha1.LedgerPartName(first, n)}
+		err := r.Get(ctx, key, l)
+		switch {
+		case apierrors.IsNotFound(err):
+			return parts, nil
+		case err != nil:
+			return nil, fmt.Errorf("reading rolloutledger %s/%s: %w", key.Namespace, key.Name, err)
+		}
+		parts = append(parts, l)
+		if len(l.Spec.Entries) < v1alpha1.MaxLedgerEntries {
+			return parts, nil
+		}
+	}
+}
+
+// wholeLedger is the record parts hold, as one ledger to read: the last part with the entries of
+// every part.
+func wholeLedger(parts []*v1alpha1.RolloutLedger) *v1alpha1.RolloutLedger {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	whole := *parts[len(parts)-1]
+	whole.Spec.Entries = nil
+	for _, p := range parts {
+		whole.Spec.Entries = append(whole.Spec.Entries, p.Spec.Entries...)
+	}
+	return &whole
 }
 
 // sameCandidate tells whether a and b are the same candidate: the same revision, with the same

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -397,4 +398,13 @@ func (r *RevisionStatus) LedgerName(rollout string) string {
 // of the revision's sha256>.
 func LedgerName(rollout, revision string) string {
 	return boundedName(rollout, "ledger-"+hash(revision)[:12])
+}
+
+// LedgerPartName is the name of part n of the ledger named first: first itself for part 1, and for
+// n > 1 the ledger that continues part n-1 once it holds MaxLedgerEntries (first-2, first-3, …).
+func LedgerPartName(first string, n int) string {
+	if n <= 1 {
+		return first
+	}
+	return boundedName(first, strconv.Itoa(n))
 }

@@ -7,8 +7,8 @@ import (
 // RolloutLedgerKind is the kind of a RolloutLedger.
 const RolloutLedgerKind = "RolloutLedger"
 
-// MaxLedgerEntries bounds a ledger's entries: a revision's rollout that would need more stops
-// deciding (the pass that cannot record its decisions does not act on them) and says so.
+// MaxLedgerEntries bounds a ledger's entries. A revision whose record needs more continues it in a
+// ledger of its own that names the full one (spec.continues): LedgerPartName.
 const MaxLedgerEntries = 512
 
 // Kinds of ledger entries.
@@ -34,6 +34,7 @@ const (
 // the approvals those counted and each outcome, in order, each entry chained to the one before it.
 // Entries are only appended.
 // +kubebuilder:validation:XValidation:rule="self.rollout == oldSelf.rollout && self.candidate == oldSelf.candidate",message="a RolloutLedger's rollout and candidate cannot change"
+// +kubebuilder:validation:XValidation:rule="has(self.continues) == has(oldSelf.continues) && (!has(self.continues) || self.continues == oldSelf.continues)",message="a RolloutLedger's continues cannot change"
 // +kubebuilder:validation:XValidation:rule="size(self.entries) >= size(oldSelf.entries)",message="a RolloutLedger's entries are only appended: none can be removed"
 // +kubebuilder:validation:XValidation:rule="size(oldSelf.entries) == 0 || self.entries[size(oldSelf.entries)-1].digest == oldSelf.entries[size(oldSelf.entries)-1].digest",message="a RolloutLedger's entries are only appended: the entries it had keep their place"
 type RolloutLedgerSpec struct {
@@ -47,6 +48,12 @@ type RolloutLedgerSpec struct {
 	// +required
 	Candidate RevisionStatus `json:"candidate"`
 
+	// continues names, for a ledger that continues a full one, that ledger and the digest of its last
+	// entry, which this ledger's first entry names as its previous: the chain of digests runs on
+	// from one ledger to the next.
+	// +optional
+	Continues *LedgerLink `json:"continues,omitempty"`
+
 	// outcome is the outcome of the latest Outcome entry, when there is one.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
@@ -56,6 +63,20 @@ type RolloutLedgerSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=512
 	Entries []LedgerEntry `json:"entries,omitempty"`
+}
+
+// LedgerLink names a full ledger and the digest of its last entry.
+type LedgerLink struct {
+	// name of the RolloutLedger, in the same namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// digest of its last entry.
+	// +required
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	Digest string `json:"digest"`
 }
 
 // LedgerEntry is one entry of a ledger: a receipt, an approval or an outcome.

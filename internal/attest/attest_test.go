@@ -128,7 +128,7 @@ func (r *record) append(t *testing.T, e v1alpha1.LedgerEntry, at metav1.Time) {
 // bundle is the record's bundle as a file holds it, read back.
 func (r *record) bundle(t *testing.T) *attest.Bundle {
 	t.Helper()
-	b, err := json.Marshal(attest.NewBundle(r.ledger, r.receipts, metav1.Now()))
+	b, err := json.Marshal(attest.NewBundle([]*v1alpha1.RolloutLedger{r.ledger}, r.receipts, metav1.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,10 @@ type Bundle struct {
 	Kind       string                  `json:"kind"`
 	ExportedAt metav1.Time             `json:"exportedAt"`
 	Ledger     *v1alpha1.RolloutLedger `json:"ledger"`
-	Receipts   []BundleReceipt         `json:"receipts"`
+	// Continued are the ledgers that continue Ledger once it is full, in order: each names the
+	// one before it (spec.continues).
+	Continued []*v1alpha1.RolloutLedger `json:"continued,omitempty"`
+	Receipts  []BundleReceipt           `json:"receipts"`
 }
 
 // BundleReceipt is a receipt as exported: the object without its managed fields, its evidence moved
@@ -40,12 +43,20 @@ func NewBundleReceipt(rc *v1alpha1.GateReceipt, evidence []byte) BundleReceipt {
 	return BundleReceipt{Receipt: c, Evidence: evidence}
 }
 
-// NewBundle is the bundle of ledger l and receipts.
-func NewBundle(l *v1alpha1.RolloutLedger, receipts []BundleReceipt, now metav1.Time) *Bundle {
-	c := l.DeepCopy()
-	c.ManagedFields = nil
-	c.APIVersion, c.Kind = v1alpha1.GroupVersion.String(), v1alpha1.RolloutLedgerKind
-	return &Bundle{APIVersion: v1alpha1.GroupVersion.String(), Kind: BundleKind, ExportedAt: now, Ledger: c, Receipts: receipts}
+// NewBundle is the bundle of the ledger parts (the first, then each that continues it) and receipts.
+func NewBundle(parts []*v1alpha1.RolloutLedger, receipts []BundleReceipt, now metav1.Time) *Bundle {
+	b := &Bundle{APIVersion: v1alpha1.GroupVersion.String(), Kind: BundleKind, ExportedAt: now, Receipts: receipts}
+	for i, l := range parts {
+		c := l.DeepCopy()
+		c.ManagedFields = nil
+		c.APIVersion, c.Kind = v1alpha1.GroupVersion.String(), v1alpha1.RolloutLedgerKind
+		if i == 0 {
+			b.Ledger = c
+		} else {
+			b.Continued = append(b.Continued, c)
+		}
+	}
+	return b
 }
 
 // Check results.
@@ -61,7 +72,8 @@ type Check struct {
 	// Record is the receipt or ledger entry checked: "gatereceipt NAME", "entry N", or "bundle".
 	Record string `json:"record"`
 	// Check names the check: content-digest, name, evidence-digest, signature, ledger-index,
-	// ledger-chain, ledger-digest, ledger-signature, ledger-receipt, candidate, outcome-gates.
+	// ledger-chain, ledger-link, ledger-digest, ledger-signature, ledger-receipt, candidate,
+	// outcome-gates.
 	Check  string `json:"check"`
 	Result string `json:"result"`
 	Detail string `json:"detail,omitempty"`
@@ -103,7 +115,8 @@ func (v *Verification) add(record, check string, err error, detail string) {
 //     name, its evidence digest, and its signature (a statement about its candidate whose predicate
 //     is its content, by a key of keys);
 //   - the ledger: each entry's index, its previous against the digest of the entry before it, its
-//     digest recomputed, and its signature;
+//     digest recomputed, and its signature; each ledger that continues a full one (Continued)
+//     names the one before it and its last digest, and its first entry chains on from there;
 //   - each Receipt entry: the receipt is in the bundle with that content digest, gate, wave and
 //     result, about the ledger's candidate;
 //   - each Completed outcome: every gate it says a wave passed on is a Pass receipt of that gate and
@@ -143,9 +156,52 @@ func Verify(b *Bundle, keys *KeySet) *Verification {
 
 	passed := map[string]bool{} // gate/wave of the Pass receipts listed so far
 	prev := ""
+	parts := append([]*v1alpha1.RolloutLedger{l}, b.Continued...)
+	for k, p := range parts {
+		if k > 0 {
+			v.add("rolloutledger "+p.Name, "ledger-link", checkLink(p, parts[k-1], l), "")
+		} else if p.Spec.Continues != nil {
+			v.add("rolloutledger "+p.Name, "ledger-link", fmt.Errorf("the bundle's first ledger continues %s, which the bundle does not hold", p.Spec.Continues.Name), "")
+		}
+		prev = v.verifyEntries(p, k, prev, receipts, passed, keys, signed)
+	}
+	v.Verified = len(v.Failures()) == 0
+	return v
+}
+
+// checkLink checks that ledger p continues full, the part before it of the record whose first
+// part is first: it names full and its last entry, full holds as many entries as a ledger
+// holds, and both record the same rollout and candidate.
+func checkLink(p, full, first *v1alpha1.RolloutLedger) error {
+	c := p.Spec.Continues
+	n := len(full.Spec.Entries)
+	switch {
+	case c == nil:
+		return fmt.Errorf("follows rolloutledger %s and names no ledger it continues", full.Name)
+	case c.Name != full.Name:
+		return fmt.Errorf("continues %s, the ledger before it is %s: a part was removed or reordered", c.Name, full.Name)
+	case n < v1alpha1.MaxLedgerEntries:
+		return fmt.Errorf("continues %s, which holds %d entries, fewer than the %d a ledger is continued after", full.Name, n, v1alpha1.MaxLedgerEntries)
+	case c.Digest != full.Spec.Entries[n-1].Digest:
+		return fmt.Errorf("continues %s at digest %s, its last entry has %s: the ledger it continues was changed", full.Name, c.Digest, full.Spec.Entries[n-1].Digest)
+	case p.Namespace != first.Namespace || p.Spec.Rollout != first.Spec.Rollout || p.Spec.Candidate.Revision != first.Spec.Candidate.Revision ||
+		p.Spec.Candidate.Digest != first.Spec.Candidate.Digest || p.Spec.Candidate.BuildHash != first.Spec.Candidate.BuildHash:
+		return fmt.Errorf("records %s/%s candidate %s, the ledger it continues %s/%s candidate %s", p.Namespace, p.Spec.Rollout, p.Spec.Candidate.Revision,
+			first.Namespace, first.Spec.Rollout, first.Spec.Candidate.Revision)
+	}
+	return nil
+}
+
+// verifyEntries checks the entries of ledger l, part k of the record (from 0), chained from prev,
+// the digest of the entry before its first; it returns the digest of its last.
+func (v *Verification) verifyEntries(l *v1alpha1.RolloutLedger, k int, prev string, receipts map[string]*v1alpha1.GateReceipt,
+	passed map[string]bool, keys *KeySet, signed bool) string {
 	for i := range l.Spec.Entries {
 		e := &l.Spec.Entries[i]
 		rec := fmt.Sprintf("entry %d", i)
+		if k > 0 {
+			rec = fmt.Sprintf("rolloutledger %s entry %d", l.Name, i)
+		}
 		var err error
 		if e.Index != i {
 			err = fmt.Errorf("entry %d says it is entry %d: the ledger was reordered or an entry removed", i, e.Index)
@@ -182,8 +238,7 @@ func Verify(b *Bundle, keys *KeySet) *Verification {
 			}
 		}
 	}
-	v.Verified = len(v.Failures()) == 0
-	return v
+	return prev
 }
 
 func (v *Verification) verifyReceipt(rec string, rc *v1alpha1.GateReceipt, evidence json.RawMessage, keys *KeySet, signed bool) {

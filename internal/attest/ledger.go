@@ -3,6 +3,7 @@ package attest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -30,17 +31,21 @@ func EntryDigest(l *v1alpha1.RolloutLedger, e *v1alpha1.LedgerEntry) (string, er
 
 // Append appends e to l at at: it sets the entry's index, previous (the last entry's digest) and
 // digest, and with a signer its signature, a statement about the ledger's candidate whose
-// predicate is the entry. An Outcome entry sets spec.outcome. It refuses to grow the ledger past
-// v1alpha1.MaxLedgerEntries.
+// predicate is the entry. An Outcome entry sets spec.outcome. The first entry of a ledger that
+// continues another names as previous the digest spec.continues gives. It refuses to grow the
+// ledger past v1alpha1.MaxLedgerEntries: the record goes on in a ledger that continues it
+// (Continuation).
 func Append(l *v1alpha1.RolloutLedger, e v1alpha1.LedgerEntry, at metav1.Time, s *Signer) error {
 	n := len(l.Spec.Entries)
 	if n >= v1alpha1.MaxLedgerEntries {
-		return fmt.Errorf("rolloutledger %s/%s holds %d entries, the most a ledger holds: the rollout of %s cannot record more decisions (start a new revision, or delete and re-create the rollout after exporting its ledger with tidegate receipts export)",
-			l.Namespace, l.Name, n, l.Spec.Candidate.Revision)
+		return fmt.Errorf("rolloutledger %s/%s holds %d entries, the most a ledger holds: append to a ledger that continues it", l.Namespace, l.Name, n)
 	}
 	e.Index, e.At, e.Previous, e.Digest, e.Signature = n, at, "", "", nil
-	if n > 0 {
+	switch {
+	case n > 0:
 		e.Previous = l.Spec.Entries[n-1].Digest
+	case l.Spec.Continues != nil:
+		e.Previous = l.Spec.Continues.Digest
 	}
 	d, err := EntryDigest(l, &e)
 	if err != nil {
@@ -67,6 +72,22 @@ func Append(l *v1alpha1.RolloutLedger, e v1alpha1.LedgerEntry, at metav1.Time, s
 	}
 	l.Spec.Entries = append(l.Spec.Entries, e)
 	return nil
+}
+
+// Continuation is the ledger that continues full, part n+1 of the record whose part n is full:
+// the same rollout and candidate, named by v1alpha1.LedgerPartName of the first part's name
+// (first), and linked to full's last entry.
+func Continuation(full *v1alpha1.RolloutLedger, first string, n int) *v1alpha1.RolloutLedger {
+	c := &v1alpha1.RolloutLedger{
+		TypeMeta: full.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: full.Namespace, Name: v1alpha1.LedgerPartName(first, n+1),
+			Labels: maps.Clone(full.Labels)},
+		Spec: v1alpha1.RolloutLedgerSpec{Rollout: full.Spec.Rollout, Candidate: *full.Spec.Candidate.DeepCopy(), Outcome: full.Spec.Outcome},
+	}
+	if k := len(full.Spec.Entries); k > 0 {
+		c.Spec.Continues = &v1alpha1.LedgerLink{Name: full.Name, Digest: full.Spec.Entries[k-1].Digest}
+	}
+	return c
 }
 
 // VerifyEntrySignature checks the signature of entry e of l with keys, as VerifyReceiptSignature

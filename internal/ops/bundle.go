@@ -13,7 +13,8 @@ import (
 	"github.com/tidegate/tidegate/internal/attest"
 )
 
-// ExportBundle reads the ledger of rollout's revision (its candidate's when revision is empty) and
+// ExportBundle reads the ledger of rollout's revision (its candidate's when revision is empty), with
+// the ledgers that continue it, and
 // every receipt it lists, each with its evidence read from where the receipt keeps it (parts
 // included), as the bundle tidegate receipts export writes. missing names the receipts the ledger
 // lists that are gone; a receipt whose evidence cannot be read is exported without it (verifying
@@ -33,17 +34,31 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 		}
 		revision = fr.Status.Candidate.Revision
 	}
-	var l v1alpha1.RolloutLedger
-	ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: v1alpha1.LedgerName(rollout, revision)}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &l); err != nil {
-		if apierrors.IsNotFound(err) {
+	first := v1alpha1.LedgerName(rollout, revision)
+	var parts []*v1alpha1.RolloutLedger
+	var entries []v1alpha1.LedgerEntry
+	for n := 1; ; n++ {
+		l := &v1alpha1.RolloutLedger{}
+		ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: v1alpha1.LedgerPartName(first, n)}
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, l)
+		if apierrors.IsNotFound(err) && n == 1 {
 			return nil, nil, Errorf(CodeUnmet, &ref, "no rolloutledger of fleetrollout %s/%s revision %s (%s): nothing was decided for it yet, or it was decided by a version without ledgers", ns, rollout, revision, ref.Name)
 		}
-		return nil, nil, AsError(err, ref)
+		if apierrors.IsNotFound(err) {
+			break // the last part is full and nothing continues it yet
+		}
+		if err != nil {
+			return nil, nil, AsError(err, ref)
+		}
+		parts = append(parts, l)
+		entries = append(entries, l.Spec.Entries...)
+		if len(l.Spec.Entries) < v1alpha1.MaxLedgerEntries {
+			break
+		}
 	}
 	var receipts []attest.BundleReceipt
 	seen := map[string]bool{}
-	for _, e := range l.Spec.Entries {
+	for _, e := range entries {
 		if e.Receipt == nil || seen[e.Receipt.Name] {
 			continue
 		}
@@ -72,5 +87,5 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 		}
 		receipts = append(receipts, attest.NewBundleReceipt(&rc, evidence))
 	}
-	return attest.NewBundle(&l, receipts, metav1.Now()), missing, nil
+	return attest.NewBundle(parts, receipts, metav1.Now()), missing, nil
 }

@@ -140,7 +140,7 @@ func (s *fleetSetup) checkDecisions(ctx context.Context, t *testing.T, fr *v1alp
 	if l.Spec.Outcome != fr.Status.Phase {
 		t.Errorf("the ledger's outcome is %q, the rollout is %s", l.Spec.Outcome, fr.Status.Phase)
 	}
-	v := attest.Verify(attest.NewBundle(l, receiptsOfLedger, metav1.Now()), nil)
+	v := attest.Verify(attest.NewBundle([]*v1alpha1.RolloutLedger{l}, receiptsOfLedger, metav1.Now()), nil)
 	for _, c := range v.Failures() {
 		if c.Check != "ledger-receipt" || !strings.Contains(c.Detail, "is not in the bundle") {
 			t.Errorf("the ledger of %s: %s %s: %s", rev, c.Record, c.Check, c.Detail)
