@@ -2,9 +2,10 @@
 //
 // The RBAC markers below are what the controller may do outside the member credentials;
 // config/rbac/role.yaml is generated from them. What it reads to reach members (kubeconfig Secrets,
-// workload identity ConfigMaps, ServiceAccounts and their tokens) is the ClusterRole
-// tidegate-member-credentials (config/rbac/member_credentials.yaml), bound cluster-wide by default
-// or in each fleet namespace with --fleet-namespaces (config/fleet-namespaces).
+// workload identity ConfigMaps) is the ClusterRole tidegate-member-credentials
+// (config/rbac/member_credentials.yaml), bound in each fleet namespace of --fleet-namespaces (`fleet`
+// by default), or cluster-wide by config/cluster-wide. Workload identity's ServiceAccounts and their
+// tokens are granted by config/workload-identity only.
 //
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=tidegate.dev,resources=fleetrollouts/status,verbs=patch

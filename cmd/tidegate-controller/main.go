@@ -89,7 +89,7 @@ func main() {
 		"The Secret, in the controller's namespace, whose data key signing.key holds the PEM private key (ECDSA P-256 or Ed25519) receipts and ledger entries are signed with; empty writes them unsigned.")
 	flag.StringVar(&fleetNamespaces, "fleet-namespaces", "",
 		"Comma-separated namespaces where FleetClusters live: member credentials (Secrets, ConfigMaps) are watched and read only there, "+
-			"with the ClusterRole tidegate-member-credentials bound in each (config/fleet-namespaces). Empty: every namespace.")
+			"with the ClusterRole tidegate-member-credentials bound in each (config/default: fleet). Empty: every namespace, the ClusterRole bound cluster-wide (config/cluster-wide).")
 	flag.DurationVar(&policyBudget.Time, "policy-time-budget", bounded.DefaultBudget.Time,
 		"The longest one load or one gate evaluation of a rollout's own CUE policy may take, in a worker process; past it the gate is Inconclusive (the policy's load: the rollout stalls), naming the budget.")
 	flag.StringVar(&policyMemory, "policy-memory-budget", "256Mi",

@@ -22,7 +22,7 @@ const (
 	CRDs       = "crds.yaml"       // config/crd: the CustomResourceDefinitions alone
 	Controller = "controller.yaml" // config/controller: the controller, its RBAC and namespace, no CRD
 	Admission  = "admission.yaml"  // config/admission: the ValidatingAdmissionPolicies that guard the record
-	Install    = "install.yaml"    // config/default: all three, for a first install
+	Install    = "install.yaml"    // config/default: all three and the fleet namespace, for a first install
 )
 
 // Files lists the release's files with the kustomization each is built from.

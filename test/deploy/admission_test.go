@@ -245,14 +245,18 @@ func rolloutWith(ns, name string, approvals ...v1alpha1.Approval) *v1alpha1.Flee
 
 // Installed into another namespace by an overlay, the records policy still names the controller:
 // it takes the controller's identity from the ClusterRoleBinding kustomize rewrites, not from a
-// user name written in CEL, which kustomize would leave pointing at tidegate-system.
+// user name written in CEL, which kustomize would leave pointing at tidegate-system. The overlay is
+// of config/default's parts but its fleet Namespace, which kustomize would rename to other-ns too.
 func TestDeployAdmissionFollowsTheControllerToAnotherNamespace(t *testing.T) {
 	dir := t.TempDir()
-	base, err := filepath.Rel(dir, filepath.Join(testenv.RepoRoot(), "config", "default"))
-	if err != nil {
-		t.Fatal(err)
+	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: other-ns\nresources:\n"
+	for _, part := range []string{"crd", "controller", "admission"} {
+		base, err := filepath.Rel(dir, filepath.Join(testenv.RepoRoot(), "config", part))
+		if err != nil {
+			t.Fatal(err)
+		}
+		overlay += "- " + base + "\n"
 	}
-	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: other-ns\nresources:\n- " + base + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}

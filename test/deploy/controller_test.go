@@ -68,13 +68,11 @@ func TestDeployManifestsControllerRunsUnderItsServiceAccount(t *testing.T) {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	writeKubeconfig(t, kubeconfig, adminConfig.Host, adminConfig.CAData, clientcmdapi.AuthInfo{Token: tr.Status.Token})
 
-	// A fleet namespace with one member cluster (the hub itself, reached through an admin kubeconfig
-	// in a Secret, as any member is) and a package served as a source-controller artifact would be.
-	fleetNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "fleet-"}}
-	if err := admin.Create(ctx, fleetNS); err != nil {
-		t.Fatal(err)
-	}
-	fleet := fleetNS.Name
+	// The fleet namespace config/default creates, where the controller reads member credentials
+	// (--fleet-namespaces=fleet), with one member cluster (the hub itself, reached through an admin
+	// kubeconfig in a Secret, as any member is) and a package served as a source-controller
+	// artifact would be.
+	fleet := defaultFleet
 	member, err := env.AddUser(envtest.User{Name: "member-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -43,8 +43,9 @@ func TestDeployManifestsBuild(t *testing.T) {
 		"ServiceAccount " + namespace + "/" + serviceAccount,
 		"ClusterRole tidegate-controller",
 		"ClusterRoleBinding tidegate-controller",
+		"Namespace " + defaultFleet,
 		"ClusterRole " + memberCredentials,
-		"ClusterRoleBinding " + memberCredentials,
+		"RoleBinding " + defaultFleet + "/" + memberCredentials,
 		"ClusterRole tidegate-view",
 		"ClusterRole tidegate-edit",
 		"Role " + namespace + "/tidegate-controller",
@@ -86,9 +87,10 @@ func TestDeployManifestsBuild(t *testing.T) {
 }
 
 // The CRDs install apart from the controller: config/crd holds only them, config/controller none of
-// them (so `kubectl delete -k config/controller` never deletes a CRD, and with it every rollout,
-// cluster and receipt), and config/default is exactly the two and the admission policies. The CRDs tell Flux's
-// kustomize-controller never to prune them, for an install through a Flux Kustomization.
+// them and no fleet namespace (so `kubectl delete -k config/controller` never deletes a CRD or a
+// fleet namespace, and with them every rollout, cluster and receipt), and config/default is exactly
+// the two, the admission policies and the fleet namespace `fleet`. The CRDs and that namespace tell
+// Flux's kustomize-controller never to prune them, for an install through a Flux Kustomization.
 func TestDeployCRDsApartFromTheController(t *testing.T) {
 	crds, err := buildConfig("crd")
 	if err != nil {
@@ -119,6 +121,9 @@ func TestDeployCRDsApartFromTheController(t *testing.T) {
 		if o.GetKind() == "CustomResourceDefinition" {
 			t.Errorf("config/controller builds %s: uninstalling the controller would delete every object of that kind", describe(o))
 		}
+		if o.GetKind() == "Namespace" && o.GetName() != namespace {
+			t.Errorf("config/controller builds %s: uninstalling the controller would delete every object in it", describe(o))
+		}
 	}
 	admission, err := buildConfig("admission")
 	if err != nil {
@@ -133,11 +138,17 @@ func TestDeployCRDsApartFromTheController(t *testing.T) {
 	var whole []string
 	for _, o := range mustBuild(t) {
 		whole = append(whole, describe(o))
+		if o.GetKind() == "Namespace" && o.GetName() == defaultFleet {
+			parts = append(parts, describe(o)) // config/default's own
+			if v := o.GetAnnotations()["kustomize.toolkit.fluxcd.io/prune"]; v != "disabled" {
+				t.Errorf("%s: annotation kustomize.toolkit.fluxcd.io/prune is %q, want disabled", describe(o), v)
+			}
+		}
 	}
 	sort.Strings(parts)
 	sort.Strings(whole)
 	if !slices.Equal(parts, whole) {
-		t.Errorf("config/crd, config/controller and config/admission build%s\nconfig/default builds%s", joinLines(parts), joinLines(whole))
+		t.Errorf("config/crd, config/controller, config/admission and Namespace fleet build%s\nconfig/default builds%s", joinLines(parts), joinLines(whole))
 	}
 }
 
@@ -172,12 +183,12 @@ func checkRBACShape(t *testing.T, objs []*unstructured.Unstructured) {
 				ref, subjects = b.RoleRef, b.Subjects
 			}
 			wantKind := strings.TrimSuffix(o.GetKind(), "Binding")
-			if ref.Name == memberCredentials {
-				wantKind = "ClusterRole" // bound cluster-wide, or by a RoleBinding per fleet namespace
+			if ref.Name == memberCredentials || (ref.Name == workloadIdentity && o.GetNamespace() != namespace) {
+				wantKind = "ClusterRole" // bound by a RoleBinding per fleet namespace, or cluster-wide
 			}
-			if ref.Kind != wantKind || (ref.Name != "tidegate-controller" && ref.Name != memberCredentials) {
-				t.Errorf("%s binds %s %s, want %s tidegate-controller or ClusterRole %s (never cluster-admin or another built-in role)",
-					describe(o), ref.Kind, ref.Name, wantKind, memberCredentials)
+			if ref.Kind != wantKind || !slices.Contains([]string{"tidegate-controller", memberCredentials, workloadIdentity}, ref.Name) {
+				t.Errorf("%s binds %s %s, want %s tidegate-controller, %s or %s (never cluster-admin or another built-in role)",
+					describe(o), ref.Kind, ref.Name, wantKind, memberCredentials, workloadIdentity)
 			}
 			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}
 			if !slices.Equal(subjects, want) {

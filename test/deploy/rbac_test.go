@@ -8,7 +8,6 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -25,14 +24,18 @@ type access struct {
 
 // reviewAccess asks the API server c talks to whether user, of groups, may make the request a.
 func reviewAccess(ctx context.Context, c client.Client, user string, groups []string, a access) (*authorizationv1.SubjectAccessReviewStatus, error) {
+	return reviewAttributes(ctx, c, user, groups, authorizationv1.ResourceAttributes{
+		Namespace: a.namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource,
+	})
+}
+
+// reviewAttributes asks as reviewAccess does, for any request (one object by name, say).
+func reviewAttributes(ctx context.Context, c client.Client, user string, groups []string, attrs authorizationv1.ResourceAttributes) (*authorizationv1.SubjectAccessReviewStatus, error) {
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: user, Groups: groups,
-		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: a.namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource,
-		},
+		User: user, Groups: groups, ResourceAttributes: &attrs,
 	}}
 	if err := c.Create(ctx, sar); err != nil {
-		return nil, fmt.Errorf("reviewing %s for %s: %w", a, user, err)
+		return nil, fmt.Errorf("reviewing %+v for %s: %w", attrs, user, err)
 	}
 	return &sar.Status, nil
 }
@@ -52,8 +55,10 @@ func (a access) String() string {
 	return fmt.Sprintf("%s %s in %s", a.verb, r, ns)
 }
 
-// allowed is every request the controllers make on the hub: the audit of controllers/*.go and
-// cmd/tidegate-controller. Reads of FleetClusters, GateReceipts, Kustomizations, GitRepositories and
+// allowed is every request the controllers make on the hub as config/default installs them: the
+// audit of controllers/*.go and cmd/tidegate-controller. Member credentials are read in the fleet
+// namespace config/default names (--fleet-namespaces=fleet) only; workload identity's tokens are
+// workloadIdentityAllowed. Reads of FleetClusters, GateReceipts, Kustomizations, GitRepositories and
 // OCIRepositories go through the manager's informer cache (list and watch, never get); the
 // FleetRollout itself and kubeconfig Secrets are read from the API server (get), a Secret only when
 // the resourceVersion a metadata-only informer of Secrets (list and watch) keeps has changed. Writes:
@@ -97,14 +102,12 @@ var allowed = []access{
 	{"source.toolkit.fluxcd.io", "ocirepositories", "", "create", fleetNS, "ensurePinnedSource"},
 	{"source.toolkit.fluxcd.io", "ocirepositories", "", "delete", fleetNS, "prunePinnedSources"},
 	{"", "configmaps", "", "create", fleetNS, "WriteReceipt: the parts of a large receipt's evidence, owned by the receipt"},
-	{"", "configmaps", "", "get", fleetNS, "member.Clients: a workload identity ConfigMap (spec.kubeConfig.configMapRef), read uncached when its resourceVersion changed"},
-	{"", "configmaps", "", "list", "", "member.Clients: the metadata-only informer of ConfigMaps (resourceVersions)"},
-	{"", "configmaps", "", "watch", "", "member.Clients: the metadata-only informer of ConfigMaps"},
-	{"", "serviceaccounts", "", "get", fleetNS, "workload identity: fluxcd/pkg/auth reads the ConfigMap's serviceAccountName (uncached), for the cloud identity its annotations name"},
-	{"", "serviceaccounts", "token", "create", fleetNS, "workload identity: the token of a ConfigMap's serviceAccountName (generic provider, or a cloud provider's exchange)"},
-	{"", "secrets", "", "get", fleetNS, "member.Clients: a kubeconfig Secret, read uncached (APIReader) when its resourceVersion changed"},
-	{"", "secrets", "", "list", "", "member.Clients: the metadata-only informer of Secrets (resourceVersions, never data)"},
-	{"", "secrets", "", "watch", "", "the metadata-only informer of Secrets"},
+	{"", "configmaps", "", "get", defaultFleet, "member.Clients: a workload identity ConfigMap (spec.kubeConfig.configMapRef), read uncached when its resourceVersion changed"},
+	{"", "configmaps", "", "list", defaultFleet, "member.Clients: the metadata-only informer of ConfigMaps (resourceVersions), in each of --fleet-namespaces"},
+	{"", "configmaps", "", "watch", defaultFleet, "member.Clients: the metadata-only informer of ConfigMaps"},
+	{"", "secrets", "", "get", defaultFleet, "member.Clients: a kubeconfig Secret, read uncached (APIReader) when its resourceVersion changed"},
+	{"", "secrets", "", "list", defaultFleet, "member.Clients: the metadata-only informer of Secrets (resourceVersions, never data), in each of --fleet-namespaces"},
+	{"", "secrets", "", "watch", defaultFleet, "the metadata-only informer of Secrets"},
 	{"", "events", "", "create", fleetNS, "events about FleetRollouts (Flux's recorder, core/v1) and FleetClusters"},
 	{"", "events", "", "patch", fleetNS, "repeated events are patched (count)"},
 	{"coordination.k8s.io", "leases", "", "get", namespace, "leader election"},
@@ -226,20 +229,7 @@ func TestDeployManifestsRBAC(t *testing.T) {
 		if o.GetName() != "tidegate-controller" && o.GetName() != memberCredentials {
 			continue // the user-facing roles (TestDeployUserRolesAggregate)
 		}
-		var rules []rbacv1.PolicyRule
-		switch o.GetKind() {
-		case "ClusterRole":
-			var r rbacv1.ClusterRole
-			fromUnstructured(t, o, &r)
-			rules = r.Rules
-		case "Role":
-			var r rbacv1.Role
-			fromUnstructured(t, o, &r)
-			rules = r.Rules
-		default:
-			continue
-		}
-		for _, rule := range rules {
+		for _, rule := range rulesOf(t, o) {
 			for _, g := range rule.APIGroups {
 				for _, res := range rule.Resources {
 					for _, v := range rule.Verbs {

@@ -51,7 +51,8 @@ func decodeAll(t *testing.T, name string, b []byte) []*unstructured.Unstructured
 // The release manifests (`make release`) are config/ as the tests above check it, the controller's
 // image set by tag and digest: install.yaml is config/default object for object but the image,
 // crds.yaml holds the CRDs alone, admission.yaml the admission policies and controller.yaml the
-// rest, and the API server accepts them over an installed config/default, as an upgrade applies them.
+// rest but the fleet namespace `fleet` (install.yaml's alone), and the API server accepts them over
+// an installed config/default, as an upgrade applies them.
 func TestDeployRelease(t *testing.T) {
 	ref := tgimage.Repository + ":v9.9.9@sha256:" + strings.Repeat("ab", 32)
 	files, err := release.Build(filepath.Join(testenv.RepoRoot(), "config"), ref)
@@ -112,11 +113,14 @@ func TestDeployRelease(t *testing.T) {
 	}
 	for _, o := range install {
 		whole = append(whole, describe(o))
+		if o.GetKind() == "Namespace" && o.GetName() == defaultFleet {
+			parts = append(parts, describe(o))
+		}
 	}
 	sort.Strings(parts)
 	sort.Strings(whole)
 	if !slices.Equal(parts, whole) {
-		t.Errorf("crds.yaml, controller.yaml and admission.yaml hold%s\ninstall.yaml%s", joinLines(parts), joinLines(whole))
+		t.Errorf("crds.yaml, controller.yaml, admission.yaml and Namespace fleet hold%s\ninstall.yaml%s", joinLines(parts), joinLines(whole))
 	}
 
 	mustBeInstalled(t)
