@@ -1,6 +1,6 @@
 // Command release writes tidegate's release manifests into dist/ (`make release`, after
 // `make image`): crds.yaml (the CRDs alone), controller.yaml (the controller without the CRDs),
-// admission.yaml (its ValidatingAdmissionPolicies) and install.yaml (all three), built from config/ with kustomize, the controller's image set to the one
+// admission.yaml (its ValidatingAdmissionPolicies) and install.yaml (all three and the fleet namespace `fleet`), built from config/ with kustomize, the controller's image set to the one
 // dist/image.txt names by tag and digest; and SHA256SUMS over them.
 package main
 

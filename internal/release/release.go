@@ -1,5 +1,5 @@
 // Package release builds tidegate's release manifests from config/ with kustomize: the CRDs alone,
-// the controller without the CRDs, its admission policies, and all three, the controller's image
+// the controller without the CRDs, its admission policies, all three and the fleet namespace, the controller's image
 // set to one image by tag and digest (`make release`, hack/release).
 package release
 
