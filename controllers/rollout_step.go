@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -461,12 +462,12 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 			undecided = append(undecided, g)
 		case o.Result == v1alpha1.ResultPass:
 		case o.Result == v1alpha1.ResultInconclusive:
-			// Decided again every sample interval, as the evidence comes in.
+			// Decided again with backoff, or as soon as a cluster it could not observe answers.
 			inconclusive = append(inconclusive, fmt.Sprintf("%s (receipt %s; not observed: %s)", g, o.Receipt, strings.Join(o.Unobserved, ", ")))
 			if since == nil || (o.InconclusiveSince != nil && o.InconclusiveSince.Before(since)) {
 				since = o.InconclusiveSince
 			}
-			if left := w.Settings.SampleInterval - w.Now.Sub(o.DecidedAt.Time); left > 0 {
+			if left := inconclusiveBackoff(o, w.Settings) - w.Now.Sub(o.DecidedAt.Time); left > 0 && !reachableSince(w, o) {
 				if recheck == 0 || left < recheck {
 					recheck = left
 				}
@@ -499,9 +500,10 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 			wv.Name, strings.Join(failed, ", "), again.Format(time.RFC3339))
 		res.RequeueAfter = recheck
 	case len(inconclusive) > 0:
+		again := metav1.NewTime(w.Now.Add(recheck).UTC().Truncate(time.Second))
 		res.waitFor(v1alpha1.WaitingForInconclusive, wv.Name, since, inconclusiveDeadline(since, w.Settings.InconclusiveAfter),
-			"wave %s waits before it starts: %s inconclusive; nothing of it is applied; decided again every %s until the evidence is in, failed after %s",
-			wv.Name, strings.Join(inconclusive, ", "), w.Settings.SampleInterval, w.Settings.InconclusiveAfter)
+			"wave %s waits before it starts: %s inconclusive; nothing of it is applied; decided again at %s, or when a cluster not observed becomes reachable (the wait doubles while it stays inconclusive, from %s to at most %s), failed after %s",
+			wv.Name, strings.Join(inconclusive, ", "), again.Format(time.RFC3339), w.Settings.SampleInterval, maxInconclusiveBackoff, w.Settings.InconclusiveAfter)
 		res.RequeueAfter = recheck
 	default:
 		wv.Phase = v1alpha1.WaveProgressing
@@ -509,6 +511,45 @@ func preWaveGates(fr *v1alpha1.FleetRollout, w *world, i int, now metav1.Time, r
 		res.Next = true
 	}
 	return res
+}
+
+// maxInconclusiveBackoff bounds the wait between two decisions of an Inconclusive pre-wave gate.
+const maxInconclusiveBackoff = 2 * time.Minute
+
+// inconclusiveBackoff is how long after its decision o, an Inconclusive pre-wave gate, is decided
+// again: a sample interval at first, then as long as the gate has been Inconclusive, so that the
+// wait doubles from one decision to the next (each decision asks the fleet's API servers again),
+// at most maxInconclusiveBackoff, and never past the moment the run turns into a Fail
+// (settings.inconclusiveAfter).
+func inconclusiveBackoff(o *v1alpha1.GateOutcome, s tgcue.Settings) time.Duration {
+	d := s.SampleInterval
+	if o.InconclusiveSince == nil {
+		return d
+	}
+	d = min(max(d, o.DecidedAt.Sub(o.InconclusiveSince.Time)), maxInconclusiveBackoff)
+	if s.InconclusiveAfter > 0 {
+		if left := o.InconclusiveSince.Add(s.InconclusiveAfter).Sub(o.DecidedAt.Time); left > 0 {
+			d = min(d, left)
+		}
+	}
+	return d
+}
+
+// reachableSince tells whether a cluster the Inconclusive decision o could not observe has become
+// reachable since (its FleetCluster's Reachable condition turned True after the decision): the gate
+// is then decided again at once, not at the end of its backoff.
+func reachableSince(w *world, o *v1alpha1.GateOutcome) bool {
+	for _, name := range o.Unobserved {
+		fc := w.Clusters[name]
+		if fc == nil {
+			continue
+		}
+		if c := apimeta.FindStatusCondition(fc.Status.Conditions, v1alpha1.ReachableCondition); c != nil &&
+			c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(o.DecidedAt.Time) {
+			return true
+		}
+	}
+	return false
 }
 
 // inconclusiveDeadline is when a run of Inconclusive decisions since `since` turns into a Fail.

@@ -1026,13 +1026,17 @@ func TestStepInconclusive(t *testing.T) {
 			t.Fatalf("phase %s, want Held (onFail Hold)", s.fr.Status.Phase)
 		}
 	})
-	t.Run("before a wave: nothing is applied, decided again every sample interval, started when the evidence is in", func(t *testing.T) {
+	t.Run("before a wave: nothing is applied, decided again with backoff or when the cluster answers, started when the evidence is in", func(t *testing.T) {
 		s := newSim(t, "a", "b")
-		s.settings.InconclusiveAfter = 10 * time.Minute
+		s.settings.InconclusiveAfter = 30 * time.Minute
 		s.run("r1", v1alpha1.PhaseCompleted)
 		s.inconclusive[v1alpha1.GateRollbackSucceeds] = true
 		before := s.decisions[v1alpha1.GateRollbackSucceeds]
-		for range 20 {
+		for s.decisions[v1alpha1.GateRollbackSucceeds] == before {
+			s.once("r2")
+		}
+		first := s.now
+		for s.now.Sub(first) < 10*time.Minute {
 			s.once("r2")
 		}
 		wv := s.fr.Status.Waves[0]
@@ -1047,8 +1051,19 @@ func TestStepInconclusive(t *testing.T) {
 		if w := s.fr.Status.WaitingFor; w == nil || w.Reason != v1alpha1.WaitingForInconclusive {
 			t.Fatalf("waiting for %+v, want Inconclusive", w)
 		}
-		if n := s.decisions[v1alpha1.GateRollbackSucceeds] - before; n < 5 || n > 12 {
-			t.Fatalf("rollbackSucceeds decided %d times in 40s; want about once per 5s sample interval", n)
+		// Every sample interval (5s) would be 120 decisions in 10 minutes. The wait doubles from a
+		// sample interval (2s turns: 6s, 12s, 24s, … up to 2 minutes): about 10.
+		if n := s.decisions[v1alpha1.GateRollbackSucceeds] - before; n < 8 || n > 12 {
+			t.Fatalf("rollbackSucceeds decided %d times in 10 minutes; want about 10, backing off", n)
+		}
+		// The cluster it could not observe becomes reachable: decided again on the next turn.
+		decided := s.decisions[v1alpha1.GateRollbackSucceeds]
+		s.fcs["unseen"] = &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "unseen", Namespace: "fleet"},
+			Status: v1alpha1.FleetClusterStatus{Conditions: []metav1.Condition{{Type: v1alpha1.ReachableCondition, Status: metav1.ConditionTrue,
+				Reason: "Reachable", LastTransitionTime: metav1.NewTime(s.now)}}}}
+		s.once("r2")
+		if s.decisions[v1alpha1.GateRollbackSucceeds] != decided+1 {
+			t.Fatalf("a cluster not observed became reachable, and the gate was not decided again at once")
 		}
 		s.inconclusive[v1alpha1.GateRollbackSucceeds] = false
 		s.run("r2", v1alpha1.PhaseCompleted)

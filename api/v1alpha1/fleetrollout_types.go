@@ -380,7 +380,9 @@ const (
 	WaitingForGates        = "PreWaveGates"
 	WaitingForGateBlocked  = "GateBlocked"
 	// WaitingForInconclusive: a gate could not be decided on the evidence collected so far; it is
-	// decided again every sample interval until the policy's settings.inconclusiveAfter.
+	// decided again until the policy's settings.inconclusiveAfter: after a soak, every sample
+	// interval; before a wave, with a wait that doubles from a sample interval to at most 2 minutes,
+	// or as soon as a cluster it could not observe becomes reachable.
 	WaitingForInconclusive = "Inconclusive"
 	WaitingForMembers      = "MembersReady"
 	WaitingForSoak         = "Soak"

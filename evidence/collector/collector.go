@@ -75,6 +75,7 @@ type Collector struct {
 	// before it is loaded in-process (compilePolicy); nil loads it in-process only.
 	PolicyBudget *bounded.Evaluator
 
+	answered   answered
 	policies   digestCache[*RolloutPolicy]
 	renders    digestCache[*renderedPackage]
 	samplersMu sync.Mutex
@@ -117,7 +118,7 @@ func (c *Collector) collect(ctx context.Context, sc *Scope, gate string, i int) 
 	)
 	switch gate {
 	case v1alpha1.GateDeploySafe:
-		out.Evidence, err = c.deploySafe(ctx, sc, wv)
+		out.Evidence, err = c.deploySafe(ctx, sc, wv, evidenceKey(sc, gate, i))
 	case v1alpha1.GateRollbackSafe:
 		out.Evidence, out.Approvals, err = c.rollbackSafe(ctx, sc, wv)
 	case v1alpha1.GateRollbackSucceeds:
@@ -241,7 +242,7 @@ func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now 
 // the wave, with the objects as its Kustomization substitutes them and the wave's failure budget.
 // The first wave's preflight also covers every later wave's planned targets (laterWaves), so that
 // a cluster that cannot take the candidate is found before the canary runs it.
-func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (tgcue.DeploySafeEvidence, error) {
+func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus, key string) (tgcue.DeploySafeEvidence, error) {
 	fr := sc.Rollout.Built(sc.Rollout.Status.Candidate.Build)
 	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	ev.Preflight.MaxFailures = maxFailuresOf(fr.WaveSpec(wv.Name))
@@ -297,7 +298,12 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	for _, lw := range later {
 		names = append(names, lw.Clusters...)
 	}
-	results := c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
+	results, reused, oldest := c.recheck(sc, key, names, len(ev.Targets), func(names []string) []tgcue.ClusterPreflight {
+		return c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
+	})
+	if reused > 0 {
+		ev.Limits = append(ev.Limits, c.reusedLimit(reused, len(names), oldest, sc.Now))
+	}
 	for _, r := range results[:len(ev.Targets)] {
 		if !r.Reachable {
 			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: r.Name, Reason: "preflight: " + r.Problem()})

@@ -64,6 +64,28 @@ func TestObservations(t *testing.T) {
 			t.Errorf("ArtifactFailed %q: failed %v, want %v", msg, got, want)
 		}
 	}
+	// A first apply that failed for want of the member's API server (the preflight dry-run found it
+	// admissible) is retried and waited for; one the member refused is the revision's failure.
+	// kustomize-controller's words (v1.9): "<object> apply failed: <the API server's error>".
+	for msg, want := range map[string]bool{
+		"Deployment/demo/web apply failed: the server is currently unable to handle the request":                                                                                                            false,
+		`Deployment/demo/web dry-run failed: Internal error occurred: failed calling webhook "v.example.com": failed to call webhook: Post "https://v.example.svc:443/validate": context deadline exceeded`: false,
+		"Deployment/demo/web apply failed: etcdserver: request timed out":                                                                                                                                   false,
+		`Post "https://10.0.0.1:6443/apis/apps/v1/namespaces/demo/deployments/web?fieldManager=kustomize-controller": dial tcp 10.0.0.1:6443: connect: connection refused`:                                  false,
+		`Deployment/demo/web dry-run failed: admission webhook "v.example.com" denied the request: replicas must be at most 10`:                                                                             true,
+		`Deployment.apps "web" is invalid: spec.selector: Invalid value: field is immutable`:                                                                                                                true,
+	} {
+		k := ks(2, "web-2", "main@sha1:1", metav1.ConditionFalse, meta.ReconciliationFailedReason, 2)
+		k.Status.Conditions[0].Message = msg
+		o := Observe(k)
+		if got := o.FailedAt("web-2", "main@sha1:2"); got != want || o.MemberUnavailable() == want {
+			t.Errorf("ReconciliationFailed %q on a first apply: failed %v, want %v (member unavailable %v)", msg, got, want, o.MemberUnavailable())
+		}
+		k.Status.Conditions = append(k.Status.Conditions, metav1.Condition{Type: meta.StalledCondition, Status: metav1.ConditionTrue, Reason: meta.ReconciliationFailedReason, ObservedGeneration: 2})
+		if !Observe(k).FailedAt("web-2", "main@sha1:2") {
+			t.Errorf("ReconciliationFailed %q that kustomize-controller gave up on (Stalled): a failure", msg)
+		}
+	}
 	// Mid-soak, kustomize-controller re-reconciles the same revision and marks Ready Unknown.
 	ok := ks(2, "web-2", "main@sha1:2", metav1.ConditionUnknown, meta.ProgressingReason, 2)
 	ok.Status.ObservedGeneration = 2

@@ -301,6 +301,46 @@ func retried(reason string) bool {
 	return false
 }
 
+// MemberUnavailable tells whether kustomize-controller's last reconcile failed for want of the
+// member's API server rather than because of the revision: ReconciliationFailed, not given up
+// (Stalled), with a message that says the server, or a webhook it called, was unavailable, did not
+// answer in time or throttled. The wave's deploySafe dry-ran the revision on the member before the
+// switch, so the apply is admissible: the failure is retried (the template's retryInterval) and
+// waited for, as pending, until the wave's deadline; it is not a failure of the revision.
+func (o Observation) MemberUnavailable() bool {
+	if o.Reason != meta.ReconciliationFailedReason || o.Stalled {
+		return false
+	}
+	msg := strings.ToLower(o.Message)
+	for _, m := range unavailableMessages {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// unavailableMessages are what the errors of an API server, or of the webhooks it calls, say when
+// it could not serve a request then, lowercased: client-go's and the API server's own messages for
+// 429, 503 and 504, etcd's timeout, and the transport's.
+var unavailableMessages = []string{
+	"the server is currently unable to handle the request",
+	"the server has received too many requests",
+	"the server was unable to return a response in the time allotted",
+	"timeout: request did not complete within",
+	"etcdserver: request timed out",
+	"etcdserver: leader changed",
+	"context deadline exceeded",
+	"client.timeout exceeded",
+	"i/o timeout",
+	"tls handshake timeout",
+	"connection refused",
+	"connection reset by peer",
+	"http2: client connection lost",
+	"unexpected eof",
+	"no endpoints available for service",
+}
+
 // Unsettled tells whether a member that applied revision from source with its current spec is
 // between two outcomes now: failed for a reason a retry may clear (RetryingAt), or mid-reconcile
 // with no finished reconcile to go by (no status.history) or right after such a failure. A
@@ -397,7 +437,7 @@ func SameRevision(a, b string) bool {
 // nothing else.
 func (o Observation) FailedAt(source, revision string) bool {
 	if !o.Exists || o.Source != source || !o.ReadyCurrent || o.Ready != metav1.ConditionFalse || o.RetryingAt(source, revision) ||
-		o.waitingForSource() {
+		o.waitingForSource() || o.MemberUnavailable() {
 		return false
 	}
 	switch o.Reason {

@@ -31,7 +31,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 )
 
@@ -235,7 +237,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case KindStatus:
-			writeStatus(w, f.Code, f.RetryAfter, fmt.Sprintf("fault injected by the test's proxy: %d", f.Code))
+			writeStatus(w, f.Code, f.RetryAfter, statusMessage(f.Code))
 			return
 		case KindReset:
 			resetConnOf(r)
@@ -339,6 +341,13 @@ func writeStatus(w http.ResponseWriter, code int, retryAfter time.Duration, mess
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
+}
+
+// statusMessage is what an API server's answer with code says: the message client-go gives the
+// error of such an answer, and that the test's proxy sent it.
+func statusMessage(code int) string {
+	return fmt.Sprintf("%s (fault injected by the test's proxy: %d)",
+		apierrors.NewGenericServerResponse(code, "", schema.GroupResource{}, "", "", 0, false).ErrStatus.Message, code)
 }
 
 func reasonFor(code int) metav1.StatusReason {

@@ -79,11 +79,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	if done.Status.LastKnownGood == nil || done.Status.LastKnownGood.Revision != rev2 {
 		t.Errorf("known-good %+v, want %s", done.Status.LastKnownGood, rev2)
 	}
-	for _, m := range s.members {
-		if got := s.memberVersion(ctx, m.Name); got != "v2" {
-			t.Errorf("%s runs %q, want v2", m.Name, got)
-		}
-	}
+	s.everyMemberRuns(ctx, t, "v2")
 	inconclusive := 0
 	for _, rc := range s.receiptsOf(ctx, t, "web", rev2) {
 		switch rc.Spec.Result {

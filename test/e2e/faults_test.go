@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -25,7 +26,13 @@ import (
 // Inconclusive, not failed: what could not be observed holds the wave, with Ready=False
 // GateInconclusive naming the member, and nothing is switched: no Kustomization points at the
 // revision and every member runs the old version. Cleared, the member answers again, the gate is
-// decided again within a sample interval, passes, and the rollout completes everywhere.
+// decided again (at the end of its backoff), passes, and the rollout completes everywhere.
+//
+// Then v3, and the canary's API server answers kustomize-controller's applies of the Deployment
+// 503 (its dry-runs, tidegate's preflight among them, go through): the canary's first apply of v3
+// fails with ReconciliationFailed. The canary's wave allows no failure, and it is not failed: the
+// member is pending, the rollout Progressing, until the fault clears; kustomize-controller's retry
+// (the template's retryInterval) applies v3, and the rollout completes with no receipt failed.
 func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
@@ -33,7 +40,9 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
-	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, nil)
+	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
+		fr.Spec.Template.RetryInterval = &metav1.Duration{Duration: 5 * time.Second}
+	})
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
 
 	// Probed now and then not for an hour, the canary stays Reachable=True in the inventory while
@@ -84,14 +93,40 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 
 	s.f.Member(canary).Faults.Clear()
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
-	for _, m := range s.members {
-		if got := s.memberVersion(ctx, m.Name); got != "v2" {
-			t.Errorf("%s runs %q, want v2", m.Name, got)
-		}
-	}
+	s.everyMemberRuns(ctx, t, "v2")
 	for _, rc := range s.receiptsOf(ctx, t, "web", rev2) {
 		if rc.Spec.Result == v1alpha1.ResultFail {
 			t.Errorf("receipt %s: %s failed on what could not be observed: %v", rc.Name, rc.Spec.Gate, rc.Spec.Reasons)
+		}
+	}
+
+	// v3, with the canary's API server unavailable to applies of the Deployment.
+	s.f.Member(canary).Faults.Set(faultproxy.ServerError(http.StatusServiceUnavailable).Only(
+		faultproxy.Method(http.MethodPatch), faultproxy.Resource("deployments"),
+		func(r *http.Request) bool { return r.URL.Query().Get("dryRun") == "" }))
+	rev3 := s.commitVersion(t, "v3")
+	eventually(ctx, t, "the canary's first apply of v3 failed with the 503", func() (bool, string) {
+		ks := s.kustomization(t, "web", canary)
+		if ks == nil {
+			return false, "no Kustomization"
+		}
+		c := findConditionOf(ks.Status.Conditions, "Ready")
+		return ks.Annotations[v1alpha1.RevisionAnnotation] == rev3 && c != nil && c.Status == metav1.ConditionFalse &&
+			c.Reason == "ReconciliationFailed" && strings.Contains(c.Message, "the server is currently unable to handle the request"), fmt.Sprintf("%+v", c)
+	})
+	// The controller has seen the failure (two more reconciles), and waits on the member.
+	s.reconciledAgain(ctx, t, "web", reconciles(t, s.ns, "web"), 2)
+	fr = s.rollout(t, "web")
+	if fr.Status.Phase != v1alpha1.PhaseProgressing || fr.Status.Candidate.Revision != rev3 || fr.Status.Waves[0].Phase != v1alpha1.WaveProgressing ||
+		fr.Status.WaitingFor == nil || fr.Status.WaitingFor.Reason != v1alpha1.WaitingForMembers {
+		t.Errorf("a member unavailable at the switch is pending, not a failure of the canary: %s", describe(fr))
+	}
+	s.f.Member(canary).Faults.Clear()
+	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev3)
+	s.everyMemberRuns(ctx, t, "v3")
+	for _, rc := range s.receiptsOf(ctx, t, "web", rev3) {
+		if rc.Spec.Result != v1alpha1.ResultPass {
+			t.Errorf("receipt %s: %s %s: %v", rc.Name, rc.Spec.Gate, rc.Spec.Result, rc.Spec.Reasons)
 		}
 	}
 }

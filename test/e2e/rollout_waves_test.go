@@ -57,6 +57,16 @@ func (s *fleetSetup) memberVersion(ctx context.Context, cluster string) string {
 	return cm.Data["version"]
 }
 
+// everyMemberRuns checks that every member runs version of the package.
+func (s *fleetSetup) everyMemberRuns(ctx context.Context, t *testing.T, version string) {
+	t.Helper()
+	for _, m := range s.members {
+		if got := s.memberVersion(ctx, m.Name); got != version {
+			t.Errorf("%s runs %q, want %s", m.Name, got, version)
+		}
+	}
+}
+
 // A package rolls out to five member clusters in three waves (1, 2, then the rest); each wave starts
 // only after the previous one was Ready at the new revision and soaked; every per-cluster
 // Kustomization ends with lastAppliedRevision at the revision its cluster should run; clusters of
