@@ -13,6 +13,10 @@ type Kind string
 const (
 	// KindLatency holds each request for Fault.Delay before it is passed on.
 	KindLatency Kind = "Latency"
+	// KindLate holds each request for Fault.Delay, then passes it on even when its client has
+	// gone: a request already on the wire that reaches the server late, such as the write of a
+	// controller that lost its lease in the meantime. The server's answers are kept (LateAnswers).
+	KindLate Kind = "Late"
 	// KindStatus answers each request with Fault.Code (a Kubernetes Status body) and, when
 	// Fault.RetryAfter is set, a Retry-After header, without passing it on.
 	KindStatus Kind = "Status"
@@ -49,6 +53,9 @@ type Fault struct {
 
 // Latency holds every request for d before passing it on.
 func Latency(d time.Duration) Fault { return Fault{Kind: KindLatency, Delay: d} }
+
+// Late holds every request for d, then passes it on whether or not its client still waits.
+func Late(d time.Duration) Fault { return Fault{Kind: KindLate, Delay: d} }
 
 // TooManyRequests answers every request 429 with Retry-After: retryAfter (none when 0).
 func TooManyRequests(retryAfter time.Duration) Fault {

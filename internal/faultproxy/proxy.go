@@ -12,6 +12,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -58,6 +59,7 @@ type Proxy struct {
 
 	requests atomic.Int64
 	injected atomic.Int64
+	late     []int // the server's answers to KindLate requests, under mu
 }
 
 type active struct {
@@ -236,6 +238,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case <-r.Context().Done():
 				return
 			}
+		case KindLate:
+			p.passLate(w, r, rt, f.Delay)
+			return
 		case KindStatus:
 			writeStatus(w, f.Code, f.RetryAfter, statusMessage(f.Code))
 			return
@@ -250,6 +255,49 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), transportKey, rt)))
 }
+
+// passLate passes r on after d, with its body read first and its context no longer the client's,
+// so that it reaches the server even when the client has gone, and keeps the server's answer.
+func (p *Proxy) passLate(w http.ResponseWriter, r *http.Request, rt http.RoundTripper, d time.Duration) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	ctx := context.WithoutCancel(r.Context())
+	select {
+	case <-time.After(d):
+	case <-p.closed:
+		return
+	}
+	r = r.WithContext(context.WithValue(ctx, transportKey, rt))
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	rec := &codeRecorder{ResponseWriter: w, code: http.StatusOK}
+	p.rp.ServeHTTP(rec, r)
+	p.mu.Lock()
+	p.late = append(p.late, rec.code)
+	p.mu.Unlock()
+}
+
+// LateAnswers are the HTTP status codes the server answered the requests a Late fault held with,
+// in the order they were passed on.
+func (p *Proxy) LateAnswers() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.late)
+}
+
+// codeRecorder keeps the status code written through it.
+type codeRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (c *codeRecorder) WriteHeader(code int) {
+	c.code = code
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *codeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // backendFailed handles a request the API server did not answer: the client's connection is reset,
 // as its own connection to a server that is down or cut off would break.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -277,6 +278,58 @@ func TestServerErrorsAllOrOnlyDryRunPatches(t *testing.T) {
 	}
 	p.Clear()
 	mustWork(t, cs, ns)
+}
+
+// A late request reaches the API server after the client gave up on it: the create times out for
+// the client, and the ConfigMap is there all the same once the delay has passed, the server's
+// answer (201) kept. A write whose object changed meanwhile gets the server's Conflict.
+func TestLateRequestsArriveAfterTheirClientLeft(t *testing.T) {
+	p, cs := proxied(t, time.Minute)
+	ns := namespace(t)
+	ctx := context.Background()
+	p.Set(Late(2*time.Second).Only(Method("POST"), Resource("configmaps")))
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := cs.CoreV1().ConfigMaps(ns).Create(short, configMap(ns, "late"), metav1.CreateOptions{})
+	cancel()
+	if err == nil {
+		t.Fatal("the client should have given up on its create")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(p.LateAnswers()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := p.LateAnswers(); len(got) != 1 || got[0] != http.StatusCreated {
+		t.Fatalf("late answers %v, want [201]", got)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "late", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the late create did not reach the server: %v", err)
+	}
+
+	// A stale update held past a newer one is refused by the server.
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "late", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, injected := p.Counts()
+	p.Set(Late(2*time.Second).Only(Method("PUT"), Resource("configmaps")))
+	stale := cm.DeepCopy()
+	stale.Data = map[string]string{"k": "stale"}
+	done := make(chan error, 1)
+	go func() { _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, stale, metav1.UpdateOptions{}); done <- err }()
+	for _, n := p.Counts(); n == injected; _, n = p.Counts() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Clear()
+	cm.Data = map[string]string{"k": "newer"}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !apierrors.IsConflict(err) {
+		t.Errorf("the stale update held past a newer one: %v, want a Conflict", err)
+	}
+	if got := p.LateAnswers(); len(got) != 2 || got[1] != http.StatusConflict {
+		t.Errorf("late answers %v, want [201 409]", got)
+	}
 }
 
 // A reset breaks the connections that are open (a running watch ends) and every new one: a create
