@@ -92,7 +92,8 @@ FUZZ_TARGETS ?= ./cue/:FuzzEvaluate:1000x ./cue/:FuzzPolicy:1000x \
 	./api/v1alpha1/:FuzzReceiptEvidence:2000x ./api/v1alpha1/:FuzzStoredEvidence:3000x \
 	./cmd/tidegate/:FuzzVerifyReceipt:150x \
 	./evidence/install/:FuzzCheck:4000x ./internal/member/:FuzzKubeConfigSecret:800x \
-	./fleets/:FuzzPlan:2000x ./fleets/:FuzzSnapshots:2000x ./evidence/:FuzzExtract:200x
+	./fleets/:FuzzPlan:2000x ./fleets/:FuzzSnapshots:2000x ./evidence/:FuzzExtract:200x \
+	./evidence/collector/:FuzzSplitRevision:2000x
 
 .PHONY: fuzz-short
 fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing input is kept in the package's testdata/fuzz.

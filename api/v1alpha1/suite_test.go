@@ -2,7 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"flag"
 	"os"
 	"testing"
 	"time"
@@ -27,10 +26,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// A fuzz run (go test -fuzz, its coordinator and each of its workers) runs only its fuzz
-	// target, over no API server: starting one per process would cost more than the run.
-	flag.Parse()
-	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+	if testenv.Fuzzing() {
 		os.Exit(m.Run())
 	}
 	scheme := runtime.NewScheme()

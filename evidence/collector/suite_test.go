@@ -47,6 +47,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if testenv.Fuzzing() {
+		os.Exit(m.Run())
+	}
 	os.Exit(testenv.RunWithEnvironment(m, func() (*envtest.Environment, error) {
 		log.SetLogger(logr.Discard())
 		testScheme = scheme.New()
