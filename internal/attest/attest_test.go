@@ -75,7 +75,7 @@ type record struct {
 	receipts []attest.BundleReceipt
 }
 
-func newRecord(t *testing.T, ed bool) *record {
+func newRecord(t testing.TB, ed bool) *record {
 	t.Helper()
 	s, _, pubPEM, err := attest.GenerateKey(ed)
 	if err != nil {
@@ -118,7 +118,7 @@ func newRecord(t *testing.T, ed bool) *record {
 	return r
 }
 
-func (r *record) append(t *testing.T, e v1alpha1.LedgerEntry, at metav1.Time) {
+func (r *record) append(t testing.TB, e v1alpha1.LedgerEntry, at metav1.Time) {
 	t.Helper()
 	if err := attest.Append(r.ledger, e, at, r.signer); err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func (r *record) append(t *testing.T, e v1alpha1.LedgerEntry, at metav1.Time) {
 }
 
 // bundle is the record's bundle as a file holds it, read back.
-func (r *record) bundle(t *testing.T) *attest.Bundle {
+func (r *record) bundle(t testing.TB) *attest.Bundle {
 	t.Helper()
 	b, err := json.Marshal(attest.NewBundle([]*v1alpha1.RolloutLedger{r.ledger}, r.receipts, metav1.Now()))
 	if err != nil {
@@ -139,7 +139,7 @@ func (r *record) bundle(t *testing.T) *attest.Bundle {
 	return &out
 }
 
-func (r *record) keys(t *testing.T) *attest.KeySet {
+func (r *record) keys(t testing.TB) *attest.KeySet {
 	t.Helper()
 	k, err := attest.ParsePublicKey(r.pubPEM)
 	if err != nil {
