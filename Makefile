@@ -95,7 +95,7 @@ FUZZ_TARGETS ?= ./cue/:FuzzEvaluate:1000x ./cue/:FuzzPolicy:1000x \
 	./fleets/:FuzzPlan:2000x ./fleets/:FuzzSnapshots:2000x ./evidence/:FuzzExtract:200x \
 	./evidence/collector/:FuzzSplitRevision:2000x \
 	./internal/attest/:FuzzDSSE:1000x ./internal/attest/:FuzzVerifyBundle:1500x \
-	./evidence/:FuzzRender:150x
+	./evidence/:FuzzRender:150x ./cmd/tidegate/:FuzzMCPToolCall:250x
 
 .PHONY: fuzz-short
 fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing input is kept in the package's testdata/fuzz.

@@ -398,7 +398,11 @@ func mcpError(err error, obj ops.Ref) *ops.Error {
 		if errors.As(ee.err, &oe) {
 			return oe
 		}
-		return ops.AsError(errors.Unwrap(ee.err), obj)
+		if cause := errors.Unwrap(ee.err); cause != nil {
+			return ops.AsError(cause, obj)
+		}
+		// A message alone: a usage error, about the request.
+		return ops.NewError(ops.CodeInvalid, nil, ee.err.Error(), ee.err)
 	}
 	return ops.AsError(err, obj)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -239,4 +240,17 @@ func viewerRBAC(ctx context.Context, t *testing.T, user string) {
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), binding); _ = k8s.Delete(context.Background(), role) })
 	waitAuthorized(ctx, t, user, nil, authorizationv1.ResourceAttributes{Namespace: writesNS, Verb: "get", Group: v1alpha1.GroupVersion.Group, Resource: "fleetrollouts"}, true)
+}
+
+// A tool's error from the command line's own usage error (an exitError around a message, such as
+// verify_receipts of a rollout without receipts) is Invalid with that message, never an empty
+// error (FuzzMCPToolCall found {"error": null}).
+func TestMCPErrorOfAUsageError(t *testing.T) {
+	err := mcpError(usageError("no gatereceipts of fleetrollout %s found in namespace %s", "web", "fleet"), ops.Ref{Kind: "gatereceipts", Namespace: "fleet"})
+	if err == nil || err.Code != ops.CodeInvalid || err.Message != "no gatereceipts of fleetrollout web found in namespace fleet" {
+		t.Fatalf("mcpError of a usage error: %+v, want Invalid with its message", err)
+	}
+	if err := mcpError(&exitError{code: exitUsage, err: fmt.Errorf("reading: %w", ops.Errorf(ops.CodeNotFound, nil, "gone"))}, ops.Ref{}); err == nil || err.Code != ops.CodeNotFound {
+		t.Fatalf("mcpError of a wrapped ops error: %+v, want NotFound", err)
+	}
 }

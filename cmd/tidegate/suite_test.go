@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,9 +48,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runAsCLI) == "1" {
 		os.Exit(runContext(context.Background(), defaultEnv(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	// A fuzz run (its coordinator and each worker) runs only its fuzz target, over no hub.
-	flag.Parse()
-	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+	if testenv.Fuzzing() {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "tidegate-cli-")
