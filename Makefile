@@ -93,9 +93,9 @@ FUZZ_TARGETS ?= ./cue/:FuzzEvaluate:1000x ./cue/:FuzzPolicy:1000x \
 	./cmd/tidegate/:FuzzVerifyReceipt:150x \
 	./evidence/install/:FuzzCheck:4000x ./internal/member/:FuzzKubeConfigSecret:800x \
 	./fleets/:FuzzPlan:2000x ./fleets/:FuzzSnapshots:2000x ./evidence/:FuzzExtract:200x \
-	./evidence/collector/:FuzzSplitRevision:2000x \
+	./evidence/collector/:FuzzSplitRevision:1000x \
 	./internal/attest/:FuzzDSSE:1000x ./internal/attest/:FuzzVerifyBundle:1500x \
-	./evidence/:FuzzRender:150x ./cmd/tidegate/:FuzzMCPToolCall:250x
+	./evidence/:FuzzRender:150x ./cmd/tidegate/:FuzzMCPToolCall:150x
 
 .PHONY: fuzz-short
 fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing input is kept in the package's testdata/fuzz.
