@@ -268,6 +268,7 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 	if err != nil {
 		return retryable(err)
 	}
+	r.writes.overlay(fr, existing)
 	p.Objects = existing
 	for _, rev := range []*v1alpha1.RevisionStatus{st.Candidate, st.LastKnownGood} {
 		if rev == nil {
@@ -335,7 +336,9 @@ func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 		if wrote {
 			r.event(fr, corev1.EventTypeNormal, "Switched", "cluster %s switched to %s (wave %s)", c, t.Revision, t.Wave)
 			// The cached copy is older than the write: observe what was written, with no status yet,
-			// so this pass counts the cluster as switched and not yet healthy.
+			// so this pass, and the next ones until the cache shows the write, count the cluster as
+			// switched and not yet healthy, and do not write it again.
+			r.writes.wrote(fr, c, existing[c], desired)
 			existing[c] = desired
 		}
 	}

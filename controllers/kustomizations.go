@@ -253,6 +253,54 @@ const (
 type writeBackoff struct {
 	mu   sync.Mutex
 	next map[writeKey]backoffEntry
+	// unseen are the writes the manager's cache has not shown yet: what was written, and the
+	// resourceVersion of the copy it replaced ("" for a create).
+	unseen map[writeKey]unseenWrite
+}
+
+type unseenWrite struct {
+	replaced string
+	written  *kustomizev1.Kustomization
+}
+
+// wrote remembers that cluster's Kustomization was written as written, over cached (nil: created).
+func (b *writeBackoff) wrote(fr *v1alpha1.FleetRollout, cluster string, cached, written *kustomizev1.Kustomization) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.unseen == nil {
+		b.unseen = map[writeKey]unseenWrite{}
+	}
+	w := unseenWrite{written: written}
+	if cached != nil {
+		w.replaced = cached.ResourceVersion
+	}
+	b.unseen[writeKey{fr.UID, cluster}] = w
+}
+
+// overlay puts into existing (the rollout's Kustomizations by cluster, from the cache) each one the
+// rollout wrote while the cache still holds the copy that write replaced (none, for a create), so
+// that a pass that follows a write closely neither writes it again nor counts the cluster as not
+// switched. A write the cache shows (its copy moved on) is forgotten.
+func (b *writeBackoff) overlay(fr *v1alpha1.FleetRollout, existing map[string]*kustomizev1.Kustomization) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, w := range b.unseen {
+		if k.rollout != fr.UID {
+			continue
+		}
+		if resourceVersionOf(existing[k.cluster]) != w.replaced {
+			delete(b.unseen, k)
+			continue
+		}
+		existing[k.cluster] = w.written
+	}
+}
+
+func resourceVersionOf(ks *kustomizev1.Kustomization) string {
+	if ks == nil {
+		return ""
+	}
+	return ks.ResourceVersion
 }
 
 type writeKey struct {

@@ -175,3 +175,39 @@ func TestRetryIntervalDefault(t *testing.T) {
 		}
 	}
 }
+
+// A pass that follows a write before the cache shows it sees what was written, not the copy the
+// write replaced (so it writes nothing again); once the cache moves on, it sees the cache.
+func TestWritesTheCacheHasNotShownYet(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet", UID: "u1"}}
+	other := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: "fleet", UID: "u2"}}
+	old := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: "web-a", ResourceVersion: "10"}}
+	written := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: "web-a", Annotations: map[string]string{"revision": "r2"}}}
+	created := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: "web-b"}}
+	var b writeBackoff
+	b.wrote(fr, "a", old, written)
+	b.wrote(fr, "b", nil, created)
+
+	stale := map[string]*kustomizev1.Kustomization{"a": old}
+	b.overlay(other, stale)
+	if stale["a"] != old || stale["b"] != nil {
+		t.Fatalf("another rollout's writes were overlaid: %v", stale)
+	}
+	b.overlay(fr, stale)
+	if stale["a"] != written || stale["b"] != created {
+		t.Fatalf("before the cache shows the writes, the pass sees them: %v", stale)
+	}
+
+	fresh := map[string]*kustomizev1.Kustomization{
+		"a": {ObjectMeta: metav1.ObjectMeta{Name: "web-a", ResourceVersion: "11"}},
+		"b": {ObjectMeta: metav1.ObjectMeta{Name: "web-b", ResourceVersion: "12"}},
+	}
+	want := maps.Clone(fresh)
+	b.overlay(fr, fresh)
+	if !maps.Equal(fresh, want) {
+		t.Fatalf("once the cache shows the writes, the pass sees the cache: %v", fresh)
+	}
+	if len(b.unseen) != 0 {
+		t.Errorf("writes the cache shows are forgotten: %v", b.unseen)
+	}
+}

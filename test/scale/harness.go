@@ -134,6 +134,9 @@ type Harness struct {
 
 	clusters map[string]string // FleetCluster → member
 	names    []string
+	// away is the FleetCluster with a kubeconfig Secret of its own (the last by name, which the plan
+	// puts in the last wave), that ReleaseWithOneAway takes away.
+	away     string
 	versions map[string]string // version → revision
 
 	// soak is the waves' soak in force.
@@ -311,12 +314,25 @@ func (h *Harness) createFleet(ctx context.Context) error {
 		h.names = append(h.names, name)
 		h.clusters[name] = h.fleet.Members[(i-1)%len(h.fleet.Members)].Name
 	}
+	h.away = h.names[len(h.names)-1]
 	return parallel(ctx, h.names, 20, func(ctx context.Context, name string) error {
 		m := h.fleet.Member(h.clusters[name])
+		secret := m.KubeConfigSecret
+		if name == h.away {
+			secret = awaySecret(name)
+			var s corev1.Secret
+			if err := h.hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.KubeConfigSecret}, &s); err != nil {
+				return err
+			}
+			own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: ns}, Data: s.Data}
+			if err := h.hub.Create(ctx, own); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating the kubeconfig Secret of %s: %w", name, err)
+			}
+		}
 		fc := &v1alpha1.FleetCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"member": m.Name}},
 			Spec: v1alpha1.FleetClusterSpec{
-				KubeConfig: &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: m.KubeConfigSecret}},
+				KubeConfig: &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: secret}},
 			},
 		}
 		if h.cfg.ClusterInterval > 0 {

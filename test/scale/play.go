@@ -444,8 +444,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Bench plays every scenario on one fleet: the first install, a healthy release (v2), an idle
-// window, a release (v3) that is held, survives a controller restart and fails a wave, then reads
-// the sizes and the controller's resources. What fails is recorded and the rest still runs.
+// window, a release (v3) that is held, survives a controller restart and fails a wave, a release
+// (v4) whose last wave waits three minutes on one cluster that does not answer, then reads the
+// sizes and the controller's resources. What fails is recorded and the rest still runs.
 func Bench(ctx context.Context, cfg Config, idle time.Duration) *Run {
 	cfg.defaults()
 	r := &Run{Config: cfg}
@@ -477,6 +478,11 @@ func Bench(ctx context.Context, cfg Config, idle time.Duration) *Run {
 		r.Releases = append(r.Releases, r.Failure.Release)
 	}
 	note("release v3", err)
+	r.Away, err = h.ReleaseWithOneAway(ctx, "v4", 3*time.Minute)
+	if r.Away != nil && r.Away.Release != nil {
+		r.Releases = append(r.Releases, r.Away.Release)
+	}
+	note("release v4 with one cluster away", err)
 	sizes, err := h.Sizes(ctx)
 	if err == nil {
 		r.Sizes = &sizes

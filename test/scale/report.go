@@ -18,6 +18,7 @@ type Run struct {
 	Releases []*Release
 	Idle     *Idle
 	Failure  *Failure
+	Away     *OneAway
 	Sizes    *Sizes
 	Res      Resources
 	Errors   []string
@@ -215,6 +216,18 @@ func (r *Run) Print(w io.Writer) {
 			row("RollingBack → last updated cluster Ready at the known-good", durSince(f.RollingBack, f.LastBackReady))
 			row("updated / switched back / Ready at the known-good", fmt.Sprintf("%d / %d / %d", f.Updated, f.Back, f.BackReady))
 			row("Kustomization writes per cluster in the rollback (mean / max)", fmt.Sprintf("%.2f / %d", f.RollbackWrites.PerObject(), f.RollbackWrites.Max))
+		})
+	}
+
+	if a := r.Away; a != nil && a.Wave != "" {
+		fmt.Fprintf(w, "\n### One cluster away at the last wave (%s)\n\n", fluxWord(c))
+		fmt.Fprintln(w, "One cluster of the last wave does not answer (its kubeconfig names an address nothing listens on) when the release reaches that wave:"+
+			" the wave's deploySafe is Inconclusive about it and decided again while it waits. Counted from the wave's first decision (its own requests excluded),"+
+			" over the window: the decisions made again and the controller's dry-runs on the members (from their audit logs).")
+		fmt.Fprintln(w)
+		table(w, []string{"release", "wave (members)", "cluster away", "window", "decisions again", "member dry-runs", "dry-runs per minute"}, func(row func(...string)) {
+			row(a.Release.Name, fmt.Sprintf("%s (%d)", a.Wave, a.WaveMembers), a.Cluster, a.Window.Round(time.Second).String(), fmt.Sprint(a.Decisions),
+				fmt.Sprint(a.DryRuns), fmt.Sprintf("%.1f", float64(a.DryRuns)/a.Window.Minutes()))
 		})
 	}
 

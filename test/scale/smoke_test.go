@@ -28,6 +28,8 @@ const etcdRequestLimit = 1536 * 1024
 //     wave transition);
 //   - while nothing changes but Flux's re-reconciles, the controller reconciles and writes nothing
 //     and attempts no create;
+//   - while the last wave waits on one cluster that does not answer, its deploySafe is decided
+//     again (with backoff) without asking the members that answered again;
 //   - the rollout and every receipt stay small enough that, growing linearly with the clusters,
 //     they would still fit etcd's request limit at 1,000 clusters.
 func TestMain(m *testing.M) {
@@ -106,6 +108,30 @@ func TestScaleSmoke(t *testing.T) {
 		t.Errorf("idle for %s (%.0f FleetRollout and %.0f FleetCluster reconciles, %d Flux re-reconciles): %d writes and %d create attempts, want none: %v",
 			idle.Window.Round(time.Second), idle.Reconciles["fleetrollout"], idle.Reconciles["fleetcluster"], idle.FluxRefreshes,
 			idle.Writes, idle.Creates, countsOf(idle.Hub, writes))
+	}
+
+	// v3 with one cluster of the last wave away: its deploySafe waits on it, decided again with
+	// backoff, and asks the members that answered no more while it waits.
+	away, err := h.ReleaseWithOneAway(ctx, "v3", 40*time.Second)
+	if away != nil && away.Release != nil {
+		run.Releases = append(run.Releases, away.Release)
+		run.Away = away
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", away.Release.Name, err)
+	}
+	if away.Release.Outcome != v1alpha1.PhaseCompleted {
+		t.Errorf("%s ended %s, want Completed once the cluster is back", away.Release.Name, away.Release.Outcome)
+	}
+	if away.Decisions < 1 {
+		t.Errorf("wave %s was not decided again in the %s it waited on %s: nothing was checked", away.Wave, away.Window, away.Cluster)
+	}
+	if away.DryRuns >= away.WaveMembers-1 {
+		t.Errorf("wave %s, waiting on %s, made %d member dry-runs in %d more decisions over %s: the %d members that answered were asked again",
+			away.Wave, away.Cluster, away.DryRuns, away.Decisions, away.Window, away.WaveMembers-1)
+	}
+	if w := away.Release.KustomizationWrites; w.Max > 1 {
+		t.Errorf("%s: %s was written %d times; want at most once per cluster per release", away.Release.Name, w.MaxObject, w.Max)
 	}
 
 	sizes, err := h.Sizes(ctx)

@@ -185,6 +185,31 @@ func (t *timeline) rolloutWhen(from time.Time, cond func(rolloutState) bool) (ro
 	return rolloutState{}, false
 }
 
+// decisions counts the decisions of gate on wave that status recorded in [from, to): the distinct
+// decidedAt times of its outcome. A decision that stands (the same Inconclusive) writes no receipt,
+// but moves decidedAt.
+func (t *timeline) decisions(wave, gate string, from, to time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := map[time.Time]bool{}
+	for _, r := range t.rollouts {
+		for _, wv := range r.status.Waves {
+			if wv.Name != wave {
+				continue
+			}
+			for _, g := range wv.Gates {
+				if g.Gate != gate || g.DecidedAt == nil {
+					continue
+				}
+				if at := g.DecidedAt.Time; !at.Before(from) && at.Before(to) {
+					seen[at] = true
+				}
+			}
+		}
+	}
+	return len(seen)
+}
+
 // latest is the last status seen.
 func (t *timeline) latest() (rolloutState, bool) {
 	t.mu.Lock()
