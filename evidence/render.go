@@ -93,6 +93,15 @@ func (r *Rendered) Digest() string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// Manifests is kustomize's output, as Rebuilt takes it.
+func (r *Rendered) Manifests() []byte { return r.manifests }
+
+// Rebuilt is a build made elsewhere (a render worker) from its objects, sorted as Render sorts
+// them, and kustomize's output.
+func Rebuilt(objs []*unstructured.Unstructured, manifests []byte) *Rendered {
+	return &Rendered{Objects: objs, manifests: manifests}
+}
+
 // Render builds the artifact for a Kustomization with spec as Render does, and also fails when a
 // file the artifact could not hold (see Artifact.Skipped) is a manifest kustomize-controller
 // would have picked up.

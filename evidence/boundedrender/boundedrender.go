@@ -1,0 +1,170 @@
+// Package boundedrender renders tenants' packages (evidence.Render) in a child process under a
+// time and memory budget, so that no package can stop the controller that renders it.
+//
+// A kustomize build cannot be cancelled and its memory cannot be capped in-process: a package
+// whose configMapGenerator names one large file under many keys builds a ConfigMap as large as
+// their sum, and a build runs until it is done. So the controller renders each package in a worker
+// of kind "render" (internal/worker, the mechanism the policy worker uses too): the running
+// executable started again, which this package's init turns into a worker before main (or a test
+// binary's TestMain) runs. The artifact's files and the build spec go to the worker; the built
+// objects and kustomize's output, or kustomize's error, come back. Past the budget the caller gets
+// a *worker.BudgetError, and the controller carries on.
+package boundedrender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/internal/worker"
+)
+
+// DefaultBudget is the budget of the controller's flags' defaults: 30 s and 256 MiB. A package of
+// a few hundred objects renders in well under a second and 64 MiB, the worker's start included;
+// the time leaves room for a busy machine and a large package, and the memory, like the policy
+// budget's, keeps four workers at once within the shipped manager's 1 GiB limit with the manager's
+// own.
+var DefaultBudget = worker.Budget{Time: 30 * time.Second, Memory: 256 << 20}
+
+// MaxOutput bounds what a render may return: its objects and kustomize's output together. A
+// build larger than that is over the render budget.
+const MaxOutput = 64 << 20
+
+// kind is the render worker's. A request holds the artifact's files, at most the 256 MiB the
+// collector extracts, encoded.
+var kind = &worker.Kind{
+	Name:        "render",
+	Flags:       "--render-time-budget, --render-memory-budget",
+	Advice:      "make the package cheaper to build (fewer and smaller generated objects, no file generated under many keys)",
+	MaxRequest:  512 << 20,
+	MaxResponse: MaxOutput,
+}
+
+// Renderer renders packages in worker processes under Budget.
+type Renderer struct {
+	Budget worker.Budget
+	// Executable is the worker binary; empty is the running executable (os.Executable).
+	Executable string
+}
+
+// header is the first value of a request; the artifact's files follow it, one entry each.
+type header struct {
+	Spec    kustomizev1.KustomizationSpec `json:"spec"`
+	Skipped []string                      `json:"skipped,omitempty"`
+}
+
+type entry struct {
+	Path string `json:"path"`
+	Dir  bool   `json:"dir,omitempty"`
+	Data []byte `json:"data,omitempty"`
+}
+
+type response struct {
+	// Objects and Manifests are the build's (evidence.Rebuilt).
+	Objects   []json.RawMessage `json:"objects,omitempty"`
+	Manifests string            `json:"manifests,omitempty"`
+	// Error is kustomize's: the package does not build.
+	Error string `json:"error,omitempty"`
+}
+
+// Render builds art for a Kustomization with spec in a worker, as art.Render does in-process; op
+// names the render in errors ("rendering the candidate"). A package that does not build comes
+// back as renderErr, the error art.Render returns, which is a finding about the package. err says
+// the render did not finish: a *worker.BudgetError past the budget, else the worker's failure.
+func (r *Renderer) Render(ctx context.Context, op string, art *evidence.Artifact, spec kustomizev1.KustomizationSpec) (build *evidence.Rendered, renderErr, err error) {
+	send := func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		if err := enc.Encode(header{Spec: spec, Skipped: art.Skipped}); err != nil {
+			return err
+		}
+		return art.FS.Walk("/", func(p string, info os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			if info.IsDir() {
+				return enc.Encode(entry{Path: p, Dir: true})
+			}
+			data, err := art.FS.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return enc.Encode(entry{Path: p, Data: data})
+		})
+	}
+	var res response
+	if err := kind.Run(ctx, r.Executable, op, r.Budget, send, &res); err != nil {
+		return nil, nil, err
+	}
+	if res.Error != "" {
+		return nil, errors.New(res.Error), nil
+	}
+	objs := make([]*unstructured.Unstructured, 0, len(res.Objects))
+	for _, raw := range res.Objects {
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(raw); err != nil {
+			return nil, nil, fmt.Errorf("%s: reading the render worker's objects: %w", op, err)
+		}
+		objs = append(objs, obj)
+	}
+	return evidence.Rebuilt(objs, []byte(res.Manifests)), nil, nil
+}
+
+func init() {
+	kind.Serve(serve)
+}
+
+// serve is a worker: it reads an artifact and a spec from r, renders, and writes the build or
+// kustomize's error to w.
+func serve(r io.Reader, w io.Writer) error {
+	dec := json.NewDecoder(r)
+	var h header
+	if err := dec.Decode(&h); err != nil {
+		return fmt.Errorf("reading the request: %w", err)
+	}
+	art := &evidence.Artifact{FS: filesys.MakeFsInMemory(), Skipped: h.Skipped}
+	for {
+		var e entry
+		err := dec.Decode(&e)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading the request: %w", err)
+		}
+		p := path.Clean("/" + e.Path)
+		if e.Dir {
+			err = art.FS.MkdirAll(p)
+		} else {
+			err = art.FS.WriteFile(p, e.Data)
+		}
+		if err != nil {
+			return fmt.Errorf("reading the request: %s: %w", p, err)
+		}
+	}
+	var res response
+	build, err := art.Render(h.Spec)
+	if err != nil {
+		res.Error = err.Error()
+		return json.NewEncoder(w).Encode(res)
+	}
+	res.Manifests = string(build.Manifests())
+	res.Objects = make([]json.RawMessage, 0, len(build.Objects))
+	for _, o := range build.Objects {
+		raw, err := o.MarshalJSON()
+		if err != nil {
+			return fmt.Errorf("encoding %s: %w", evidence.RefOf(o), err)
+		}
+		res.Objects = append(res.Objects, raw)
+	}
+	return json.NewEncoder(w).Encode(res)
+}

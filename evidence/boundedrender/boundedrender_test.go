@@ -1,0 +1,125 @@
+package boundedrender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/metrics"
+	"strings"
+	"testing"
+	"time"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/internal/worker"
+)
+
+// artifact is an artifact of files, rooted at "/".
+func artifact(t *testing.T, files map[string]string) *evidence.Artifact {
+	t.Helper()
+	fs := filesys.MakeFsInMemory()
+	for name, body := range files {
+		if err := fs.WriteFile("/"+name, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &evidence.Artifact{FS: fs}
+}
+
+// amplifying is a package whose configMapGenerator names one 1 MiB file under keys keys: its
+// artifact is 1 MiB (and compresses to a few KiB), its build a ConfigMap of keys MiB.
+func amplifying(t *testing.T, keys int) *evidence.Artifact {
+	t.Helper()
+	var k strings.Builder
+	k.WriteString("configMapGenerator:\n- name: big\n  files:\n")
+	for i := range keys {
+		fmt.Fprintf(&k, "  - k%d=blob.txt\n", i)
+	}
+	return artifact(t, map[string]string{
+		"app/kustomization.yaml": k.String(),
+		"app/blob.txt":           strings.Repeat("x", 1<<20),
+	})
+}
+
+// A package renders in a worker to what it renders to in-process: the same objects, the same
+// digest, and the same substitution; a package that does not build comes back with kustomize's
+// error as it does in-process, a finding, not a failure of the worker.
+func TestAWorkerRendersAsInProcess(t *testing.T) {
+	art := artifact(t, map[string]string{
+		"app/kustomization.yaml": "resources: [web.yaml]\nconfigMapGenerator:\n- name: settings\n  literals:\n  - \"mode=${mode:=fast}\"\n",
+		"app/web.yaml":           "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n  template:\n    spec:\n      containers:\n      - name: web\n        image: example.com/web:v1\n",
+		"app/empty/.keep":        "",
+	})
+	spec := kustomizev1.KustomizationSpec{Path: "./app", TargetNamespace: "shop"}
+	want, err := art.Render(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Renderer{Budget: DefaultBudget}
+	got, renderErr, err := r.Render(context.Background(), "rendering the candidate", art, spec)
+	if err != nil || renderErr != nil {
+		t.Fatalf("rendering in a worker: %v, %v", renderErr, err)
+	}
+	if got.Digest() != want.Digest() || len(got.Objects) != len(want.Objects) || len(got.Objects) != 2 {
+		t.Fatalf("worker build %s (%d objects), in-process %s (%d objects)", got.Digest(), len(got.Objects), want.Digest(), len(want.Objects))
+	}
+	for i := range want.Objects {
+		if fmt.Sprint(got.Objects[i].Object) != fmt.Sprint(want.Objects[i].Object) {
+			t.Errorf("object %d: worker %v, in-process %v", i, got.Objects[i].Object, want.Objects[i].Object)
+		}
+	}
+	vars := map[string]string{"mode": "slow"}
+	gs, err1 := got.Substitute(&kustomizev1.PostBuild{Substitute: vars})
+	ws, err2 := want.Substitute(&kustomizev1.PostBuild{Substitute: vars})
+	if err1 != nil || err2 != nil || len(gs) != 2 || fmt.Sprint(gs[1].Object) != fmt.Sprint(ws[1].Object) || !strings.Contains(fmt.Sprint(gs[1].Object), "mode:slow") {
+		t.Errorf("substituted: worker %v (%v), in-process %v (%v)", gs, err1, ws, err2)
+	}
+
+	broken := artifact(t, map[string]string{"app/kustomization.yaml": "resources: [missing.yaml]\n"})
+	_, wantErr := broken.Render(spec)
+	_, renderErr, err = r.Render(context.Background(), "rendering the candidate", broken, spec)
+	if err != nil || renderErr == nil || wantErr == nil || renderErr.Error() != wantErr.Error() {
+		t.Errorf("a package that does not build: %v (worker: %v), want %v", renderErr, err, wantErr)
+	}
+}
+
+// A package that kustomize expands a thousandfold, and kustomize takes about 0.7 s and 80 MiB of allocations per MiB it builds (one 1 MiB file under many keys) passes the
+// memory budget, the time budget or the output size of its worker: the caller gets a
+// *worker.BudgetError naming the render budget, and this process never holds the build.
+func TestAPackageOverBudgetEndsItsWorker(t *testing.T) {
+	ctx := context.Background()
+	spec := kustomizev1.KustomizationSpec{Path: "./app"}
+	before := heldBytes()
+	var be *worker.BudgetError
+
+	small := &Renderer{Budget: worker.Budget{Time: time.Minute, Memory: 128 << 20}}
+	_, renderErr, err := small.Render(ctx, "rendering the candidate", amplifying(t, 1000), spec)
+	if !errors.As(err, &be) || be.Exceeded != "memory" || renderErr != nil ||
+		!strings.HasPrefix(err.Error(), "rendering the candidate exceeded the render budget of 128 MiB memory") || !strings.Contains(err.Error(), "--render-memory-budget") {
+		t.Errorf("a render over the memory budget: %v (%v)", err, renderErr)
+	}
+	quick := &Renderer{Budget: worker.Budget{Time: 300 * time.Millisecond, Memory: 2 << 30}}
+	if _, _, err := quick.Render(ctx, "rendering the candidate", amplifying(t, 1000), spec); !errors.As(err, &be) || be.Exceeded != "time" {
+		t.Errorf("a render over the time budget: %v", err)
+	}
+	// The output size, made 1 MiB here, for a build of 2 MiB.
+	defer func(n int) { kind.MaxResponse = n }(kind.MaxResponse)
+	kind.MaxResponse = 1 << 20
+	roomy := &Renderer{Budget: worker.Budget{Time: time.Minute, Memory: 1 << 30}}
+	if _, _, err := roomy.Render(ctx, "rendering the candidate", amplifying(t, 2), spec); !errors.As(err, &be) || be.Exceeded != "output" ||
+		!strings.Contains(err.Error(), "exceeded the render budget of 1 MiB output") {
+		t.Errorf("a render whose build is over the output size: %v", err)
+	}
+	if grew := heldBytes() - before; grew > 64<<20 {
+		t.Errorf("this process grew by %d MiB over the renders", grew>>20)
+	}
+}
+
+// heldBytes is the memory this process's runtime holds.
+func heldBytes() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
