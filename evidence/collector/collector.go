@@ -25,6 +25,7 @@ import (
 	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
+	"github.com/tidegate/tidegate/evidence/boundedrender"
 	"github.com/tidegate/tidegate/evidence/preflight"
 	"github.com/tidegate/tidegate/internal/member"
 )
@@ -74,6 +75,9 @@ type Collector struct {
 	// PolicyBudget, when set, loads each rollout's policy in a worker process under its budget
 	// before it is loaded in-process (compilePolicy); nil loads it in-process only.
 	PolicyBudget *bounded.Evaluator
+	// RenderBudget, when set, renders each package in a worker process under its budget; nil
+	// renders in-process.
+	RenderBudget *boundedrender.Renderer
 
 	answered   answered
 	policies   digestCache[*RolloutPolicy]
@@ -149,13 +153,23 @@ type renderedPackage struct {
 	InstallSchema []byte
 }
 
+// unfinishedRender is a render that came to no result: it passed the render budget (a
+// *bounded.BudgetError inside) or its worker failed. Whether the package builds is not known: the
+// gate that needed it is Inconclusive, and the render is tried again the next time.
+type unfinishedRender struct{ err error }
+
+func (u *unfinishedRender) Error() string { return u.err.Error() }
+func (u *unfinishedRender) Unwrap() error { return u.err }
+
 // renderRevision fetches the artifact a source serves, checks it is the content recorded for the
 // revision (digest), and builds it as kustomize-controller builds it for the rollout's
-// Kustomizations (spec.path, the template's targetNamespace, patches and images). An error means
-// the artifact could not be fetched or is not the recorded content; a package that does not build
-// comes back with RenderErr. fresh fetches the artifact even when its render is cached: the fetch
-// is the proof that it is served.
-func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollout, src SourceState, digest string, fresh bool) (*renderedPackage, error) {
+// Kustomizations (spec.path, the template's targetNamespace, patches and images), in a worker
+// under RenderBudget when it is set; what ("the candidate") names the render in errors. An error
+// means the artifact could not be fetched or is not the recorded content, or, an
+// *unfinishedRender, that the render came to no result; a package that does not build comes back
+// with RenderErr. fresh fetches the artifact even when its render is cached: the fetch is the
+// proof that it is served. Only a finished render is cached.
+func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollout, src SourceState, digest, what string, fresh bool) (*renderedPackage, error) {
 	if !src.Exists {
 		return nil, fmt.Errorf("pinned source %s is gone", src.Name)
 	}
@@ -181,7 +195,14 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 		return cached, nil
 	}
 	p := &renderedPackage{}
-	p.Build, p.RenderErr = art.Render(fr.BuildSpec())
+	if c.RenderBudget != nil {
+		p.Build, p.RenderErr, err = c.RenderBudget.Render(ctx, "rendering "+what, art, fr.BuildSpec())
+		if err != nil {
+			return nil, &unfinishedRender{err}
+		}
+	} else {
+		p.Build, p.RenderErr = art.Render(fr.BuildSpec())
+	}
 	if b, err := art.FS.ReadFile(path.Join("/", fr.Spec.Path, installSchemaFile)); err == nil {
 		p.InstallSchema = b
 	}
@@ -194,7 +215,7 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 // ("" for src's own). Equal digests, under the same template and values, are the same objects for
 // every cluster. A package that does not build has none: the error says why.
 func (c *Collector) RenderDigest(ctx context.Context, fr *v1alpha1.FleetRollout, src SourceState, digest string) (string, error) {
-	p, err := c.renderRevision(ctx, fr, src, digest, false)
+	p, err := c.renderRevision(ctx, fr, src, digest, "the revision "+src.Revision, false)
 	if err != nil {
 		return "", err
 	}
@@ -262,9 +283,14 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 		return ev, nil
 	}
 
-	pkg, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
+	pkg, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, "the candidate", false)
 	var objs []*unstructured.Unstructured
+	var unfinished *unfinishedRender
 	switch {
+	case errors.As(err, &unfinished):
+		// Not observed: whether the candidate builds is not known until a render finishes.
+		ev.Render.Error = err.Error()
+		ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: err.Error()})
 	case err != nil:
 		ev.Render.Error = "fetching the candidate: " + err.Error()
 		// Not observed: the gate is Inconclusive until the artifact can be fetched again.
@@ -399,7 +425,11 @@ func maxFailuresOf(spec v1alpha1.Wave) int {
 func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (tgcue.RollbackSafeEvidence, []v1alpha1.Approval, error) {
 	fr := sc.Rollout.Built(sc.Rollout.Status.Candidate.Build)
 	ev := tgcue.RollbackSafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
-	cand, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, false)
+	var unfinished *unfinishedRender
+	cand, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, "the candidate", false)
+	if errors.As(err, &unfinished) {
+		return ev, nil, fmt.Errorf("%w: %w", ErrUnobserved, err)
+	}
 	if err != nil {
 		return ev, nil, fmt.Errorf("%w: the candidate: %w", ErrUnobserved, err)
 	}
@@ -411,7 +441,10 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 	if kg := fr.Status.LastKnownGood; kg != nil {
 		// The known-good as its clusters run it: with its own build, which a template edit changed.
 		goodFR = sc.Rollout.Built(kg.Build)
-		pkg, err := c.renderRevision(ctx, goodFR, sc.KnownGood, kg.Digest, false)
+		pkg, err := c.renderRevision(ctx, goodFR, sc.KnownGood, kg.Digest, "the known-good "+kg.Revision, false)
+		if errors.As(err, &unfinished) {
+			return ev, nil, fmt.Errorf("%w: %w", ErrUnobserved, err)
+		}
 		if err != nil {
 			return ev, nil, fmt.Errorf("%w: the known-good %s: %w", ErrUnobserved, kg.Revision, err)
 		}
@@ -459,10 +492,13 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 		ServedDigest: w.KnownGood.Digest, RecordedDigest: kg.Digest,
 	}
 	goodFR := fr.Built(kg.Build)
-	if pkg, err := c.renderRevision(ctx, goodFR, w.KnownGood, kg.Digest, true); err != nil {
+	var unfinished *unfinishedRender
+	if pkg, err := c.renderRevision(ctx, goodFR, w.KnownGood, kg.Digest, "the known-good "+kg.Revision, true); err != nil {
 		src.RenderError = err.Error()
 		answered := errors.Is(err, evidence.ErrNotServed) || errors.Is(err, evidence.ErrDigestMismatch)
-		if src.Exists && src.ServedDigest == src.RecordedDigest && !answered {
+		if errors.As(err, &unfinished) {
+			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: err.Error()})
+		} else if src.Exists && src.ServedDigest == src.RecordedDigest && !answered {
 			// The source says it serves the recorded content and the fetch got no answer: not
 			// observed. A source that answered it no longer serves it (its storage lost the file),
 			// or serves other content, was observed: the way back is gone, and the gate decides so.
