@@ -10,6 +10,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/metrics"
 
 	"github.com/tidegate/tidegate/cue/bounded"
+	"github.com/tidegate/tidegate/evidence/boundedrender"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
@@ -38,6 +39,9 @@ type Options struct {
 	// PolicyBudget bounds each load and evaluation of a rollout's own policy, run in a worker
 	// process (--policy-time-budget, --policy-memory-budget); zero fields are bounded.DefaultBudget's.
 	PolicyBudget bounded.Budget
+	// RenderBudget bounds each render of a rollout's package, run in a worker process
+	// (--render-time-budget, --render-memory-budget); zero fields are boundedrender.DefaultBudget's.
+	RenderBudget bounded.Budget
 }
 
 // MemberOptions limit what tidegate asks of member clusters; zero values are member's defaults.
@@ -85,11 +89,19 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		budget.Memory = bounded.DefaultBudget.Memory
 	}
 	policies := &bounded.Evaluator{Budget: budget}
+	renderBudget := opts.RenderBudget
+	if renderBudget.Time <= 0 {
+		renderBudget.Time = boundedrender.DefaultBudget.Time
+	}
+	if renderBudget.Memory <= 0 {
+		renderBudget.Memory = boundedrender.DefaultBudget.Memory
+	}
 	evidence := &collector.Collector{
 		Members:      members,
 		Sources:      mgr.GetClient(),
 		Rollouts:     mgr.GetClient(),
 		PolicyBudget: policies,
+		RenderBudget: &boundedrender.Renderer{Budget: renderBudget},
 	}
 	gates := opts.Gates
 	if gates == nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/cue/bounded"
+	"github.com/tidegate/tidegate/evidence/boundedrender"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
 )
@@ -52,6 +53,8 @@ func main() {
 		signingKey      string
 		policyMemory    string
 		policyBudget    bounded.Budget
+		renderMemory    string
+		renderBudget    bounded.Budget
 		logOptions      logger.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -94,6 +97,10 @@ func main() {
 		"The longest one load or one gate evaluation of a rollout's own CUE policy may take, in a worker process; past it the gate is Inconclusive (the policy's load: the rollout stalls), naming the budget.")
 	flag.StringVar(&policyMemory, "policy-memory-budget", "256Mi",
 		"The most memory one load or one gate evaluation of a rollout's own CUE policy may hold, in a worker process (a quantity: 256Mi). Each of --concurrent rollouts may run one worker at once: keep --concurrent times it, plus the manager's own, under the container's limit.")
+	flag.DurationVar(&renderBudget.Time, "render-time-budget", boundedrender.DefaultBudget.Time,
+		"The longest one render (kustomize build) of a rollout's package may take, in a worker process; past it the gate that needed it is Inconclusive, naming the budget, and fails at the policy's inconclusiveAfter.")
+	flag.StringVar(&renderMemory, "render-memory-budget", "256Mi",
+		"The most memory one render of a rollout's package may hold, in a worker process, the package's files included (a quantity: 256Mi). Each of --concurrent rollouts may run one worker at once: keep --concurrent times the larger of this and --policy-memory-budget, plus the manager's own, under the container's limit.")
 	flag.BoolVar(&members.AllowInsecure, "allow-insecure-member-kubeconfigs", false,
 		"Accept member kubeconfigs whose cluster sets insecure-skip-tls-verify or proxy-url; refused by default (the FleetCluster says why).")
 	logOptions.BindFlags(flag.CommandLine)
@@ -105,11 +112,17 @@ func main() {
 		log.Error(err, "invalid flag")
 		os.Exit(1)
 	}
-	if q, err := resource.ParseQuantity(policyMemory); err != nil || q.Value() < 16<<20 || policyBudget.Time < time.Second {
-		log.Error(fmt.Errorf("--policy-memory-budget %q and --policy-time-budget %s: give at least 16Mi and 1s (e.g. 256Mi, 10s)", policyMemory, policyBudget.Time), "invalid flag")
-		os.Exit(1)
-	} else {
-		policyBudget.Memory = q.Value()
+	for _, b := range []struct {
+		name   string
+		memory string
+		budget *bounded.Budget
+	}{{"policy", policyMemory, &policyBudget}, {"render", renderMemory, &renderBudget}} {
+		q, err := resource.ParseQuantity(b.memory)
+		if err != nil || q.Value() < 16<<20 || b.budget.Time < time.Second {
+			log.Error(fmt.Errorf("--%s-memory-budget %q and --%s-time-budget %s: give at least 16Mi and 1s (e.g. 256Mi, 10s)", b.name, b.memory, b.name, b.budget.Time), "invalid flag")
+			os.Exit(1)
+		}
+		b.budget.Memory = q.Value()
 	}
 
 	for _, ns := range strings.Split(fleetNamespaces, ",") {
@@ -156,7 +169,7 @@ func main() {
 		log.Info("signing receipts and ledger entries", "secret", ns+"/"+signingKey, "keyID", signer.KeyID())
 	}
 	if err := controllers.Setup(mgr, restConfig, controllers.Options{
-		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer, PolicyBudget: policyBudget,
+		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer, PolicyBudget: policyBudget, RenderBudget: renderBudget,
 	}); err != nil {
 		log.Error(err, "unable to set up controllers")
 		os.Exit(1)
