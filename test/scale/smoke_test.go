@@ -112,7 +112,7 @@ func TestScaleSmoke(t *testing.T) {
 
 	// v3 with one cluster of the last wave away: its deploySafe waits on it, decided again with
 	// backoff, and asks the members that answered no more while it waits.
-	away, err := h.ReleaseWithOneAway(ctx, "v3", 40*time.Second)
+	away, err := h.ReleaseWithOneAway(ctx, "v3", 30*time.Second)
 	if away != nil && away.Release != nil {
 		run.Releases = append(run.Releases, away.Release)
 		run.Away = away
