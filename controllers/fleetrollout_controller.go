@@ -72,6 +72,9 @@ type FleetRolloutReconciler struct {
 	// Signer signs receipts and ledger entries; nil leaves them unsigned.
 	Signer *attest.Signer
 
+	// Export, when set, exports each receipt pruning deletes, first.
+	Export *ReceiptExport
+
 	// writes keeps the backoff of the Kustomization writes that failed.
 	writes writeBackoff
 }
@@ -518,7 +521,7 @@ func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 	if err := prunePinnedSources(ctx, r.Client, fr, fr.Spec.SourceRef.Kind, inUse, prune); err != nil {
 		return retryable(err)
 	}
-	if err := pruneReceipts(ctx, r.Client, fr, prune); err != nil {
+	if err := pruneReceipts(ctx, r.Client, fr, r.Export, prune); err != nil {
 		return retryable(err)
 	}
 	if stale := staleApprovals(fr, p.Target); len(stale) > 0 {

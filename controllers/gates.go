@@ -127,7 +127,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 	for _, gate := range gates {
 		// A decision whose receipt was written but that status never recorded (the controller
 		// stopped in between) is recorded as it was made, not made again.
-		if prior, rc := r.unrecordedDecision(p, receipts, i, gate); prior != nil {
+		if prior, rc := r.unrecordedDecision(ctx, p, receipts, i, gate); prior != nil {
 			p.receipts[rc.Name] = rc
 			decided = append(decided, *prior)
 			r.event(fr, corev1.EventTypeNormal, "DecisionRecorded", "%s %s for wave %s of %s: recorded from receipt %s, which an earlier reconcile wrote and did not record",

@@ -26,7 +26,7 @@ type testHub struct {
 	admin client.Client
 }
 
-func startTestHub(t *testing.T) *testHub {
+func startTestHub(t testing.TB) *testHub {
 	t.Helper()
 	env, err := testbin.NewEnvironment("", testbin.TidegateCRDs|testbin.FluxCRDs)
 	if err != nil {

@@ -129,7 +129,7 @@ func cacheOptions(fleetNamespaces []string) cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&kustomizev1.Kustomization{}: {Label: labels.NewSelector().Add(*managed), Transform: trimKustomization},
 			// Which field managers wrote a receipt tells the controller's own (ReceiptAuthor.Wrote).
-			&v1alpha1.GateReceipt{}: {Transform: keepFieldManagers},
+			&v1alpha1.GateReceipt{}: {Transform: trimReceipt},
 			// Tracked sources are the user's, pinned ones are labelled: both are needed.
 			&sourcev1.GitRepository{}: {},
 			&sourcev1.OCIRepository{}: {},
@@ -158,6 +158,18 @@ func keepFieldManagers(obj any) (any, error) {
 		o.SetManagedFields(fields)
 	}
 	return obj, nil
+}
+
+// trimReceipt keeps of a GateReceipt its decision (metadata with who wrote it, and the spec but for
+// its evidence) and drops its evidence before it enters the cache: up to 64 KiB of a receipt's
+// size, which the controller reads only to take up a deploySafe decision it wrote and did not
+// record (unrecordedDecision), from the API server. So the cache grows with the number of receipts
+// a hub keeps by their decisions, not by their evidence. Nothing writes a cached receipt back.
+func trimReceipt(obj any) (any, error) {
+	if rc, ok := obj.(*v1alpha1.GateReceipt); ok {
+		rc.Spec.Evidence, rc.Spec.EvidenceGzip = nil, ""
+	}
+	return keepFieldManagers(obj)
 }
 
 // trimKustomization keeps of a Kustomization what tidegate reads (its metadata, spec, conditions and

@@ -110,9 +110,10 @@ func WriteReceipt(ctx context.Context, c client.Client, ro *ReceiptObjects, a Re
 }
 
 // pruneReceipts deletes the oldest receipts of the rollout past maxReceiptsPerRollout, never one
-// the rollout's status still references or a ledger lists. beforeDelete, when set, runs just before each delete (the
+// the rollout's status still references or a ledger lists. With export, each is exported first,
+// and one that is not is kept. beforeDelete, when set, runs just before each delete (the
 // crash-point hook).
-func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, beforeDelete func(name string) error) error {
+func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, export *ReceiptExport, beforeDelete func(name string) error) error {
 	var list v1alpha1.GateReceiptList
 	if err := c.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
 		return err
@@ -144,6 +145,11 @@ func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollo
 		rc := &list.Items[i]
 		if referenced[rc.Name] {
 			continue
+		}
+		if export != nil {
+			if err := export.export(ctx, rc); err != nil {
+				return err
+			}
 		}
 		if beforeDelete != nil {
 			if err := beforeDelete(rc.Name); err != nil {
@@ -184,10 +190,11 @@ func sortedUnique(in []string) []string {
 // receipt was written but that status does not record (the controller stopped between the two, or
 // a later write of the pass failed), or nil: the receipt, if the controller wrote it, is the decision, so it is recorded as it
 // was made, never made again, which would write a second receipt over other evidence. The receipts
-// come from the manager's cache, which a restarted manager syncs before its first reconcile. A
-// deploySafe receipt whose evidence is kept in parts is not taken up (the controller reads no
-// ConfigMap): that gate is decided again.
-func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1.GateReceipt, i int, gate string) (*decidedGate, *v1alpha1.GateReceipt) {
+// come from the manager's cache, which a restarted manager syncs before its first reconcile, and
+// which holds them without their evidence (trimReceipt): a deploySafe receipt's evidence, which names
+// the targets to hold back, is read from the API server. One that cannot be read, or whose evidence
+// is kept in parts, is not taken up (the controller reads no ConfigMap): that gate is decided again.
+func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass, receipts []v1alpha1.GateReceipt, i int, gate string) (*decidedGate, *v1alpha1.GateReceipt) {
 	freshness := collector.DefaultFreshness
 	if r.Evidence != nil && r.Evidence.Freshness > 0 {
 		freshness = r.Evidence.Freshness
@@ -199,7 +206,15 @@ func (r *FleetRolloutReconciler) unrecordedDecision(p *pass, receipts []v1alpha1
 	d := GateDecision{Result: rc.Spec.Result, Reasons: slices.Clone(rc.Spec.Reasons), Limits: slices.Clone(rc.Spec.Limits), PolicyDigest: rc.Spec.PolicyDigest}
 	if gate == v1alpha1.GateDeploySafe {
 		// Its evidence names the targets to hold back.
-		raw, err := rc.Spec.StoredEvidence(nil)
+		full := &v1alpha1.GateReceipt{}
+		var reader client.Reader = r.APIReader
+		if reader == nil {
+			reader = r.Client
+		}
+		if err := reader.Get(ctx, client.ObjectKeyFromObject(rc), full); err != nil {
+			return nil, nil
+		}
+		raw, err := full.Spec.StoredEvidence(nil)
 		var ds tgcue.DeploySafeEvidence
 		if err != nil || json.Unmarshal(raw, &ds) != nil {
 			return nil, nil

@@ -42,6 +42,9 @@ type Options struct {
 	// RenderBudget bounds each render of a rollout's package, run in a worker process
 	// (--render-time-budget, --render-memory-budget); zero fields are boundedrender.DefaultBudget's.
 	RenderBudget bounded.Budget
+	// RecordsExportDir, when set, is where each receipt pruning deletes is written first
+	// (--records-export-dir, ReceiptExport).
+	RecordsExportDir string
 }
 
 // MemberOptions limit what tidegate asks of member clusters; zero values are member's defaults.
@@ -120,6 +123,9 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		Gates:         gates,
 		TestHook:      opts.TestHook,
 		Signer:        opts.Signer,
+	}
+	if opts.RecordsExportDir != "" {
+		rollouts.Export = &ReceiptExport{Dir: opts.RecordsExportDir, Reader: mgr.GetAPIReader()}
 	}
 	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)

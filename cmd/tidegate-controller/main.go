@@ -55,6 +55,7 @@ func main() {
 		policyBudget    bounded.Budget
 		renderMemory    string
 		renderBudget    bounded.Budget
+		recordsDir      string
 		logOptions      logger.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
@@ -103,6 +104,8 @@ func main() {
 		"The most memory one render of a rollout's package may hold, in a worker process, the package's files included (a quantity: 256Mi). Each of --concurrent rollouts may run one worker at once: keep --concurrent times the larger of this and --policy-memory-budget, plus the manager's own, under the container's limit.")
 	flag.BoolVar(&members.AllowInsecure, "allow-insecure-member-kubeconfigs", false,
 		"Accept member kubeconfigs whose cluster sets insecure-skip-tls-verify or proxy-url; refused by default (the FleetCluster says why).")
+	flag.StringVar(&recordsDir, "records-export-dir", "",
+		"A directory (a volume of the pod) that each gate receipt pruning deletes is written to first, as <namespace>/<rollout>/<receipt>.json with its evidence; a receipt that cannot be written there is kept. Empty: pruned receipts are not exported.")
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -170,6 +173,7 @@ func main() {
 	}
 	if err := controllers.Setup(mgr, restConfig, controllers.Options{
 		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer, PolicyBudget: policyBudget, RenderBudget: renderBudget,
+		RecordsExportDir: recordsDir,
 	}); err != nil {
 		log.Error(err, "unable to set up controllers")
 		os.Exit(1)

@@ -72,20 +72,32 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 			}
 			return nil, nil, AsError(err, rref)
 		}
-		evidence, err := rc.Spec.StoredEvidence(func(p v1alpha1.EvidencePart) ([]byte, error) {
-			var cm corev1.ConfigMap
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Name}, &cm); err != nil {
-				return nil, err
-			}
-			return cm.BinaryData[v1alpha1.EvidencePartKey], nil
-		})
+		br, err := BundleReceiptOf(ctx, c, &rc)
 		if err != nil {
-			if CodeOf(err) != CodeInternal && CodeOf(err) != CodeNotFound {
-				return nil, nil, AsError(fmt.Errorf("the evidence of gatereceipt %s/%s: %w", ns, rc.Name, err), rref)
-			}
-			evidence = nil // exported without it: verifying the bundle names the receipt
+			return nil, nil, err
 		}
-		receipts = append(receipts, attest.NewBundleReceipt(&rc, evidence))
+		receipts = append(receipts, br)
 	}
 	return attest.NewBundle(parts, receipts, metav1.Now()), missing, nil
+}
+
+// BundleReceiptOf is rc as a bundle holds it, with its evidence read from where the receipt keeps
+// it (its spec, or ConfigMap parts read with c). A receipt whose evidence is gone or does not read
+// back is kept without it (verifying it names the receipt); another error reading it is returned.
+func BundleReceiptOf(ctx context.Context, c client.Reader, rc *v1alpha1.GateReceipt) (attest.BundleReceipt, error) {
+	evidence, err := rc.Spec.StoredEvidence(func(p v1alpha1.EvidencePart) ([]byte, error) {
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: p.Name}, &cm); err != nil {
+			return nil, err
+		}
+		return cm.BinaryData[v1alpha1.EvidencePartKey], nil
+	})
+	if err != nil {
+		if CodeOf(err) != CodeInternal && CodeOf(err) != CodeNotFound {
+			return attest.BundleReceipt{}, AsError(fmt.Errorf("the evidence of gatereceipt %s/%s: %w", rc.Namespace, rc.Name, err),
+				Ref{Kind: "gatereceipt", Namespace: rc.Namespace, Name: rc.Name})
+		}
+		evidence = nil
+	}
+	return attest.NewBundleReceipt(rc, evidence), nil
 }
