@@ -267,7 +267,7 @@ func mapWith[K comparable, V any](m map[K]V, k K, v V) map[K]V {
 // A policy whose sampleInterval changes in the middle of a soak (a commit, or a load error that
 // falls back to the built-in settings) does not start the soak over: the loop goes on at the
 // interval it began with, the samples taken so far stay, and a disruption seen before the change is
-// still in the evidence and in what status keeps of the soak.
+// still in the evidence and in what status keeps of the soak: noDisruption decided on it fails.
 func TestASampleIntervalChangeMidSoakKeepsTheSoak(t *testing.T) {
 	const interval = 200 * time.Millisecond
 	ctx := context.Background()
@@ -325,6 +325,10 @@ func TestASampleIntervalChangeMidSoakKeepsTheSoak(t *testing.T) {
 	kept := c.Soaked(&changed, 0)
 	if len(kept) != 1 || kept[0].MinAvailablePermille != 0 || int(kept[0].Samples) < before.samples {
 		t.Errorf("what status keeps of the soak lost it: %+v, before the change %+v", kept, before)
+	}
+	// And the gate decided on it fails: the built-in policy over this evidence.
+	if d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), v1alpha1.GateNoDisruption, ev); err != nil || d.Pass || d.Inconclusive {
+		t.Errorf("noDisruption over the soak that kept its disruption: %+v %v, want a failure", d, err)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
 	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
@@ -674,5 +675,49 @@ func TestE2ERehearsal(t *testing.T) {
 	}
 	if ks.Generation < 4 {
 		t.Errorf("the canary's Kustomization should have been switched v1 → v2 → v1 → v2 (generation %d)", ks.Generation)
+	}
+}
+
+// A rollout's own policy that would take the controller's memory (a comprehension over fifty million
+// elements, opened for that rollout only) is evaluated in a worker that ends at the policy budget:
+// its first wave's deploySafe is Inconclusive, the reason naming the budget, and nothing of it is
+// applied. Another rollout on the same hub, with the same policy, completes meanwhile.
+func TestE2EAPolicyOverItsBudgetHoldsOnlyItsOwnRollout(t *testing.T) {
+	t.Parallel()
+	s, first := newFleetSetup(t, 2, demoPackage("v1"))
+	s.policyRepo(t, map[string]string{
+		"policy/policy.cue": defaultPolicy(t),
+		"policy/explode.cue": fmt.Sprintf(`package policy
+
+import "list"
+
+deploySafe: { if deploySafe.rollout == %q { _huge: len([for i in list.Range(0, 50000000, 1) {i}]) } }
+`, s.ns+"/explode"),
+	})
+	startTidegate(t, s, controllers.Options{PolicyBudget: bounded.Budget{Time: 30 * time.Second, Memory: 128 << 20}})
+	ctx, cancel := testContext(t, 6*time.Minute)
+	defer cancel()
+	rev1 := s.repo.Revision(first)
+
+	explode := twoWaveRollout(s.ns)
+	explode.Name = "explode"
+	usePolicy(explode)
+	if err := s.f.Hub.Create(ctx, explode); err != nil {
+		t.Fatal(err)
+	}
+	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, usePolicy)
+
+	fr := s.waitGate(ctx, t, "explode", v1alpha1.GateDeploySafe, metav1.ConditionUnknown)
+	if fr.Status.WaitingFor == nil || fr.Status.WaitingFor.Reason != v1alpha1.WaitingForInconclusive {
+		t.Errorf("the rollout whose policy passes its budget waits on an Inconclusive gate: %s", describe(fr))
+	}
+	rc := latestReceipt(s.receiptsOf(ctx, t, "explode", rev1), v1alpha1.GateDeploySafe, "canary")
+	if rc == nil || rc.Spec.Result != v1alpha1.ResultInconclusive || !strings.Contains(strings.Join(rc.Spec.Reasons, "\n"), "128 MiB memory") {
+		t.Errorf("its deploySafe receipt should be Inconclusive, naming the policy budget: %+v", rc)
+	}
+	for _, m := range s.members {
+		if ks := s.kustomization(t, "explode", m.Name); ks != nil {
+			t.Errorf("the rollout whose policy passes its budget wrote %s's Kustomization", m.Name)
+		}
 	}
 }
