@@ -138,17 +138,7 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	defer func() {
 		setConditions(fr, out, p.Settings.OnFail)
 		result, retErr = out.result()
-		if err := r.hooks(statusPoints(before, fr)); err != nil {
-			retErr = errors.Join(retErr, err)
-		} else if err := r.recordUnchanged(ctx, fr, wasUnchanged, p.TrackedState); err != nil {
-			r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
-			retErr = errors.Join(retErr, err)
-		} else if err := r.recordLedger(ctx, fr, wasCandidate, p.receipts); err != nil {
-			// The ledger lists a decision before status records it: a pass that could not append
-			// its entries does not record its decisions, and the next one takes them up.
-			r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
-			retErr = errors.Join(retErr, err)
-		} else if err := r.finalizeStatus(ctx, fr, patcher); err != nil {
+		if err := r.writePass(ctx, fr, patcher, before, wasCandidate, wasUnchanged, p.TrackedState, p.receipts); err != nil {
 			retErr = errors.Join(retErr, err)
 		} else {
 			for _, f := range p.afterStatus {
@@ -162,6 +152,28 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	}()
 	out, p = r.reconcile(ctx, fr)
 	return result, retErr
+}
+
+// writePass writes what a pass leaves, in this order: the status crash points (statusPoints, from
+// the marks before the pass read), the ledger of an unchanged revision, the ledgers (recordLedger:
+// what status is about to record, and a superseded candidate's outcome), then the status patch.
+// The first error stops it: nothing after it is written.
+func (r *FleetRolloutReconciler) writePass(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *statusPatch, before *progressMarks,
+	wasCandidate *v1alpha1.RevisionStatus, wasUnchanged *v1alpha1.UnchangedRevision, tracked collector.SourceState, receipts map[string]*v1alpha1.GateReceipt) error {
+	if err := r.hooks(statusPoints(before, fr)); err != nil {
+		return err
+	}
+	if err := r.recordUnchanged(ctx, fr, wasUnchanged, tracked); err != nil {
+		r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
+		return err
+	}
+	if err := r.recordLedger(ctx, fr, wasCandidate, receipts); err != nil {
+		// The ledger lists a decision before status records it: a pass that could not append
+		// its entries does not record its decisions, and the next one takes them up.
+		r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
+		return err
+	}
+	return r.finalizeStatus(ctx, fr, patcher)
 }
 
 // reconcile runs the pipeline: each sub-step reads what the ones before it left in the pass and
