@@ -30,12 +30,14 @@ import (
 // deletes its Kustomization; without either, every member's is.
 //
 // With Delete, the package is pruned from every member, and the rollout is gone only once it was.
+// The controller is stopped at "finalize:<cluster>" of the second Kustomization, the first deleted:
+// the next controller deletes the rest and removes the finalizer.
 //
-// The rollouts' GateReceipts outlive them either way.
+// The rollouts' GateReceipts and RolloutLedgers outlive them either way.
 func TestE2EDeletingARollout(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
-	startTidegate(t, s, controllers.Options{})
+	h := startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	rev := s.repo.Revision(first)
@@ -90,7 +92,34 @@ func TestE2EDeletingARollout(t *testing.T) {
 		}
 	}
 	againReceipts := s.receiptNames(ctx, t, "again")
-	s.deleteRollout(ctx, t, "again")
+	// The finalizer deletes the Kustomizations in the order of their names: the crash comes before
+	// the second, once the first was deleted.
+	order := []string{s.members[0].Name, s.members[1].Name}
+	sort.Slice(order, func(i, j int) bool {
+		return v1alpha1.KustomizationName("again", order[i]) < v1alpha1.KustomizationName("again", order[j])
+	})
+	h.Stop(t)
+	crash := newCrashAt("finalize:" + order[1])
+	h = startTidegate(t, s, controllers.Options{TestHook: crash.hook})
+	if err := s.f.Hub.Delete(ctx, s.rollout(t, "again")); err != nil {
+		t.Fatal(err)
+	}
+	crash.wait(ctx, t)
+	h.Stop(t)
+	if fr := s.rollout(t, "again"); fr.DeletionTimestamp.IsZero() || !slices.Contains(fr.Finalizers, v1alpha1.Finalizer) {
+		t.Fatalf("at the crash the rollout should be deleted and keep its finalizer: %v", fr.Finalizers)
+	}
+	if ks := s.kustomization(t, "again", order[0]); ks != nil && ks.DeletionTimestamp.IsZero() {
+		t.Errorf("at the crash the Kustomization of %s should be deleted", order[0])
+	}
+	if ks := s.kustomization(t, "again", order[1]); ks == nil || !ks.DeletionTimestamp.IsZero() {
+		t.Fatalf("the Kustomization of %s was deleted before the crash point", order[1])
+	}
+	if n := len(s.pinnedSources(ctx, t, "again")); n == 0 {
+		t.Errorf("at the crash the rollout's pinned sources are gone while it still exists")
+	}
+	startTidegate(t, s, controllers.Options{})
+	s.rolloutGone(ctx, t, "again")
 	// The rollout went only after its Kustomizations, and each of them only after kustomize-controller
 	// pruned what it applied: nothing of the package is left by now.
 	for _, m := range s.members {
@@ -107,6 +136,9 @@ func TestE2EDeletingARollout(t *testing.T) {
 	if got := s.receiptNames(ctx, t, "again"); len(got) == 0 || !equalStrings(got, againReceipts) {
 		t.Errorf("receipts after the rollout with deletionPolicy Delete was deleted: %v, want every one it wrote: %v", got, againReceipts)
 	}
+	if l := s.ledger(ctx, t, "again", rev); l.Spec.Outcome != v1alpha1.OutcomeCompleted {
+		t.Errorf("the ledger of the deleted rollout ends %q, want Completed", l.Spec.Outcome)
+	}
 }
 
 // deleteRollout deletes the rollout and waits until it, its Kustomizations and its pinned sources
@@ -116,6 +148,12 @@ func (s *fleetSetup) deleteRollout(ctx context.Context, t *testing.T, name strin
 	if err := s.f.Hub.Delete(ctx, s.rollout(t, name)); err != nil {
 		t.Fatal(err)
 	}
+	s.rolloutGone(ctx, t, name)
+}
+
+// rolloutGone waits until the deleted rollout, its Kustomizations and its pinned sources are gone.
+func (s *fleetSetup) rolloutGone(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
 	eventually(ctx, t, "rollout "+name+" gone", func() (bool, string) {
 		var fr v1alpha1.FleetRollout
 		err := s.f.Hub.Get(ctx, keyOf(s.ns, name), &fr)
@@ -124,15 +162,22 @@ func (s *fleetSetup) deleteRollout(ctx context.Context, t *testing.T, name strin
 	owned := client.MatchingLabels{v1alpha1.RolloutLabel: name}
 	eventually(ctx, t, "the Kustomizations and pinned sources of "+name+" collected", func() (bool, string) {
 		var ks kustomizev1.KustomizationList
-		var pins sourcev1.GitRepositoryList
 		if err := s.f.Hub.List(ctx, &ks, client.InNamespace(s.ns), owned); err != nil {
 			return false, err.Error()
 		}
-		if err := s.f.Hub.List(ctx, &pins, client.InNamespace(s.ns), owned); err != nil {
-			return false, err.Error()
-		}
-		return len(ks.Items) == 0 && len(pins.Items) == 0, fmt.Sprintf("%d Kustomizations, %d pinned sources left", len(ks.Items), len(pins.Items))
+		pins := s.pinnedSources(ctx, t, name)
+		return len(ks.Items) == 0 && len(pins) == 0, fmt.Sprintf("%d Kustomizations, %d pinned sources left", len(ks.Items), len(pins))
 	})
+}
+
+// pinnedSources lists the pinned sources labelled with the rollout's name.
+func (s *fleetSetup) pinnedSources(ctx context.Context, t *testing.T, rollout string) []sourcev1.GitRepository {
+	t.Helper()
+	var pins sourcev1.GitRepositoryList
+	if err := s.f.Hub.List(ctx, &pins, client.InNamespace(s.ns), client.MatchingLabels{v1alpha1.RolloutLabel: rollout}); err != nil {
+		t.Fatal(err)
+	}
+	return pins.Items
 }
 
 // receiptNames lists the names of the receipts labelled with the rollout's name, sorted.
