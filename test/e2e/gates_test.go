@@ -633,12 +633,18 @@ func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
 
 // With the policy's rehearsal on, after the first wave the canary is rolled back to the known-good
 // and forward again; the rollbackSucceeds receipt has both legs' health and timings.
+//
+// The controller is stopped at the rehearsal's points, a fresh one started each time: before the
+// rehearsal's start is recorded (noDisruption's receipt written), before the canary is switched back,
+// before the forward leg is recorded, before the rehearsal's rollbackSucceeds receipt is written, and
+// between writing it and recording it. The canary is rehearsed once (switched to v2, back and forward,
+// three writes), and each decision has one receipt, listed once in the ledger.
 func TestE2ERehearsal(t *testing.T) {
 	t.Parallel()
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t, "rehearsal:      false", "rehearsal:      true")})
-	startTidegate(t, s, controllers.Options{})
-	ctx, cancel := testContext(t, 6*time.Minute)
+	h := startTidegate(t, s, controllers.Options{})
+	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	rev1 := s.repo.Revision(first)
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, usePolicy)
@@ -646,8 +652,56 @@ func TestE2ERehearsal(t *testing.T) {
 		t.Fatalf("a first rollout has nothing to rehearse going back to: %+v", rh)
 	}
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
+	h.Stop(t)
+	gen1 := s.generations(t, "web")[canary]
 	rev2 := s.commitVersion(t, "v2")
+	at := func(wavePhase, rehearsal string, switches int64, rollbackSucceeds int) func() {
+		return func() {
+			t.Helper()
+			got := s.rollout(t, "web")
+			wv := got.Status.Waves[0]
+			rh := ""
+			if wv.Rehearsal != nil {
+				rh = wv.Rehearsal.Phase
+			}
+			if got.Status.Candidate.Revision != rev2 || wv.Phase != wavePhase || rh != rehearsal {
+				t.Fatalf("at the crash the canary should be %s, its rehearsal %q: %s (rehearsal %+v)", wavePhase, rehearsal, describe(got), wv.Rehearsal)
+			}
+			if g := s.kustomization(t, "web", canary).Generation; g != gen1+switches {
+				t.Fatalf("at the crash the canary's Kustomization was written %d times, want %d", g-gen1, switches)
+			}
+			if n := len(s.receiptsByDecision(ctx, t, rev2)[v1alpha1.GateRollbackSucceeds+"/canary"]); n != rollbackSucceeds {
+				t.Fatalf("%d rollbackSucceeds receipts of the canary at the crash, want %d", n, rollbackSucceeds)
+			}
+		}
+	}
+	s.crashThrough(ctx, t,
+		// noDisruption passed and its receipt is written; the rehearsal it starts is not recorded.
+		crashPoint{point: "status:rehearsal:canary:" + v1alpha1.RehearsalRollingBack, atCrash: func() {
+			at(v1alpha1.WaveSoaking, "", 1, 1)()
+			if n := len(s.receiptsByDecision(ctx, t, rev2)[v1alpha1.GateNoDisruption+"/canary"]); n != 1 {
+				t.Fatalf("%d noDisruption receipts of the canary at the crash, want the one written", n)
+			}
+		}},
+		crashPoint{point: "switch:" + canary, atCrash: at(v1alpha1.WaveRehearsing, v1alpha1.RehearsalRollingBack, 1, 1)},
+		// Back at the known-good; the forward leg is not recorded.
+		crashPoint{point: "status:rehearsal:canary:" + v1alpha1.RehearsalRollingForward, atCrash: at(v1alpha1.WaveRehearsing, v1alpha1.RehearsalRollingBack, 2, 1)},
+		crashPoint{point: "receipt:rollbackSucceeds:canary", atCrash: at(v1alpha1.WaveRehearsing, v1alpha1.RehearsalRollingForward, 3, 1)},
+		// The rehearsal's decision is written, not recorded: status records the pre-wave one.
+		crashPoint{point: "decided:rollbackSucceeds:canary", atCrash: func() {
+			at(v1alpha1.WaveRehearsing, v1alpha1.RehearsalRollingForward, 3, 2)()
+			pre := findGate(s.rollout(t, "web").Status.Waves[0].Gates, v1alpha1.GateRollbackSucceeds).Receipt
+			if latest := latestReceipt(s.receiptsOf(ctx, t, "web", rev2), v1alpha1.GateRollbackSucceeds, "canary"); latest == nil || latest.Name == pre {
+				t.Fatalf("at the crash status records the rehearsal's rollbackSucceeds (%s) already", pre)
+			}
+		}},
+	)
+	startTidegate(t, s, controllers.Options{})
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
+	s.checkDecisions(ctx, t, done, rev2, map[string][]string{
+		"canary": append(slices.Clone(canaryGates), v1alpha1.GateRollbackSucceeds),
+		"rest":   laterGates,
+	})
 	rh := done.Status.Waves[0].Rehearsal
 	if rh == nil || rh.Phase != v1alpha1.RehearsalDone || rh.BackReadyAt == nil || rh.ForwardReadyAt == nil {
 		t.Fatalf("canary rehearsal = %+v", rh)
@@ -668,13 +722,9 @@ func TestE2ERehearsal(t *testing.T) {
 		b, _ := json.Marshal(ev.Rehearsal)
 		t.Fatalf("rehearsal evidence = %s", b)
 	}
-	// The canary's Kustomization really went back and forth: created at v1, then v2, v1, v2.
-	var ks kustomizev1.Kustomization
-	if err := s.f.Hub.Get(ctx, keyOf(s.ns, v1alpha1.KustomizationName("web", canary)), &ks); err != nil {
-		t.Fatal(err)
-	}
-	if ks.Generation < 4 {
-		t.Errorf("the canary's Kustomization should have been switched v1 → v2 → v1 → v2 (generation %d)", ks.Generation)
+	// The canary's Kustomization really went back and forth, once: v1, then v2, v1, v2.
+	if g := s.kustomization(t, "web", canary).Generation; g != gen1+3 {
+		t.Errorf("the canary's Kustomization should have been switched v1 → v2 → v1 → v2, three writes (generation %d, was %d)", g, gen1)
 	}
 }
 
