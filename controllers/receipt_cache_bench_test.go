@@ -22,10 +22,12 @@ import (
 )
 
 // receiptsOnTheHub is how many receipts BenchmarkReceiptCache keeps on the hub, each with
-// receiptEvidenceBytes of evidence (a deploySafe receipt of a few hundred clusters; the most is 64 KiB).
+// receiptEvidenceBytes of evidence (a deploySafe receipt of a hundred clusters; the most is 64 KiB).
 const (
 	receiptsOnTheHub     = 10000
 	receiptEvidenceBytes = 16 << 10
+	// receiptTargets is each receipt's targets: a wave of 100 clusters.
+	receiptTargets = 100
 )
 
 // BenchmarkReceiptCache measures the heap a manager's cache of GateReceipts takes with 10,000
@@ -93,6 +95,10 @@ func cachedHeap(b *testing.B, hub *testHub, transform cache.TransformFunc) uint6
 // compress (receipts keep large evidence gzipped).
 func createReceipts(b *testing.B, c client.Client, ns string, n, size int) {
 	b.Helper()
+	targets := make([]string, receiptTargets)
+	for i := range targets {
+		targets[i] = fmt.Sprintf("cluster-%04d", i)
+	}
 	work := make(chan int)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -107,7 +113,7 @@ func createReceipts(b *testing.B, c client.Client, ns string, n, size int) {
 				evidence := fmt.Appendf(nil, `{"n":%d,"pad":%q}`, i, base64.StdEncoding.EncodeToString(pad))
 				spec := v1alpha1.GateReceiptSpec{Gate: v1alpha1.GateDeploySafe, Rollout: fmt.Sprintf("r%d", i%50), Wave: "canary",
 					Candidate: v1alpha1.RevisionStatus{Revision: "main@sha1:1", Digest: "sha256:" + strings.Repeat("a", 64)},
-					Targets:   []string{"member-1"}, PolicyDigest: "builtin:sha256:0", Result: v1alpha1.ResultPass, EvaluatedAt: metav1.Now()}
+					Targets:   targets, PolicyDigest: "builtin:sha256:0", Result: v1alpha1.ResultPass, EvaluatedAt: metav1.Now()}
 				rc, _, err := v1alpha1.NewGateReceipt(ns, spec, evidence)
 				if err == nil {
 					err = c.Create(context.Background(), rc)
