@@ -319,7 +319,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	wv.Missing = fleets.Missing(wv.Clusters, w.Inventory)
 	held := heldBack(wv)
 	refused := refusedWrites(st)
-	var updated, healthy, failed, retrying int32
+	var updated, healthy, failed, retrying, unavailable int32
 	var unsettled, pending []string
 	soaking := wv.Phase == v1alpha1.WaveSoaking
 	for _, c := range wv.Clusters {
@@ -344,6 +344,11 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 		case soaking && o.RetryingAt(cand.Source, cand.Revision):
 			// A retried failure of the revision it had applied: not judged before the soak ends.
 			retrying++
+		case o.UnavailableAt(cand.Source):
+			// Its API server did not take the apply: retried, and pending, unless the wave's budget
+			// takes it as a failure (below).
+			unavailable++
+			pending = append(pending, c)
 		default:
 			pending = append(pending, c)
 		}
@@ -363,7 +368,11 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *world, i int, spec v1alpha1.Wa
 	switch {
 	case failed > budget:
 		res.GateWave = i
-	case wv.Phase == v1alpha1.WaveProgressing && healthy+failed == total:
+	case wv.Phase == v1alpha1.WaveProgressing && (healthy+failed == total ||
+		healthy+failed+unavailable == total && failed+unavailable <= budget):
+		// Every member is Ready or failed; members whose API server did not take the apply count
+		// as failed when the wave's budget takes them, so the others soak (a member that recovers
+		// is Ready in the soak). A wave that cannot take them waits for their retry, to its deadline.
 		wv.Phase = v1alpha1.WaveSoaking
 		// The soak counts from readyAt as the API server keeps it (to the second), so the soak ends
 		// when the status says it does, not up to a second after.

@@ -301,12 +301,20 @@ func retried(reason string) bool {
 	return false
 }
 
+// UnavailableAt tells whether the Kustomization, pointing at source with its current spec, failed
+// its last reconcile for want of the member's API server (MemberUnavailable): not a failure of
+// the revision, which kustomize-controller retries.
+func (o Observation) UnavailableAt(source string) bool {
+	return o.Exists && o.Source == source && o.ReadyCurrent && o.Ready == metav1.ConditionFalse && o.MemberUnavailable()
+}
+
 // MemberUnavailable tells whether kustomize-controller's last reconcile failed for want of the
 // member's API server rather than because of the revision: ReconciliationFailed, not given up
 // (Stalled), with a message that says the server, or a webhook it called, was unavailable, did not
 // answer in time or throttled. The wave's deploySafe dry-ran the revision on the member before the
-// switch, so the apply is admissible: the failure is retried (the template's retryInterval) and
-// waited for, as pending, until the wave's deadline; it is not a failure of the revision.
+// switch, so the apply is admissible: the failure is retried (the template's retryInterval), and a
+// wave whose failure budget cannot take it waits for it, as pending, until its deadline; it is not a
+// failure of the revision.
 func (o Observation) MemberUnavailable() bool {
 	if o.Reason != meta.ReconciliationFailedReason || o.Stalled {
 		return false
