@@ -11,6 +11,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // recordLedger appends to the ledger of the rollout's candidate what the status about to be
@@ -135,7 +136,9 @@ func (r *FleetRolloutReconciler) ledgerReceipt(ctx context.Context, namespace, n
 func (r *FleetRolloutReconciler) appendLedger(ctx context.Context, fr *v1alpha1.FleetRollout, candidate v1alpha1.RevisionStatus,
 	add func(*v1alpha1.RolloutLedger) ([]v1alpha1.LedgerEntry, error), now metav1.Time) error {
 	first := candidate.LedgerName(fr.Name)
-	parts, err := r.ledgerParts(ctx, fr.Namespace, first)
+	// From the cache: a copy that lags the ledger's last write makes the write that follows conflict
+	// (or, for a new part, already exist), and the pass is retried.
+	parts, err := ops.LedgerParts(ctx, r.Client, fr.Namespace, first)
 	if err != nil {
 		return err
 	}
@@ -177,28 +180,6 @@ func (r *FleetRolloutReconciler) appendLedger(ctx context.Context, fr *v1alpha1.
 		}
 	}
 	return r.hook("ledger:" + candidate.Revision)
-}
-
-// ledgerParts reads the ledger named first and every part that continues it, in order; none when
-// there is no ledger yet. From the cache: a copy that lags the ledger's last write makes the write
-// that follows conflict (or, for a new part, already exist), and the pass is retried.
-func (r *FleetRolloutReconciler) ledgerParts(ctx context.Context, namespace, first string) ([]*v1alpha1.RolloutLedger, error) {
-	var parts []*v1alpha1.RolloutLedger
-	for n := 1; ; n++ {
-		l := &v1alpha1.RolloutLedger{}
-		key := client.ObjectKey{Namespace: namespace, Name: v1alpha1.LedgerPartName(first, n)}
-		err := r.Get(ctx, key, l)
-		switch {
-		case apierrors.IsNotFound(err):
-			return parts, nil
-		case err != nil:
-			return nil, fmt.Errorf("reading rolloutledger %s/%s: %w", key.Namespace, key.Name, err)
-		}
-		parts = append(parts, l)
-		if len(l.Spec.Entries) < v1alpha1.MaxLedgerEntries {
-			return parts, nil
-		}
-	}
 }
 
 // wholeLedger is the record parts hold, as one ledger to read: the last part with the entries of

@@ -35,26 +35,17 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 		revision = fr.Status.Candidate.Revision
 	}
 	first := v1alpha1.LedgerName(rollout, revision)
-	var parts []*v1alpha1.RolloutLedger
+	ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: first}
+	parts, err := LedgerParts(ctx, c, ns, first)
+	if err != nil {
+		return nil, nil, AsError(err, ref)
+	}
+	if len(parts) == 0 {
+		return nil, nil, Errorf(CodeUnmet, &ref, "no rolloutledger of fleetrollout %s/%s revision %s (%s): nothing was decided for it yet, or it was decided by a version without ledgers", ns, rollout, revision, ref.Name)
+	}
 	var entries []v1alpha1.LedgerEntry
-	for n := 1; ; n++ {
-		l := &v1alpha1.RolloutLedger{}
-		ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: v1alpha1.LedgerPartName(first, n)}
-		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, l)
-		if apierrors.IsNotFound(err) && n == 1 {
-			return nil, nil, Errorf(CodeUnmet, &ref, "no rolloutledger of fleetrollout %s/%s revision %s (%s): nothing was decided for it yet, or it was decided by a version without ledgers", ns, rollout, revision, ref.Name)
-		}
-		if apierrors.IsNotFound(err) {
-			break // the last part is full and nothing continues it yet
-		}
-		if err != nil {
-			return nil, nil, AsError(err, ref)
-		}
-		parts = append(parts, l)
+	for _, l := range parts {
 		entries = append(entries, l.Spec.Entries...)
-		if len(l.Spec.Entries) < v1alpha1.MaxLedgerEntries {
-			break
-		}
 	}
 	var receipts []attest.BundleReceipt
 	seen := map[string]bool{}
@@ -79,6 +70,27 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 		receipts = append(receipts, br)
 	}
 	return attest.NewBundle(parts, receipts, metav1.Now()), missing, nil
+}
+
+// LedgerParts reads the ledger named first and every ledger that continues it (each part past a
+// full one, v1alpha1.LedgerPartName), in order; none when there is no ledger of that name.
+func LedgerParts(ctx context.Context, c client.Reader, namespace, first string) ([]*v1alpha1.RolloutLedger, error) {
+	var parts []*v1alpha1.RolloutLedger
+	for n := 1; ; n++ {
+		l := &v1alpha1.RolloutLedger{}
+		key := client.ObjectKey{Namespace: namespace, Name: v1alpha1.LedgerPartName(first, n)}
+		err := c.Get(ctx, key, l)
+		switch {
+		case apierrors.IsNotFound(err):
+			return parts, nil // the last part is full and nothing continues it yet
+		case err != nil:
+			return nil, fmt.Errorf("reading rolloutledger %s/%s: %w", key.Namespace, key.Name, err)
+		}
+		parts = append(parts, l)
+		if len(l.Spec.Entries) < v1alpha1.MaxLedgerEntries {
+			return parts, nil
+		}
+	}
 }
 
 // BundleReceiptOf is rc as a bundle holds it, with its evidence read from where the receipt keeps
