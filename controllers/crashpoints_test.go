@@ -42,12 +42,33 @@ func TestUnrecordedReceiptIsTheDecisionDueNow(t *testing.T) {
 		return rc
 	}
 	const fresh = 2 * time.Minute
+	// pick is the receipt taken up, read whole; the controller, which reads receipts' metadata
+	// first and then the candidates they name whole, latest first, must take up the same one.
 	pick := func(fr *v1alpha1.FleetRollout, gate string, now time.Duration, items ...v1alpha1.GateReceipt) string {
-		rc := unrecordedReceipt(items, fr, 1, gate, t0.Add(now), fresh, ReceiptAuthor{})
-		if rc == nil {
-			return ""
+		t.Helper()
+		picked := ""
+		if rc := unrecordedReceipt(items, fr, 1, gate, t0.Add(now), fresh, ReceiptAuthor{}); rc != nil {
+			picked = rc.Name
 		}
-		return rc.Name
+		whole := map[string]*v1alpha1.GateReceipt{}
+		var metadata []metav1.PartialObjectMetadata
+		for _, rc := range items {
+			rc := rc.DeepCopy()
+			annotateDecision(rc)
+			whole[rc.Name] = rc
+			metadata = append(metadata, metav1.PartialObjectMetadata{ObjectMeta: rc.ObjectMeta})
+		}
+		due, byMetadata := newDueDecision(fr, 1, gate, t0.Add(now), fresh), ""
+		for _, key := range due.candidates(metadata) {
+			if due.takesUp(whole[key.Name], ReceiptAuthor{}) {
+				byMetadata = key.Name
+				break
+			}
+		}
+		if byMetadata != picked {
+			t.Errorf("from the receipts' metadata the controller takes up %q, read whole %q", byMetadata, picked)
+		}
+		return picked
 	}
 
 	soaking := rollout(v1alpha1.WaveSoaking)

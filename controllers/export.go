@@ -27,14 +27,14 @@ type ReceiptExport struct {
 
 // export writes rc's record, replacing a file of its name only with the same content (a receipt's
 // name is its content's digest), and makes it durable before it returns.
-func (e *ReceiptExport) export(ctx context.Context, rc *v1alpha1.GateReceipt) error {
+func (e *ReceiptExport) export(ctx context.Context, key client.ObjectKey) error {
 	full := &v1alpha1.GateReceipt{}
-	if err := e.Reader.Get(ctx, client.ObjectKeyFromObject(rc), full); err != nil {
-		return fmt.Errorf("reading gate receipt %s/%s to export it before pruning: %w", rc.Namespace, rc.Name, err)
+	if err := e.Reader.Get(ctx, key, full); err != nil {
+		return fmt.Errorf("reading gate receipt %s to export it before pruning: %w", key, err)
 	}
 	br, err := ops.BundleReceiptOf(ctx, e.Reader, full)
 	if err != nil {
-		return fmt.Errorf("reading the evidence of gate receipt %s/%s to export it before pruning: %w", rc.Namespace, rc.Name, err)
+		return fmt.Errorf("reading the evidence of gate receipt %s to export it before pruning: %w", key, err)
 	}
 	b, err := json.MarshalIndent(br, "", "  ")
 	if err != nil {
@@ -42,7 +42,7 @@ func (e *ReceiptExport) export(ctx context.Context, rc *v1alpha1.GateReceipt) er
 	}
 	dir := filepath.Join(e.Dir, full.Namespace, full.Spec.Rollout)
 	if err := writeDurably(dir, full.Name+".json", b); err != nil {
-		return fmt.Errorf("exporting gate receipt %s/%s before pruning it (--records-export-dir): %w", rc.Namespace, rc.Name, err)
+		return fmt.Errorf("exporting gate receipt %s before pruning it (--records-export-dir): %w", key, err)
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ func TestPrunedReceiptsAreExportedFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		annotateDecision(rc)
 		if err := hub.admin.Create(ctx, rc); err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +53,12 @@ func TestPrunedReceiptsAreExportedFirst(t *testing.T) {
 	if err := os.WriteFile(blocked, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := pruneReceipts(ctx, hub.admin, fr, &ReceiptExport{Dir: blocked, Reader: hub.admin}, nil)
+	r := &FleetRolloutReconciler{Client: hub.admin, APIReader: hub.admin}
+	receipts, err := r.rolloutReceipts(ctx, fr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pruneReceipts(ctx, hub.admin, receipts, fr, &ReceiptExport{Dir: blocked, Reader: hub.admin}, nil)
 	if err == nil || !strings.Contains(err.Error(), "--records-export-dir") {
 		t.Errorf("pruning with an export that fails: %v, want the export's error", err)
 	}
@@ -61,7 +67,7 @@ func TestPrunedReceiptsAreExportedFirst(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	if err := pruneReceipts(ctx, hub.admin, fr, &ReceiptExport{Dir: dir, Reader: hub.admin}, nil); err != nil {
+	if err := pruneReceipts(ctx, hub.admin, receipts, fr, &ReceiptExport{Dir: dir, Reader: hub.admin}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != maxReceiptsPerRollout {

@@ -35,6 +35,10 @@ type FleetRolloutReconciler struct {
 	// APIReader reads the FleetRollout itself uncached: the engine acts on its recorded status, which
 	// must be the latest written, never a stale cache copy.
 	APIReader client.Reader
+	// Receipts lists GateReceipts' metadata (metav1.PartialObjectMetadata) from the manager's
+	// cache, which holds nothing else of a receipt: a receipt is read whole from the API server,
+	// and only when a pass needs it. nil: Client.
+	Receipts client.Reader
 	// EventRecorder emits Kubernetes events (fluxcd/pkg/runtime/events in the manager).
 	EventRecorder events.EventRecorder
 	// Metrics records Flux-style reconcile metrics; optional.
@@ -533,7 +537,11 @@ func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 	if err := prunePinnedSources(ctx, r.Client, fr, fr.Spec.SourceRef.Kind, inUse, prune); err != nil {
 		return retryable(err)
 	}
-	if err := pruneReceipts(ctx, r.Client, fr, r.Export, prune); err != nil {
+	receipts, err := r.rolloutReceipts(ctx, fr)
+	if err != nil {
+		return retryable(err)
+	}
+	if err := pruneReceipts(ctx, r.Client, receipts, fr, r.Export, prune); err != nil {
 		return retryable(err)
 	}
 	if stale := staleApprovals(fr, p.Target); len(stale) > 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,6 +128,8 @@ func eventually(t *testing.T, what string, ok func() (bool, string)) {
 type requestCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
+	// accepts holds, by verb and path ("WATCH" for a watch), the media types asked for.
+	accepts map[string]map[string]bool
 }
 
 func (c *requestCounter) wrap(cfg *rest.Config) *rest.Config {
@@ -142,15 +146,35 @@ type countingTransport struct {
 }
 
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.URL.Query().Get("watch") != "true" {
-		t.c.mu.Lock()
-		if t.c.counts == nil {
-			t.c.counts = map[string]int{}
-		}
-		t.c.counts[r.Method+" "+r.URL.Path]++
-		t.c.mu.Unlock()
+	t.c.mu.Lock()
+	if t.c.counts == nil {
+		t.c.counts, t.c.accepts = map[string]int{}, map[string]map[string]bool{}
 	}
+	verb := r.Method
+	if r.URL.Query().Get("watch") == "true" {
+		verb = "WATCH"
+	} else {
+		t.c.counts[r.Method+" "+r.URL.Path]++
+	}
+	if t.c.accepts[verb+" "+r.URL.Path] == nil {
+		t.c.accepts[verb+" "+r.URL.Path] = map[string]bool{}
+	}
+	t.c.accepts[verb+" "+r.URL.Path][r.Header.Get("Accept")] = true
+	t.c.mu.Unlock()
 	return t.rt.RoundTrip(r)
+}
+
+// acceptsOf is the media types asked for by each request to a path ending in suffix, by verb and path.
+func (c *requestCounter) acceptsOf(suffix string) map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string][]string{}
+	for k, types := range c.accepts {
+		if strings.HasSuffix(k, suffix) {
+			out[k] = slices.Sorted(maps.Keys(types))
+		}
+	}
+	return out
 }
 
 func (c *requestCounter) snapshot() map[string]int {

@@ -108,18 +108,14 @@ func (r *FleetRolloutReconciler) ledgerEntries(ctx context.Context, fr *v1alpha1
 	return append(add, v1alpha1.LedgerEntry{Type: v1alpha1.LedgerEntryOutcome, Outcome: o}), nil
 }
 
-// ledgerReceipt is the receipt named name: one the pass decided by, else the cache's, else the API
-// server's (a receipt written by an earlier pass the cache has not seen yet); nil when it is gone.
+// ledgerReceipt is the receipt named name: one the pass decided by, else the API server's (the
+// manager caches receipts' metadata only); nil when it is gone.
 func (r *FleetRolloutReconciler) ledgerReceipt(ctx context.Context, namespace, name string, receipts map[string]*v1alpha1.GateReceipt) (*v1alpha1.GateReceipt, error) {
 	if rc := receipts[name]; rc != nil {
 		return rc, nil
 	}
 	rc := &v1alpha1.GateReceipt{}
-	key := client.ObjectKey{Namespace: namespace, Name: name}
-	err := r.Get(ctx, key, rc)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, rc)
-	}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rc)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

@@ -94,7 +94,9 @@ func ManagerOptions(c ManagerConfig) ctrl.Options {
 			// (spec.kubeConfig.configMapRef) the same way, and the ServiceAccounts they name are
 			// read by name: a cache of every ConfigMap or ServiceAccount of the hub would hold far
 			// more than tidegate reads.
-			DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &corev1.ServiceAccount{}},
+			// GateReceipts likewise: the cache holds their metadata (FleetRolloutReconciler.Receipts),
+			// and a receipt is read whole only when a pass needs it.
+			DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &corev1.ServiceAccount{}, &v1alpha1.GateReceipt{}},
 		}},
 		Metrics:                       metricsserver.Options{BindAddress: metrics},
 		HealthProbeBindAddress:        c.HealthAddr,
@@ -128,8 +130,6 @@ func cacheOptions(fleetNamespaces []string) cache.Options {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&kustomizev1.Kustomization{}: {Label: labels.NewSelector().Add(*managed), Transform: trimKustomization},
-			// Which field managers wrote a receipt tells the controller's own (ReceiptAuthor.Wrote).
-			&v1alpha1.GateReceipt{}: {Transform: trimReceipt},
 			// Tracked sources are the user's, pinned ones are labelled: both are needed.
 			&sourcev1.GitRepository{}: {},
 			&sourcev1.OCIRepository{}: {},
@@ -145,31 +145,6 @@ func cacheOptions(fleetNamespaces []string) cache.Options {
 		opts.ByObject[&corev1.ConfigMap{}] = cache.ByObject{Namespaces: namespaces}
 	}
 	return opts
-}
-
-// keepFieldManagers keeps of an object's managedFields who wrote it (each entry's manager and
-// operation) and drops the fields each owns, which are most of their size.
-func keepFieldManagers(obj any) (any, error) {
-	if o, ok := obj.(client.Object); ok {
-		fields := o.GetManagedFields()
-		for i := range fields {
-			fields[i].FieldsV1 = nil
-		}
-		o.SetManagedFields(fields)
-	}
-	return obj, nil
-}
-
-// trimReceipt keeps of a GateReceipt its decision (metadata with who wrote it, and the spec but for
-// its evidence) and drops its evidence before it enters the cache: up to 64 KiB of a receipt's
-// size, which the controller reads only to take up a deploySafe decision it wrote and did not
-// record (unrecordedDecision), from the API server. So the cache grows with the number of receipts
-// a hub keeps by their decisions, not by their evidence. Nothing writes a cached receipt back.
-func trimReceipt(obj any) (any, error) {
-	if rc, ok := obj.(*v1alpha1.GateReceipt); ok {
-		rc.Spec.Evidence, rc.Spec.EvidenceGzip = nil, ""
-	}
-	return keepFieldManagers(obj)
 }
 
 // trimKustomization keeps of a Kustomization what tidegate reads (its metadata, spec, conditions and

@@ -12,6 +12,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -24,15 +25,15 @@ import (
 // namespaces when they are given, and never binds :8080 by default.
 func TestManagerOptions(t *testing.T) {
 	o := ManagerOptions(ManagerConfig{})
-	if o.Client.Cache == nil || len(o.Client.Cache.DisableFor) != 3 {
-		t.Fatalf("client cache options = %+v, want Secrets, ConfigMaps and ServiceAccounts read uncached", o.Client.Cache)
+	if o.Client.Cache == nil || len(o.Client.Cache.DisableFor) != 4 {
+		t.Fatalf("client cache options = %+v, want Secrets, ConfigMaps, ServiceAccounts and GateReceipts read uncached", o.Client.Cache)
 	}
 	var uncached []string
 	for _, obj := range o.Client.Cache.DisableFor {
 		uncached = append(uncached, fmt.Sprintf("%T", obj))
 	}
-	if got := strings.Join(uncached, " "); got != "*v1.Secret *v1.ConfigMap *v1.ServiceAccount" {
-		t.Errorf("uncached kinds = %s, want *v1.Secret *v1.ConfigMap *v1.ServiceAccount", got)
+	if got := strings.Join(uncached, " "); got != "*v1.Secret *v1.ConfigMap *v1.ServiceAccount *v1alpha1.GateReceipt" {
+		t.Errorf("uncached kinds = %s, want *v1.Secret *v1.ConfigMap *v1.ServiceAccount *v1alpha1.GateReceipt", got)
 	}
 	for obj := range o.Cache.ByObject {
 		if _, ok := obj.(*corev1.Secret); ok {
@@ -66,6 +67,49 @@ func TestManagerOptions(t *testing.T) {
 	}
 	if on := ManagerOptions(ManagerConfig{LeaderElection: true}); !on.LeaderElection || on.LeaderElectionID != LeaderElectionID {
 		t.Errorf("leader election = %v on %q", on.LeaderElection, on.LeaderElectionID)
+	}
+}
+
+// The manager caches receipts' metadata only: against a real API server, with the controllers as
+// the manager runs them, a rollout's first gate is decided and its receipt written, and every list
+// and watch of GateReceipts the manager made asked for their metadata alone
+// (PartialObjectMetadata), never for receipts whole.
+func TestTheManagerCachesReceiptsMetadataOnly(t *testing.T) {
+	h := startTestHub(t)
+	requests := &requestCounter{}
+	h.manager(t, requests, func(mgr ctrl.Manager) error {
+		return Setup(mgr, h.cfg, Options{SkipNameValidation: true})
+	})
+	ctx := context.Background()
+	fr := h.vacuousFleet(t, "receipt-cache", []v1alpha1.Wave{{Name: "all", Selector: &metav1.LabelSelector{}}})
+	eventually(t, "a gate of the first wave to be decided", func() (bool, string) {
+		if err := h.admin.Get(ctx, client.ObjectKeyFromObject(fr), fr); err != nil {
+			return false, err.Error()
+		}
+		h.servePinnedSource(t, fr)
+		if len(fr.Status.Waves) == 0 || len(fr.Status.Waves[0].Gates) == 0 {
+			return false, fmt.Sprintf("waves %+v", fr.Status.Waves)
+		}
+		return true, ""
+	})
+	var receipts v1alpha1.GateReceiptList
+	if err := h.admin.List(ctx, &receipts, client.InNamespace(fr.Namespace)); err != nil || len(receipts.Items) == 0 {
+		t.Fatalf("%d receipts written (%v), want the decision's", len(receipts.Items), err)
+	}
+	lists := 0
+	for request, accepts := range requests.acceptsOf("/gatereceipts") {
+		if !strings.HasPrefix(request, "GET ") && !strings.HasPrefix(request, "WATCH ") {
+			continue
+		}
+		lists++
+		for _, a := range accepts {
+			if !strings.Contains(a, "as=PartialObjectMetadata") {
+				t.Errorf("%s asked for %q: the manager would cache receipts whole", request, a)
+			}
+		}
+	}
+	if lists == 0 {
+		t.Error("the manager never listed GateReceipts: the decision was not made as a pass makes it")
 	}
 }
 

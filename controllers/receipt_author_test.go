@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/attest"
 )
 
@@ -54,23 +56,26 @@ func TestReceiptsNotTheControllersAreNotTakenUp(t *testing.T) {
 			fr := pendingRollout(ns)
 			decision := func(result string) *ReceiptObjects {
 				ro, err := BuildReceipt(fr, &fr.Status.Waves[0], fr.Status.Waves[0].Clusters, v1alpha1.GateDeploySafe,
-					GateDecision{Result: result, PolicyDigest: "builtin:sha256:1"}, nil, metav1.NewTime(now))
+					GateDecision{Result: result, PolicyDigest: "builtin:sha256:1", Evidence: tgcue.DeploySafeEvidence{}}, nil, metav1.NewTime(now))
 				if err != nil {
 					t.Fatal(err)
 				}
 				return ro
 			}
-			takenUp := func() string {
+			// takenUp is the receipt the controller takes up as the decision, as it does: from the
+			// receipts' metadata in the manager's cache, each candidate read whole from the API server.
+			r := &FleetRolloutReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Receipts: mgr.GetCache(), Signer: tc.controller.Signer}
+			takenUp := func(want int) string {
 				t.Helper()
-				var list v1alpha1.GateReceiptList
-				var rc *v1alpha1.GateReceipt
+				var receipts []metav1.PartialObjectMetadata
 				eventually(t, "the cache to hold the receipts", func() (bool, string) {
-					if err := mgr.GetClient().List(ctx, &list, client.InNamespace(ns)); err != nil {
+					var err error
+					if receipts, err = r.rolloutReceipts(ctx, fr); err != nil {
 						return false, err.Error()
 					}
-					return len(list.Items) > 0, "no receipt in the cache"
+					return len(receipts) >= want, fmt.Sprintf("%d receipts in the cache, want %d", len(receipts), want)
 				})
-				rc = unrecordedReceipt(list.Items, fr, 0, v1alpha1.GateDeploySafe, now.Add(time.Second), time.Minute, tc.controller)
+				_, rc := r.unrecordedDecision(ctx, &pass{world: &world{Rollout: fr, Now: now.Add(time.Second)}}, receipts, 0, v1alpha1.GateDeploySafe)
 				if rc == nil {
 					return ""
 				}
@@ -88,7 +93,7 @@ func TestReceiptsNotTheControllersAreNotTakenUp(t *testing.T) {
 			if err := h.admin.Create(ctx, forged.GateReceipt, client.FieldOwner(tc.forger)); err != nil {
 				t.Fatal(err)
 			}
-			if got := takenUp(); got != "" {
+			if got := takenUp(1); got != "" {
 				t.Fatalf("the injected receipt %s was taken up as the decision", got)
 			}
 
@@ -110,7 +115,7 @@ func TestReceiptsNotTheControllersAreNotTakenUp(t *testing.T) {
 				t.Errorf("the injected receipt must stay as it was: %s (%v)", held.Spec.Result, err)
 			}
 			eventually(t, "the controller's receipt to be taken up", func() (bool, string) {
-				got := takenUp()
+				got := takenUp(2)
 				return got == real.Name, "took up " + got
 			})
 		})

@@ -2,10 +2,11 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -73,6 +74,7 @@ func BuildReceipt(fr *v1alpha1.FleetRollout, wave *v1alpha1.WaveStatus, targets 
 		return nil, fmt.Errorf("%s receipt for fleetrollout %s/%s: %w", gate, fr.Namespace, fr.Name, err)
 	}
 	rc.Annotations[ReceiptGenerationAnnotation] = strconv.FormatInt(fr.Generation, 10)
+	annotateDecision(rc)
 	return &ReceiptObjects{GateReceipt: rc, Parts: parts}, nil
 }
 
@@ -112,13 +114,10 @@ func WriteReceipt(ctx context.Context, c client.Client, ro *ReceiptObjects, a Re
 // pruneReceipts deletes the oldest receipts of the rollout past maxReceiptsPerRollout, never one
 // the rollout's status still references or a ledger lists. With export, each is exported first,
 // and one that is not is kept. beforeDelete, when set, runs just before each delete (the
-// crash-point hook).
-func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, export *ReceiptExport, beforeDelete func(name string) error) error {
-	var list v1alpha1.GateReceiptList
-	if err := c.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
-		return err
-	}
-	if len(list.Items) <= maxReceiptsPerRollout {
+// crash-point hook). receipts are the metadata of the rollout's receipts (rolloutReceipts); the
+// oldest are those evaluated first (ReceiptEvaluatedAtAnnotation, else when they were created).
+func pruneReceipts(ctx context.Context, c client.Client, receipts []metav1.PartialObjectMetadata, fr *v1alpha1.FleetRollout, export *ReceiptExport, beforeDelete func(name string) error) error {
+	if len(receipts) <= maxReceiptsPerRollout {
 		return nil
 	}
 	referenced := map[string]bool{}
@@ -137,27 +136,34 @@ func pruneReceipts(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollo
 			referenced[name] = true
 		}
 	}
-	sort.Slice(list.Items, func(i, j int) bool {
-		return list.Items[i].Spec.EvaluatedAt.Before(&list.Items[j].Spec.EvaluatedAt)
-	})
-	excess := len(list.Items) - maxReceiptsPerRollout
-	for i := 0; i < len(list.Items) && excess > 0; i++ {
-		rc := &list.Items[i]
-		if referenced[rc.Name] {
+	evaluated := func(m *metav1.PartialObjectMetadata) time.Time {
+		if at, err := time.Parse(time.RFC3339, m.Annotations[ReceiptEvaluatedAtAnnotation]); err == nil {
+			return at
+		}
+		return m.CreationTimestamp.Time
+	}
+	oldest := slices.Clone(receipts)
+	slices.SortStableFunc(oldest, func(a, b metav1.PartialObjectMetadata) int { return evaluated(&a).Compare(evaluated(&b)) })
+	excess := len(oldest) - maxReceiptsPerRollout
+	for i := 0; i < len(oldest) && excess > 0; i++ {
+		m := &oldest[i]
+		if referenced[m.Name] {
 			continue
 		}
+		key := client.ObjectKey{Namespace: m.Namespace, Name: m.Name}
 		if export != nil {
-			if err := export.export(ctx, rc); err != nil {
+			if err := export.export(ctx, key); err != nil {
 				return err
 			}
 		}
 		if beforeDelete != nil {
-			if err := beforeDelete(rc.Name); err != nil {
+			if err := beforeDelete(m.Name); err != nil {
 				return err
 			}
 		}
+		rc := &v1alpha1.GateReceipt{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name}}
 		if err := c.Delete(ctx, rc); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pruning gate receipt %s/%s: %w", rc.Namespace, rc.Name, err)
+			return fmt.Errorf("pruning gate receipt %s/%s: %w", m.Namespace, m.Name, err)
 		}
 		excess--
 	}
@@ -186,104 +192,204 @@ func sortedUnique(in []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(in)))
 }
 
-// unrecordedDecision is the decision of gate for wave i, among the rollout's receipts, whose
-// receipt was written but that status does not record (the controller stopped between the two, or
-// a later write of the pass failed), or nil: the receipt, if the controller wrote it, is the decision, so it is recorded as it
-// was made, never made again, which would write a second receipt over other evidence. The receipts
-// come from the manager's cache, which a restarted manager syncs before its first reconcile, and
-// which holds them without their evidence (trimReceipt): a deploySafe receipt's evidence, which names
-// the targets to hold back, is read from the API server. One that cannot be read, or whose evidence
-// is kept in parts, is not taken up (the controller reads no ConfigMap): that gate is decided again.
-func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass, receipts []v1alpha1.GateReceipt, i int, gate string) (*decidedGate, *v1alpha1.GateReceipt) {
+// unrecordedDecision is the decision of gate for wave i whose receipt was written but that status
+// does not record (the controller stopped between the two, or a later write of the pass failed),
+// or nil: the receipt, if the controller wrote it, is the decision, so it is recorded as it was
+// made, never made again, which would write a second receipt over other evidence. The receipts'
+// metadata come from the manager's cache, which a restarted manager syncs before its first
+// reconcile and which holds nothing else of a receipt: the annotations BuildReceipt writes pick the
+// receipts that may hold the decision due (in steady state none), and each is read whole from the
+// API server, latest first, until one is the decision and the controller's (dueDecision.takesUp).
+// A deploySafe receipt's evidence, which names the targets to hold back, must decode: one whose
+// evidence is kept in parts is not taken up (the controller reads no ConfigMap), nor one that
+// cannot be read; that gate is decided again.
+func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass, receipts []metav1.PartialObjectMetadata, i int, gate string) (*decidedGate, *v1alpha1.GateReceipt) {
 	freshness := collector.DefaultFreshness
 	if r.Evidence != nil && r.Evidence.Freshness > 0 {
 		freshness = r.Evidence.Freshness
 	}
-	rc := unrecordedReceipt(receipts, p.Rollout, i, gate, p.Now, freshness, r.author())
-	if rc == nil {
+	due := newDueDecision(p.Rollout, i, gate, p.Now, freshness)
+	if due == nil {
 		return nil, nil
 	}
-	d := GateDecision{Result: rc.Spec.Result, Reasons: slices.Clone(rc.Spec.Reasons), Limits: slices.Clone(rc.Spec.Limits), PolicyDigest: rc.Spec.PolicyDigest}
-	if gate == v1alpha1.GateDeploySafe {
-		// Its evidence names the targets to hold back.
-		full := &v1alpha1.GateReceipt{}
-		var reader client.Reader = r.APIReader
-		if reader == nil {
-			reader = r.Client
-		}
-		if err := reader.Get(ctx, client.ObjectKeyFromObject(rc), full); err != nil {
-			return nil, nil
-		}
-		raw, err := full.Spec.StoredEvidence(nil)
-		var ds tgcue.DeploySafeEvidence
-		if err != nil || json.Unmarshal(raw, &ds) != nil {
-			return nil, nil
-		}
-		d.Evidence = ds
+	var reader client.Reader = r.APIReader
+	if reader == nil {
+		reader = r.Client
 	}
-	return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}, rc
+	for _, key := range due.candidates(receipts) {
+		rc := &v1alpha1.GateReceipt{}
+		if err := reader.Get(ctx, key, rc); err != nil || !due.takesUp(rc, r.author()) {
+			continue
+		}
+		d := GateDecision{Result: rc.Spec.Result, Reasons: slices.Clone(rc.Spec.Reasons), Limits: slices.Clone(rc.Spec.Limits), PolicyDigest: rc.Spec.PolicyDigest}
+		if gate == v1alpha1.GateDeploySafe {
+			raw, err := rc.Spec.StoredEvidence(nil)
+			var ds tgcue.DeploySafeEvidence
+			if err != nil || json.Unmarshal(raw, &ds) != nil {
+				return nil, nil
+			}
+			d.Evidence = ds
+		}
+		return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}, rc
+	}
+	return nil, nil
 }
 
-// rolloutReceipts lists the rollout's receipts from the manager's cache, shared with it: they are
-// only read.
-func (r *FleetRolloutReconciler) rolloutReceipts(ctx context.Context, fr *v1alpha1.FleetRollout) ([]v1alpha1.GateReceipt, error) {
-	var list v1alpha1.GateReceiptList
-	if err := r.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}, client.UnsafeDisableDeepCopy); err != nil {
+// receiptMetadataList is a list of GateReceipts' metadata, as the manager caches them.
+func receiptMetadataList() *metav1.PartialObjectMetadataList {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(v1alpha1.GateReceiptKind + "List"))
+	return list
+}
+
+// rolloutReceipts lists the metadata of the rollout's receipts from the manager's cache, shared
+// with it: they are only read.
+func (r *FleetRolloutReconciler) rolloutReceipts(ctx context.Context, fr *v1alpha1.FleetRollout) ([]metav1.PartialObjectMetadata, error) {
+	var reader client.Reader = r.Receipts
+	if reader == nil {
+		reader = r.Client
+	}
+	list := receiptMetadataList()
+	if err := reader.List(ctx, list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing gate receipts of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
 	}
 	return list.Items, nil
 }
 
-// unrecordedReceipt picks, of the rollout's receipts, the latest one of gate for wave i of the
-// candidate over the wave's members that status does not record and that was made for the decision
-// due now: after the gate's last recorded decision on the wave; for a wave that started, since its
-// start (a rehearsal's decision, since the rehearsal's start); for a wave not started yet (pre-wave
-// gates), at the rollout's current generation and at most freshness old, as evidence gathered ahead
-// may be. Only a receipt a wrote is taken up (ReceiptAuthor.Wrote): one injected by anyone else is
-// ignored, and the gate decided afresh. nil when there is none.
-func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, i int, gate string, now time.Time, freshness time.Duration, a ReceiptAuthor) *v1alpha1.GateReceipt {
+// ReceiptDecisionAnnotation holds the digest of what a receipt's decision was made on: the rollout,
+// the gate, the wave, the candidate and the wave's targets (decisionKey). With
+// ReceiptEvaluatedAtAnnotation it lets the controller tell, from the receipts' metadata alone,
+// which receipts may hold a decision it wrote and did not record. A receipt without them (written
+// before they were) is never taken up: its gate is decided again.
+const ReceiptDecisionAnnotation = "tidegate.dev/decision"
+
+// ReceiptEvaluatedAtAnnotation holds a receipt's spec.evaluatedAt (RFC 3339).
+const ReceiptEvaluatedAtAnnotation = "tidegate.dev/evaluated-at"
+
+// annotateDecision writes on rc the annotations by which the controller finds and orders receipts
+// from their metadata: what its decision was made on, and when.
+func annotateDecision(rc *v1alpha1.GateReceipt) {
+	s := &rc.Spec
+	if rc.Annotations == nil {
+		rc.Annotations = map[string]string{}
+	}
+	rc.Annotations[ReceiptDecisionAnnotation] = decisionKey(s.Rollout, s.Gate, s.Wave, &s.Candidate, s.Targets)
+	rc.Annotations[ReceiptEvaluatedAtAnnotation] = s.EvaluatedAt.UTC().Format(time.RFC3339)
+}
+
+// decisionKey is the digest ReceiptDecisionAnnotation holds; targets are sorted.
+func decisionKey(rollout, gate, wave string, candidate *v1alpha1.RevisionStatus, targets []string) string {
+	h := sha256.New()
+	for _, s := range append([]string{rollout, gate, wave, candidate.Key()}, targets...) {
+		fmt.Fprintf(h, "%d:%s\n", len(s), s)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// dueDecision is what a receipt must be to hold the decision of a gate for a wave that is due now
+// and that status does not record: of the candidate, over the wave's members, not recorded in
+// status, and made for the decision due: after the gate's last recorded decision on the wave; for
+// a wave that started, since its start (a rehearsal's decision, since the rehearsal's start); for a
+// wave not started yet (pre-wave gates), at the rollout's current generation and at most freshness
+// old, as evidence gathered ahead may be.
+type dueDecision struct {
+	key        string
+	recorded   map[string]bool
+	after      time.Time // the gate's last recorded decision on the wave, if any
+	since      time.Time // the wave's (or its rehearsal's) start, if it started
+	preWave    bool
+	generation string
+	oldest     time.Time // for a pre-wave gate, the oldest a decision may be
+}
+
+// newDueDecision is the decision of gate for wave i due now, or nil when there is none.
+func newDueDecision(fr *v1alpha1.FleetRollout, i int, gate string, now time.Time, freshness time.Duration) *dueDecision {
 	st := &fr.Status
 	if st.Candidate == nil || i < 0 || i >= len(st.Waves) {
 		return nil
 	}
 	wv := &st.Waves[i]
-	recorded := map[string]bool{}
+	d := &dueDecision{
+		key:        decisionKey(fr.Name, gate, wv.Name, st.Candidate, slices.Sorted(slices.Values(wv.Clusters))),
+		recorded:   map[string]bool{},
+		preWave:    wv.Phase == v1alpha1.WavePending || wv.Phase == v1alpha1.WaveAwaiting,
+		generation: strconv.FormatInt(fr.Generation, 10),
+		oldest:     now.Add(-freshness),
+	}
 	for _, w := range st.Waves {
 		for _, g := range w.Gates {
-			recorded[g.Receipt] = true
+			d.recorded[g.Receipt] = true
 		}
 	}
-	prev := gateOutcome(wv, gate)
-	preWave := wv.Phase == v1alpha1.WavePending || wv.Phase == v1alpha1.WaveAwaiting
-	var since *metav1.Time
+	if prev := gateOutcome(wv, gate); prev != nil && prev.DecidedAt != nil {
+		d.after = prev.DecidedAt.Time
+	}
 	switch {
 	case wv.Phase == v1alpha1.WaveRehearsing && wv.Rehearsal != nil:
-		since = wv.Rehearsal.BackStartedAt
-	case !preWave:
-		since = wv.StartedAt
+		if wv.Rehearsal.BackStartedAt != nil {
+			d.since = wv.Rehearsal.BackStartedAt.Time
+		}
+	case !d.preWave && wv.StartedAt != nil:
+		d.since = wv.StartedAt.Time
 	}
-	generation := strconv.FormatInt(fr.Generation, 10)
-	targets := slices.Sorted(slices.Values(wv.Clusters))
+	return d
+}
+
+// admits tells whether a receipt named name, with annotations, of decision key evaluated at may
+// hold the decision due.
+func (d *dueDecision) admits(name string, annotations map[string]string, key string, at time.Time) bool {
+	switch {
+	case annotations[UndecidedAnnotation] != "", d.recorded[name], key != d.key, at.IsZero():
+		return false
+	case !d.after.IsZero() && !at.After(d.after), !d.since.IsZero() && at.Before(d.since):
+		return false
+	case d.preWave && (annotations[ReceiptGenerationAnnotation] != d.generation || at.Before(d.oldest)):
+		return false
+	}
+	return true
+}
+
+// candidates are the receipts whose metadata say they may hold the decision due, latest first.
+func (d *dueDecision) candidates(receipts []metav1.PartialObjectMetadata) []client.ObjectKey {
+	type candidate struct {
+		key client.ObjectKey
+		at  time.Time
+	}
+	var found []candidate
+	for k := range receipts {
+		m := &receipts[k]
+		at, _ := time.Parse(time.RFC3339, m.Annotations[ReceiptEvaluatedAtAnnotation])
+		if d.admits(m.Name, m.Annotations, m.Annotations[ReceiptDecisionAnnotation], at) {
+			found = append(found, candidate{client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, at})
+		}
+	}
+	slices.SortStableFunc(found, func(a, b candidate) int { return b.at.Compare(a.at) })
+	keys := make([]client.ObjectKey, len(found))
+	for k, c := range found {
+		keys[k] = c.key
+	}
+	return keys
+}
+
+// takesUp tells whether rc, read whole, holds the decision due and a wrote it
+// (ReceiptAuthor.Wrote): one injected by anyone else is ignored, and the gate decided afresh. It
+// judges rc by its spec, not by the annotations that made it a candidate.
+func (d *dueDecision) takesUp(rc *v1alpha1.GateReceipt, a ReceiptAuthor) bool {
+	s := &rc.Spec
+	key := decisionKey(s.Rollout, s.Gate, s.Wave, &s.Candidate, s.Targets)
+	return d.admits(rc.Name, rc.Annotations, key, s.EvaluatedAt.Time) && a.Wrote(rc) == nil
+}
+
+// unrecordedReceipt is, of items (receipts read whole), the latest that holds the decision of gate
+// for wave i due now and that status does not record (dueDecision), or nil.
+func unrecordedReceipt(items []v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, i int, gate string, now time.Time, freshness time.Duration, a ReceiptAuthor) *v1alpha1.GateReceipt {
+	due := newDueDecision(fr, i, gate, now, freshness)
+	if due == nil {
+		return nil
+	}
 	var best *v1alpha1.GateReceipt
 	for k := range items {
-		rc := &items[k]
-		s := &rc.Spec
-		at := s.EvaluatedAt.Time
-		switch {
-		case rc.Annotations[UndecidedAnnotation] != "", recorded[rc.Name], s.Rollout != fr.Name, s.Gate != gate, s.Wave != wv.Name,
-			s.Candidate.Key() != st.Candidate.Key(), !slices.Equal(s.Targets, targets):
-			continue
-		case prev != nil && prev.DecidedAt != nil && !at.After(prev.DecidedAt.Time):
-			continue
-		case since != nil && at.Before(since.Time):
-			continue
-		case preWave && (rc.Annotations[ReceiptGenerationAnnotation] != generation || now.Sub(at) > freshness):
-			continue
-		}
-		if a.Wrote(rc) != nil {
-			continue
-		}
-		if best == nil || at.After(best.Spec.EvaluatedAt.Time) {
+		if rc := &items[k]; due.takesUp(rc, a) && (best == nil || rc.Spec.EvaluatedAt.After(best.Spec.EvaluatedAt.Time)) {
 			best = rc
 		}
 	}

@@ -117,6 +117,7 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 	rollouts := &FleetRolloutReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
+		Receipts:      mgr.GetCache(),
 		EventRecorder: recorder,
 		Metrics:       &m,
 		Evidence:      evidence,
