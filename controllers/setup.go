@@ -62,6 +62,9 @@ type MemberOptions struct {
 	// AllowInsecure accepts member kubeconfigs that skip TLS verification or go through a proxy
 	// (--allow-insecure-member-kubeconfigs).
 	AllowInsecure bool
+	// WorkloadIdentity reaches members through workload identity (member.Clients.WorkloadIdentity):
+	// the controller's binary sets it to fluxcd/pkg/auth/utils.GetRESTConfig.
+	WorkloadIdentity member.RESTConfigFunc
 }
 
 // NewMemberClients returns the member clients of a manager: kubeconfig Secrets and workload identity
@@ -72,6 +75,7 @@ func NewMemberClients(mgr ctrl.Manager, hubConfig *rest.Config, o MemberOptions)
 	return &member.Clients{
 		Secrets: mgr.GetAPIReader(), Versions: mgr.GetCache(), Tokens: mgr.GetClient(), Hub: hubConfig, Scheme: mgr.GetScheme(),
 		QPS: o.QPS, Burst: o.Burst, Timeout: o.Timeout, CacheSize: o.CacheSize, Namespaces: o.FleetNamespaces, AllowInsecure: o.AllowInsecure,
+		WorkloadIdentity: o.WorkloadIdentity,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	authutils "github.com/fluxcd/pkg/auth/utils"
 	"net/http"
 	"os"
 	"strings"
@@ -171,6 +172,8 @@ func main() {
 		}
 		log.Info("signing receipts and ledger entries", "secret", ns+"/"+signingKey, "keyID", signer.KeyID())
 	}
+	// Workload identity links the cloud providers' SDKs: only this binary does.
+	members.WorkloadIdentity = authutils.GetRESTConfig
 	if err := controllers.Setup(mgr, restConfig, controllers.Options{
 		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer, PolicyBudget: policyBudget, RenderBudget: renderBudget,
 		RecordsExportDir: recordsDir,

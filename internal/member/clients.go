@@ -63,6 +63,11 @@ type Clients struct {
 	// (spec.kubeConfig.configMapRef, identity.go): a hub client, uncached. nil: such FleetClusters
 	// are refused.
 	Tokens client.Client
+	// WorkloadIdentity gets the REST config of a member reached through workload identity:
+	// fluxcd/pkg/auth/utils.GetRESTConfig, which links the AWS, Azure and GCP SDKs, so it is set by
+	// the controller's binary and by the tests of workload identity, not linked into every package
+	// that reaches members. nil: such FleetClusters are refused with an error saying so.
+	WorkloadIdentity RESTConfigFunc
 	// Hub is the hub's REST config, used for a FleetCluster without spec.kubeConfig.
 	Hub *rest.Config
 	// Scheme of the member clients.

@@ -8,11 +8,12 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/auth"
-	authutils "github.com/fluxcd/pkg/auth/utils"
 	fluxcache "github.com/fluxcd/pkg/cache"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
@@ -36,12 +37,20 @@ func configMapOf(fc *v1alpha1.FleetCluster) types.NamespacedName {
 	return types.NamespacedName{Namespace: fc.Namespace, Name: kc.ConfigMapRef.Name}
 }
 
+// RESTConfigFunc gets the REST config of a member reached through workload identity, as
+// fluxcd/pkg/auth/utils.GetRESTConfig does.
+type RESTConfigFunc func(ctx context.Context, ref meta.KubeConfigReference, namespace string, c client.Client, opts ...auth.Option) (*rest.Config, error)
+
 // identitySource returns the REST config of a FleetCluster reached through workload identity,
 // building it again only when its ConfigMap's resourceVersion changed.
 func (m *Clients) identitySource(ctx context.Context, fc *v1alpha1.FleetCluster, cm types.NamespacedName) (*source, error) {
-	if m.Tokens == nil {
+	switch {
+	case m.Tokens == nil:
 		return nil, &kubeConfigError{msg: fmt.Sprintf(
 			"fleetcluster %s/%s: spec.kubeConfig.configMapRef: this controller has no client to get workload identity tokens with", fc.Namespace, fc.Name)}
+	case m.WorkloadIdentity == nil:
+		return nil, &kubeConfigError{msg: fmt.Sprintf(
+			"fleetcluster %s/%s: spec.kubeConfig.configMapRef: this process cannot reach members through workload identity (tidegate-controller can): use spec.kubeConfig.secretRef here", fc.Namespace, fc.Name)}
 	}
 	key := sourceKey{kind: "ConfigMap", namespace: cm.Namespace, name: cm.Name}
 	held, _ := m.sources.Get(key)
@@ -67,7 +76,7 @@ func (m *Clients) identitySource(ctx context.Context, fc *v1alpha1.FleetCluster,
 			return src, nil
 		}
 		involved := fluxcache.InvolvedObject{Kind: v1alpha1.FleetClusterKind, Name: fc.Name, Namespace: fc.Namespace, Operation: "connect"}
-		cfg, err := authutils.GetRESTConfig(ctx, *fc.Spec.KubeConfig, fc.Namespace, m.Tokens, auth.WithCache(*m.tokens, involved))
+		cfg, err := m.WorkloadIdentity(ctx, *fc.Spec.KubeConfig, fc.Namespace, m.Tokens, auth.WithCache(*m.tokens, involved))
 		if err != nil {
 			if identityConfigError(err) {
 				src.err = &kubeConfigError{msg: fmt.Sprintf("workload identity ConfigMap %s: %s", cm, err)}

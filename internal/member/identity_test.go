@@ -7,6 +7,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/auth"
+	authutils "github.com/fluxcd/pkg/auth/utils"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,7 +36,7 @@ func TestWorkloadIdentityConfigMapErrors(t *testing.T) {
 			meta.KubeConfigKeyServiceAccountName: "nobody"}),
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: "fleet"}},
 	).Build()
-	m := &Clients{Secrets: hub, Tokens: hub, Scheme: localfleet.NewScheme()}
+	m := &Clients{Secrets: hub, Tokens: hub, WorkloadIdentity: authutils.GetRESTConfig, Scheme: localfleet.NewScheme()}
 	fc := func(ref *meta.KubeConfigReference) *v1alpha1.FleetCluster {
 		return &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "fleet"}, Spec: v1alpha1.FleetClusterSpec{KubeConfig: ref}}
 	}
@@ -67,7 +68,7 @@ func TestWorkloadIdentityConfigMapErrors(t *testing.T) {
 			}
 		})
 	}
-	scoped := &Clients{Secrets: hub, Tokens: hub, Scheme: localfleet.NewScheme(), Namespaces: []string{"fleet-a", "fleet-b"}}
+	scoped := &Clients{Secrets: hub, Tokens: hub, WorkloadIdentity: authutils.GetRESTConfig, Scheme: localfleet.NewScheme(), Namespaces: []string{"fleet-a", "fleet-b"}}
 	if _, err := scoped.Config(context.Background(), fc(byName("gated"))); err == nil || !IsKubeConfigError(err) ||
 		!strings.Contains(err.Error(), "namespace fleet is not one of the controller's --fleet-namespaces (fleet-a,fleet-b)") {
 		t.Errorf("a FleetCluster outside --fleet-namespaces should be told so: %v", err)
@@ -76,4 +77,23 @@ func TestWorkloadIdentityConfigMapErrors(t *testing.T) {
 		t.Errorf("CredentialSource = %q", got)
 	}
 	var _ client.Client = hub
+}
+
+// A process that was not given a way to reach members through workload identity (every one but the
+// controller's binary, which links the cloud SDKs for it) refuses such a FleetCluster with an error
+// naming the fix, and never panics or calls out.
+func TestWorkloadIdentityNotInjectedNamesTheFix(t *testing.T) {
+	hub := fake.NewClientBuilder().WithScheme(localfleet.NewScheme()).Build()
+	m := &Clients{Secrets: hub, Tokens: hub, Scheme: localfleet.NewScheme()}
+	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "fleet"},
+		Spec: v1alpha1.FleetClusterSpec{KubeConfig: &meta.KubeConfigReference{ConfigMapRef: &meta.LocalObjectReference{Name: "cm"}}}}
+	_, err := m.Config(context.Background(), fc)
+	if err == nil || !IsKubeConfigError(err) {
+		t.Fatalf("Config = %v, want a kubeconfig error", err)
+	}
+	for _, want := range []string{"fleetcluster fleet/m", "spec.kubeConfig.configMapRef", "tidegate-controller", "spec.kubeConfig.secretRef"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
+	authutils "github.com/fluxcd/pkg/auth/utils"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -85,7 +86,9 @@ func TestE2EMembersThroughWorkloadIdentity(t *testing.T) {
 	if len(secrets.Items) != 0 {
 		t.Fatalf("the fleet's namespace should hold no Secret: %d", len(secrets.Items))
 	}
-	startTidegate(t, s, controllers.Options{})
+	// The controller's binary reaches members through workload identity with fluxcd/pkg/auth; so
+	// does this test's (cmd/tidegate-controller).
+	startTidegate(t, s, controllers.Options{Members: controllers.MemberOptions{WorkloadIdentity: authutils.GetRESTConfig}})
 	for _, m := range s.members {
 		s.waitClusterReachable(ctx, t, m.Name, metav1.ConditionTrue)
 	}

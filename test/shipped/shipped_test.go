@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,41 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 				t.Errorf("%s links %s: test code must live in test/ and _test.go files, and shipped code must not import it", cmd, pkg)
 			}
 		}
+	}
+}
+
+// The cloud providers' SDKs, which fluxcd/pkg/auth/utils links for workload identity, are linked
+// into the controller's binary and into the tests of workload identity only: every other package's
+// test binary reaches members without them (member.Clients.WorkloadIdentity is injected), so it
+// compiles and links without the AWS, Azure and GCP SDKs, and the race packages never build them.
+func TestOnlyTheControllerLinksTheCloudSDKs(t *testing.T) {
+	const identity = "github.com/fluxcd/pkg/auth/utils"
+	mayLink := map[string]bool{
+		module + "/cmd/tidegate-controller": true, // the controller reaches members through workload identity
+		module + "/internal/member":         true, // its identity tests
+		module + "/test/e2e":                true, // TestE2EMembersThroughWorkloadIdentity
+	}
+	c := exec.Command("go", "list", "-test", "-deps", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...")
+	c.Dir = testenv.RepoRoot()
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("go list -test -deps ./...: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		// A test binary's package is "<path>.test", and a package built for its tests "<path> [<path>.test]".
+		pkg, ok := strings.CutSuffix(fields[0], ".test")
+		if !ok || !strings.HasPrefix(pkg, module) {
+			continue
+		}
+		checked++
+		if !mayLink[pkg] && slices.Contains(fields[1:], identity) {
+			t.Errorf("the test binary of %s links %s and with it the cloud SDKs: inject member.Clients.WorkloadIdentity where workload identity is tested instead", pkg, identity)
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("go list found no test binary: %s", out)
 	}
 }
 
