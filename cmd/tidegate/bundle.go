@@ -25,9 +25,12 @@ func newReceiptsExportCommand(k *kubeOptions) *cobra.Command {
 ledger lists, each with its evidence (read from where the receipt keeps it, parts included), as
 JSON to FILE or stdout. tidegate receipts verify --bundle checks it with no cluster at all.
 
-The revision is --revision, or the rollout's candidate. Receipts and ledgers outlive their rollout,
-so a deleted rollout's ledgers export too (give --revision). Reading parts needs permission to get
-ConfigMaps in the namespace.
+The revision is --revision, or the rollout's candidate. A build of a revision of its own (an edit of
+the template or of a cluster's values) keeps a ledger apart: without --revision the candidate's
+ledger is exported, and --revision exports the revision's own ledger, else its one build's (with
+several, the error names them). Receipts and ledgers outlive their rollout, so a deleted rollout's
+ledgers export too (give --revision). Reading parts needs permission to get ConfigMaps in the
+namespace.
 
 Exit code: 0 when the bundle was written whole, 1 when a receipt the ledger lists is gone (the
 bundle is written without it, and does not verify), 2 on a usage or API error.`,

@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 // lists that are gone; a receipt whose evidence cannot be read is exported without it (verifying
 // the bundle names it).
 func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision string) (b *attest.Bundle, missing []string, err error) {
+	var first string
 	if revision == "" {
 		var fr v1alpha1.FleetRollout
 		ref := RolloutRef(ns, rollout)
@@ -33,8 +35,15 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 			return nil, nil, Errorf(CodeInvalid, &ref, "fleetrollout %s/%s has no candidate yet: give the revision", ns, rollout)
 		}
 		revision = fr.Status.Candidate.Revision
+		// The candidate's own ledger: a build of the revision of its own (an edit of the template
+		// or of a cluster's values) keeps one apart from the revision's.
+		first = fr.Status.Candidate.LedgerName(rollout)
 	}
-	first := v1alpha1.LedgerName(rollout, revision)
+	if first == "" {
+		if first, err = ledgerOfRevision(ctx, c, ns, rollout, revision); err != nil {
+			return nil, nil, err
+		}
+	}
 	ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: first}
 	parts, err := LedgerParts(ctx, c, ns, first)
 	if err != nil {
@@ -70,6 +79,35 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 		receipts = append(receipts, br)
 	}
 	return attest.NewBundle(parts, receipts, metav1.Now()), missing, nil
+}
+
+// ledgerOfRevision names the first ledger of rollout's revision: the revision's own, or, when it has
+// none, the one ledger of a build of it (a template or values edit), found by its candidate. A
+// revision with several such ledgers and none of its own is refused with their names.
+func ledgerOfRevision(ctx context.Context, c client.Reader, ns, rollout, revision string) (string, error) {
+	own := v1alpha1.LedgerName(rollout, revision)
+	var list v1alpha1.RolloutLedgerList
+	if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.RolloutLabel: rollout}); err != nil {
+		return "", AsError(err, RolloutRef(ns, rollout))
+	}
+	var builds []string
+	for _, l := range list.Items {
+		switch {
+		case l.Name == own:
+			return own, nil
+		case l.Spec.Continues == nil && l.Spec.Rollout == rollout && l.Spec.Candidate.Revision == revision:
+			builds = append(builds, l.Name)
+		}
+	}
+	if len(builds) > 1 {
+		ref := RolloutRef(ns, rollout)
+		return "", Errorf(CodeInvalid, &ref, "fleetrollout %s/%s revision %s has %d ledgers, one per build of the package (%s): export the rollout's candidate by giving no revision, or read one with kubectl -n %s get rolloutledger NAME -o yaml",
+			ns, rollout, revision, len(builds), strings.Join(builds, ", "), ns)
+	}
+	if len(builds) == 1 {
+		return builds[0], nil
+	}
+	return own, nil
 }
 
 // LedgerParts reads the ledger named first and every ledger that continues it (each part past a
