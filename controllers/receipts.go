@@ -137,7 +137,7 @@ func pruneReceipts(ctx context.Context, c client.Client, receipts []metav1.Parti
 		}
 	}
 	evaluated := func(m *metav1.PartialObjectMetadata) time.Time {
-		if at, err := time.Parse(time.RFC3339, m.Annotations[ReceiptEvaluatedAtAnnotation]); err == nil {
+		if at, ok := evaluatedAt(m); ok {
 			return at
 		}
 		return m.CreationTimestamp.Time
@@ -277,6 +277,13 @@ func annotateDecision(rc *v1alpha1.GateReceipt) {
 	rc.Annotations[ReceiptEvaluatedAtAnnotation] = s.EvaluatedAt.UTC().Format(time.RFC3339)
 }
 
+// evaluatedAt is a receipt's spec.evaluatedAt as its metadata hold it (ReceiptEvaluatedAtAnnotation),
+// and false when they do not.
+func evaluatedAt(m *metav1.PartialObjectMetadata) (time.Time, bool) {
+	at, err := time.Parse(time.RFC3339, m.Annotations[ReceiptEvaluatedAtAnnotation])
+	return at, err == nil
+}
+
 // decisionKey is the digest ReceiptDecisionAnnotation holds; targets are sorted.
 func decisionKey(rollout, gate, wave string, candidate *v1alpha1.RevisionStatus, targets []string) string {
 	h := sha256.New()
@@ -358,7 +365,7 @@ func (d *dueDecision) candidates(receipts []metav1.PartialObjectMetadata) []clie
 	var found []candidate
 	for k := range receipts {
 		m := &receipts[k]
-		at, _ := time.Parse(time.RFC3339, m.Annotations[ReceiptEvaluatedAtAnnotation])
+		at, _ := evaluatedAt(m)
 		if d.admits(m.Name, m.Annotations, m.Annotations[ReceiptDecisionAnnotation], at) {
 			found = append(found, candidate{client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, at})
 		}
