@@ -211,7 +211,7 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err := f.startFaultProxies(opts.FaultProxies); err != nil {
 		return f, err
 	}
-	if err := f.writeMemberSecrets(ctx, opts.Namespace); err != nil {
+	if err := f.writeMemberSecrets(ctx, opts.Namespace, nil); err != nil {
 		return f, err
 	}
 	if !opts.NoFlux {
@@ -349,15 +349,21 @@ func (f *Fleet) startMember(m *Member) error {
 	return err
 }
 
-// WriteMemberSecrets writes every member's kubeconfig Secret into namespace ns on the hub, creating ns.
-func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string) error {
+// writeMemberSecrets writes every member's kubeconfig Secret into namespace ns on the hub, creating
+// ns: the kubeconfig through[member] when given, else the fleet's (direct, or through Member.Faults).
+// A Secret that exists is left as it is.
+func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string, through map[string][]byte) error {
 	if err := f.EnsureNamespace(ctx, ns); err != nil {
 		return err
 	}
 	for _, m := range f.Members {
+		kc := m.secret
+		if through[m.Name] != nil {
+			kc = through[m.Name]
+		}
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: m.KubeConfigSecret, Namespace: ns},
-			Data:       map[string][]byte{"value": m.secret},
+			Data:       map[string][]byte{"value": kc},
 		}
 		if err := f.Hub.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("writing kubeconfig secret %s/%s: %w", ns, s.Name, err)
@@ -366,9 +372,10 @@ func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string) error {
 	return nil
 }
 
-// WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the hub.
+// WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the
+// hub. ProxyTenant writes them instead for a namespace with proxies of its own.
 func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error {
-	return f.writeMemberSecrets(ctx, ns)
+	return f.writeMemberSecrets(ctx, ns, nil)
 }
 
 // EnsureNamespace creates namespace ns on the hub if it does not exist.

@@ -286,6 +286,64 @@ func TestFaultProxiesInFrontOfAMemberAndTheHub(t *testing.T) {
 	}
 	proxied.Faults.Clear()
 	waitVersion(ctx, t, f, proxied, "v2", repo.Revision(second))
+
+	// A tenant's own proxies: its namespace's kubeconfig Secrets point at them, and its faults meet
+	// its clients alone.
+	if _, err := f.ProxyTenant(ctx, "tenant-a", []string{"member-9"}); err == nil || !strings.Contains(err.Error(), "member-9") {
+		t.Errorf("a tenant proxy of no member: %v, want an error naming member-9", err)
+	}
+	tf, err := f.ProxyTenant(ctx, "tenant-a", []string{"hub", "member-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tf.Close()
+	tenantClient := func(ns string, m *Member) client.Client {
+		t.Helper()
+		var s corev1.Secret
+		if err := f.Hub.Get(ctx, types.NamespacedName{Namespace: ns, Name: m.KubeConfigSecret}, &s); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data["value"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ns == "tenant-a" {
+			want := map[*Member]string{proxied: proxied.Faults.URL, direct: tf.Member("member-2").URL}[m]
+			if strings.TrimSuffix(cfg.Host, "/") != want {
+				t.Errorf("tenant-a's Secret of %s points at %s, want %s", m.Name, cfg.Host, want)
+			}
+		}
+		cfg.Timeout = 3 * time.Second
+		c, err := client.New(cfg, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	tenant, fleet := tenantClient("tenant-a", direct), tenantClient(f.Namespace, direct)
+	tenantClient("tenant-a", proxied)
+	tf.Member("member-2").Set(faultproxy.Blackhole())
+	var nss corev1.NamespaceList
+	if err := tenant.List(ctx, &nss); err == nil {
+		t.Error("tenant-a reached member-2 through a black hole")
+	}
+	if err := fleet.List(ctx, &nss); err != nil {
+		t.Errorf("the fleet's own way to member-2 met tenant-a's fault: %v", err)
+	}
+	tf.Member("member-2").Clear()
+	if err := tenant.List(ctx, &nss); err != nil {
+		t.Errorf("tenant-a's way to member-2, cleared: %v", err)
+	}
+	hub, err := client.New(tf.HubConfig, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.List(ctx, &nss); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := tf.Hub.Counts(); n == 0 {
+		t.Error("tenant-a's hub config does not go through its proxy")
+	}
 }
 
 func demoConfigMap(v string) string {

@@ -202,7 +202,7 @@ var (
 // without crashes would: every cluster switched once, one receipt per gate and wave, each recorded
 // in status, the soak counted from when it started.
 func TestE2ECrashPointsAlongARollout(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := testContext(t, 15*time.Minute)
 	defer cancel()
@@ -395,7 +395,7 @@ func TestE2ECrashPointsAlongARollout(t *testing.T) {
 // before its finalizer is removed. The rollout ends rolled back with the decision made once and
 // each cluster switched back once, and its deletion completes with the members left running.
 func TestE2ECrashPointsAlongARollback(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()

@@ -61,7 +61,7 @@ func (s *fleetSetup) generations(t *testing.T, rollout string) map[string]int64 
 // set while it is down is honoured. The rollout converges to the same outcome: every cluster switched
 // exactly once (one generation per Kustomization), wave snapshots and start times unchanged.
 func TestE2ECrashPointsDuringWaves(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()

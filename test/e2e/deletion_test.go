@@ -35,7 +35,7 @@ import (
 //
 // The rollouts' GateReceipts and RolloutLedgers outlive them either way.
 func TestE2EDeletingARollout(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	h := startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)

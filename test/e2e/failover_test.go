@@ -22,7 +22,7 @@ import (
 // recorded, the ring's soak counted from when it started, and the standby wrote nothing while it
 // was not the leader.
 func TestE2ELeaderFailoverMidSoak(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
@@ -107,7 +107,7 @@ func TestE2ELeaderFailoverMidSoak(t *testing.T) {
 // resourceVersion it carries is stale), no wave goes back at any moment, and the rollout completes
 // with one decision per gate and wave.
 func TestE2EADeposedLeadersLateWriteUndoesNothing(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()

@@ -33,9 +33,9 @@ func waveGate(wv v1alpha1.WaveStatus, gate string) *v1alpha1.GateOutcome {
 // without it, and it lags, unswitched. Once it answers, a catch-up wave brings it the release
 // through the gates, with receipts.
 func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
-	t.Parallel()
-	// A fleet of its own: fault proxies in front of its members.
-	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
+	parallel(t)
+	// Proxies of its own in front of the shared fleet's members.
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 14*time.Minute)
@@ -45,7 +45,7 @@ func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
 	away := []string{"member-2", "member-3"}
 	for _, c := range away {
 		s.probeEvery(ctx, t, c, 10*time.Second)
-		s.f.Member(c).Faults.Set(faultproxy.Blackhole())
+		s.proxies.Member(c).Set(faultproxy.Blackhole())
 	}
 	for _, c := range away {
 		s.waitReachable(ctx, t, c, metav1.ConditionFalse)
@@ -77,7 +77,7 @@ func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
 	}
 
 	for _, c := range away {
-		s.f.Member(c).Faults.Clear()
+		s.proxies.Member(c).Clear()
 	}
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	for _, m := range s.members {
@@ -102,7 +102,7 @@ func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
 	onInconclusive:    "Excuse"`)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	s.f.Member("member-3").Faults.Set(faultproxy.Blackhole())
+	s.proxies.Member("member-3").Set(faultproxy.Blackhole())
 	s.waitReachable(ctx, t, "member-3", metav1.ConditionFalse)
 	rev3 := s.commitVersion(t, "v3")
 	done = s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev3)
@@ -125,7 +125,7 @@ func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
 			ready != nil && strings.Contains(ready.Message, "runs on 2 clusters"), fmt.Sprintf("%+v %s", fr.Status.Lagging, describe(fr))
 	})
 
-	s.f.Member("member-3").Faults.Clear()
+	s.proxies.Member("member-3").Clear()
 	eventually(ctx, t, "a catch-up wave brings member-3 to v3", func() (bool, string) {
 		fr = s.rollout(t, "web")
 		n := len(fr.Status.Waves)

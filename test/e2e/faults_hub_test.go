@@ -26,8 +26,8 @@ import (
 )
 
 // controllerAgent is the User-Agent of the controller under test when it reaches the hub through
-// the hub's fault proxy (startTidegateThroughHubProxy): faults scoped with byController meet its
-// requests only, not Flux's, which go through the same proxy.
+// the scenario's hub proxy (startTidegateThroughHubProxy): faults scoped with byController meet its
+// requests only, whoever else goes through the proxy.
 const controllerAgent = "tidegate-controller-under-test"
 
 // byController selects the requests of the controller under test.
@@ -37,11 +37,10 @@ func byController(r *http.Request) bool { return strings.HasPrefix(r.UserAgent()
 // User-Agent.
 func startTidegateThroughHubProxy(t *testing.T, s *fleetSetup, opts controllers.Options) *controllerHandle {
 	t.Helper()
-	f := s.f
-	if f.HubProxyConfig == nil {
-		t.Fatal("the fleet has no hub fault proxy: start it with Options.FaultProxies naming \"hub\"")
+	if s.proxies == nil || s.proxies.HubConfig == nil {
+		t.Fatal("the scenario has no hub fault proxy: set it up with newFleetSetupProxied naming \"hub\"")
 	}
-	cfg := rest.CopyConfig(f.HubProxyConfig)
+	cfg := rest.CopyConfig(s.proxies.HubConfig)
 	cfg.UserAgent = controllerAgent
 	return startTidegateOn(t, s, cfg, opts)
 }
@@ -107,11 +106,12 @@ func (s *fleetSetup) receiptsConsistent(ctx context.Context, t *testing.T, fr *v
 // loop's first sample, so a soak shorter than the interval (testSoak) can end with none in it.
 const soakOfTwoSamples = 10 * time.Second
 
-// rolledOutThroughHubProxy starts three members and a hub behind a fault proxy, the controller
-// reaching the hub through it, and rolls v1 out; it returns the Kustomizations' generations then.
+// rolledOutThroughHubProxy sets a scenario up on three members of the shared fleet with a proxy of
+// its own in front of the hub, the controller reaching the hub through it, and rolls v1 out; it
+// returns the Kustomizations' generations then.
 func rolledOutThroughHubProxy(ctx context.Context, t *testing.T) (*fleetSetup, map[string]int64) {
 	t.Helper()
-	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"hub"}})
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{"hub"})
 	startTidegateThroughHubProxy(t, s, controllers.Options{})
 	s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) {
 		for i := range fr.Spec.Waves {
@@ -127,7 +127,7 @@ func rolledOutThroughHubProxy(ctx context.Context, t *testing.T) (*fleetSetup, m
 // hub, is not affected. The rollout completes: every cluster switched once, every gate decided
 // once with one passing receipt.
 func TestE2EFaultHubStorm(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s, before := rolledOutThroughHubProxy(ctx, t)
@@ -138,17 +138,17 @@ func TestE2EFaultHubStorm(t *testing.T) {
 		return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev2 &&
 			fr.Status.Waves[0].Phase != v1alpha1.WavePending, describe(fr)
 	})
-	_, injectedBefore := s.f.HubFaults.Counts()
-	s.f.HubFaults.Set(
+	_, injectedBefore := s.proxies.Hub.Counts()
+	s.proxies.Hub.Set(
 		faultproxy.TooManyRequests(time.Second).Only(byController).OneIn(2),
 		faultproxy.ServerError(http.StatusServiceUnavailable).Only(byController),
 	)
 	// The storm lasts until it has failed 20 of the controller's requests, however slow they come.
 	eventually(ctx, t, "the storm failing 20 of the controller's requests", func() (bool, string) {
-		_, injected := s.f.HubFaults.Counts()
+		_, injected := s.proxies.Hub.Counts()
 		return injected-injectedBefore >= 20, fmt.Sprintf("%d failed", injected-injectedBefore)
 	})
-	s.f.HubFaults.Clear()
+	s.proxies.Hub.Clear()
 	t.Logf("storm during %s", describe(s.rollout(t, "web")))
 
 	fr := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
@@ -161,12 +161,12 @@ func TestE2EFaultHubStorm(t *testing.T) {
 // The rollout completes with nothing lost: every gate decided once with one passing receipt, every
 // cluster switched once, and the other writer's last annotation still there.
 func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s, before := rolledOutThroughHubProxy(ctx, t)
 
-	s.f.HubFaults.Set(faultproxy.Conflict().Only(byController, faultproxy.Resource("fleetrollouts"),
+	s.proxies.Hub.Set(faultproxy.Conflict().Only(byController, faultproxy.Resource("fleetrollouts"),
 		faultproxy.Method(http.MethodPatch, http.MethodPut)).OneIn(2))
 	// The other writer: an annotation changed every 300 ms, with the usual read-modify-write.
 	const note = "example.com/note"
@@ -207,8 +207,8 @@ func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 	fr := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	stopWriter()
 	<-writerDone
-	s.f.HubFaults.Clear()
-	if _, injected := s.f.HubFaults.Counts(); injected < 5 {
+	s.proxies.Hub.Clear()
+	if _, injected := s.proxies.Hub.Counts(); injected < 5 {
 		t.Fatalf("%d of the controller's writes met a conflict: too few to show anything", injected)
 	}
 	checkWaveOrder(t, fr)
@@ -226,7 +226,7 @@ func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 // wave and the rollout complete, and the clusters still in the fleet run the revision. The
 // departed cluster's Kustomization is then orphaned at the known-good, on record.
 func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)
@@ -285,7 +285,7 @@ func TestE2EFaultFleetClusterDeletedMidWave(t *testing.T) {
 // builds them again; the failing wave rolls back to the known-good (whose artifact rollbackSucceeds
 // found again), and a later healthy revision completes.
 func TestE2EFaultSourceControllerLosesItsStorage(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// A fleet of its own: it restarts source-controller and empties its storage.
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{})
 	startTidegate(t, s, controllers.Options{})
@@ -369,7 +369,7 @@ func limitsContain(rc *v1alpha1.GateReceipt, part string) bool {
 // and how to resume it, the wave does not fail at its deadline while it waits, and once resumed
 // the rollout completes, each cluster switched once.
 func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 10*time.Minute)

@@ -25,8 +25,8 @@ import (
 // proxy heals, Flux converges member-2 to v1, it is confirmed, and the lag clears. Every cluster
 // was switched once each way, and the receipts are those status names.
 func TestE2EFaultMemberBlackholedDuringRollback(t *testing.T) {
-	t.Parallel()
-	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
+	parallel(t)
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
@@ -53,7 +53,7 @@ func TestE2EFaultMemberBlackholedDuringRollback(t *testing.T) {
 	if fr := s.rollout(t, "web"); fr.Status.Phase != v1alpha1.PhaseProgressing {
 		t.Fatalf("the rest wave decided before member-3 failed: %s", describe(fr))
 	}
-	s.f.Member("member-2").Faults.Set(faultproxy.Blackhole())
+	s.proxies.Member("member-2").Set(faultproxy.Blackhole())
 
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseRollingBack, rev2)
 	got := s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev2)
@@ -86,7 +86,7 @@ func TestE2EFaultMemberBlackholedDuringRollback(t *testing.T) {
 		}
 	}
 
-	s.f.Member("member-2").Faults.Clear()
+	s.proxies.Member("member-2").Clear()
 	var healed *v1alpha1.FleetRollout
 	eventually(ctx, t, "member-2 converged to v1, confirmed, no lag", func() (bool, string) {
 		healed = s.rollout(t, "web")

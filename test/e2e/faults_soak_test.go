@@ -23,8 +23,8 @@ import (
 // why. Healed, the member is sampled again, the gate passes once it was observed over enough of the
 // soak, and the rollout completes. No receipt of the revision failed.
 func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
-	t.Parallel()
-	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
+	parallel(t)
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
@@ -42,7 +42,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 		return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev2 && len(fr.Status.Waves) > 0 &&
 			fr.Status.Waves[0].Phase == v1alpha1.WaveSoaking, describe(fr)
 	})
-	s.f.Member(canary).Faults.Set(faultproxy.Blackhole())
+	s.proxies.Member(canary).Set(faultproxy.Blackhole())
 
 	// noDisruption reads Unknown before its decision too (the soak runs): wait for the wait itself.
 	var fr *v1alpha1.FleetRollout
@@ -74,7 +74,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 		return fr.Status.Phase == v1alpha1.PhaseProgressing && ks != nil && ks.Annotations[v1alpha1.RevisionAnnotation] == rev2, describe(fr)
 	})
 
-	s.f.Member(canary).Faults.Clear()
+	s.proxies.Member(canary).Clear()
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	if done.Status.LastKnownGood == nil || done.Status.LastKnownGood.Revision != rev2 {
 		t.Errorf("known-good %+v, want %s", done.Status.LastKnownGood, rev2)
@@ -104,8 +104,8 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 // the four others switch, soak and pass without waiting on it, and the rollout completes. The slow
 // member keeps the old revision and the wave's status says why.
 func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
-	t.Parallel()
-	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{FaultProxies: []string{"member-3"}})
+	parallel(t)
+	s, first := newFleetSetupProxied(t, 5, demoPackage("v1"), []string{"member-3"})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
@@ -115,7 +115,7 @@ func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
 	fr.Spec.Waves = []v1alpha1.Wave{{Name: "all", Selector: &metav1.LabelSelector{}, MaxFailures: &one, Soak: &metav1.Duration{Duration: testSoak}}}
 	s.createRollout(ctx, t, fr, rev1, nil)
 	s.probeRarely(ctx, t, "member-3")
-	s.f.Member("member-3").Faults.Set(faultproxy.Latency(30 * time.Second))
+	s.proxies.Member("member-3").Set(faultproxy.Latency(30 * time.Second))
 
 	rev2 := s.commitVersion(t, "v2")
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
@@ -153,7 +153,7 @@ func TestE2EFaultSlowMemberInAFiveMemberWave(t *testing.T) {
 // continues from them, and noDisruption fails on the disruption seen before the restart (with only
 // the samples taken after it, the canary would pass).
 func TestE2ERestartMidSoakRemembersADisruption(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	h := startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)

@@ -34,8 +34,8 @@ import (
 // member is pending, the rollout Progressing, until the fault clears; kustomize-controller's retry
 // (the template's retryInterval) applies v3, and the rollout completes with no receipt failed.
 func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
-	t.Parallel()
-	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
+	parallel(t)
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
@@ -48,7 +48,7 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	// Probed now and then not for an hour, the canary stays Reachable=True in the inventory while
 	// it is blackholed, so the planner keeps it in the first wave.
 	s.probeRarely(ctx, t, canary)
-	s.f.Member(canary).Faults.Set(faultproxy.Blackhole())
+	s.proxies.Member(canary).Set(faultproxy.Blackhole())
 	rev2 := s.commitVersion(t, "v2")
 
 	s.waitGate(ctx, t, "web", v1alpha1.GateDeploySafe, metav1.ConditionUnknown)
@@ -91,7 +91,7 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 		t.Errorf("%s's Kustomization should stay at %s", canary, rev1)
 	}
 
-	s.f.Member(canary).Faults.Clear()
+	s.proxies.Member(canary).Clear()
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	s.everyMemberRuns(ctx, t, "v2")
 	for _, rc := range s.receiptsOf(ctx, t, "web", rev2) {
@@ -101,7 +101,7 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	}
 
 	// v3, with the canary's API server unavailable to applies of the Deployment.
-	s.f.Member(canary).Faults.Set(faultproxy.ServerError(http.StatusServiceUnavailable).Only(
+	s.proxies.Member(canary).Set(faultproxy.ServerError(http.StatusServiceUnavailable).Only(
 		faultproxy.Method(http.MethodPatch), faultproxy.Resource("deployments"),
 		func(r *http.Request) bool { return r.URL.Query().Get("dryRun") == "" }))
 	rev3 := s.commitVersion(t, "v3")
@@ -121,7 +121,7 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 		fr.Status.WaitingFor == nil || fr.Status.WaitingFor.Reason != v1alpha1.WaitingForMembers {
 		t.Errorf("a member unavailable at the switch is pending, not a failure of the canary: %s", describe(fr))
 	}
-	s.f.Member(canary).Faults.Clear()
+	s.proxies.Member(canary).Clear()
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev3)
 	s.everyMemberRuns(ctx, t, "v3")
 	for _, rc := range s.receiptsOf(ctx, t, "web", rev3) {
@@ -191,8 +191,8 @@ func findConditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
 // about it. When both proxies heal, the rest wave switches member-4 and member-5 through its
 // gates, member-2 converges, and the rollout completes with nothing lagging.
 func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
-	t.Parallel()
-	s, first := newFleetSetupWith(t, 5, demoPackage("v1"), localfleet.Options{FaultProxies: []string{localfleet.AllMembers}})
+	parallel(t)
+	s, first := newFleetSetupProxied(t, 5, demoPackage("v1"), []string{localfleet.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 12*time.Minute)
 	defer cancel()
@@ -201,7 +201,7 @@ func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 	for _, c := range []string{"member-2", "member-5"} {
 		s.probeEvery(ctx, t, c, 10*time.Second)
 	}
-	s.f.Member("member-5").Faults.Set(faultproxy.Blackhole())
+	s.proxies.Member("member-5").Set(faultproxy.Blackhole())
 	s.waitReachable(ctx, t, "member-5", metav1.ConditionFalse)
 
 	rev2 := s.commitVersion(t, "v2")
@@ -211,7 +211,7 @@ func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 			fr.Status.Waves[1].StartedAt != nil, describe(fr)
 	})
 	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Hold = &v1alpha1.Hold{Reason: "look at the ring"} })
-	s.f.Member("member-2").Faults.Set(faultproxy.Blackhole())
+	s.proxies.Member("member-2").Set(faultproxy.Blackhole())
 	s.waitReachable(ctx, t, "member-2", metav1.ConditionFalse)
 
 	held := s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev2)
@@ -243,8 +243,8 @@ func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 			fr.Status.Waves[2].StartedAt == nil && fr.Status.Phase == v1alpha1.PhaseProgressing, describe(fr)
 	})
 
-	s.f.Member("member-2").Faults.Clear()
-	s.f.Member("member-5").Faults.Clear()
+	s.proxies.Member("member-2").Clear()
+	s.proxies.Member("member-5").Clear()
 	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	for i, want := range [][]string{{"member-1"}, {"member-2", "member-3"}, {"member-4", "member-5"}} {
 		if got := done.Status.Waves[i].Clusters; !slices.Equal(got, want) {

@@ -59,7 +59,7 @@ func (s *fleetSetup) installServiceMonitorCRD(ctx context.Context, t *testing.T,
 // rollout completes: that member is held back at the known-good, listed in the wave's status and in
 // the receipts' evidence, and never switched; the last wave's own deploySafe checked it again.
 func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// A fleet of its own: it installs a CRD, cluster-wide, on some members and not others.
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{})
 	startTidegate(t, s, controllers.Options{})

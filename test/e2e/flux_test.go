@@ -30,7 +30,9 @@ data:
 // The fleet harness works end to end: a commit on the Git server reaches two member API servers through
 // Flux Kustomizations on the hub that use the members' kubeconfig Secrets, and a second commit updates both.
 func TestE2EFluxAppliesCommitsToMembers(t *testing.T) {
-	t.Parallel()
+	parallel(t)
+	// A fleet of its own: it applies to the members' default namespace, with no tidegate.
+	ownFleetSlot(t)
 	f := localfleet.StartForTest(t, localfleet.Options{Members: 2})
 	ctx, cancel := testContext(t, 4*time.Minute)
 	defer cancel()

@@ -22,7 +22,7 @@ import (
 // candidate it had applied reads as Ready at the candidate with its health checks passed (by the last
 // finished reconcile, status.history), never as a failure or as health checks that did not pass.
 func TestE2ETransientFluxStatesAreNotFailures(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 6*time.Minute)

@@ -268,7 +268,7 @@ func reasonsContain(rc *v1alpha1.GateReceipt, parts ...string) bool {
 // built-in policy (onFail Hold) the rollout holds; a policy from Git saying onFail Rollback then
 // rolls the canary back.
 func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s, controllers.Options{})
@@ -333,7 +333,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 // rollbackSafe before the first wave: nothing is applied anywhere until an approval of that
 // revision's irreversible changes is added; then it rolls out, and the receipt records the approval.
 func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, withFiles("v1", map[string]string{"app/pvc.yaml": pvcYAML, "app/db.yaml": statefulSetYAML("1Gi")}))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)
@@ -387,7 +387,7 @@ func TestE2ERollbackSafeNeedsApproval(t *testing.T) {
 // A revision with a migration Job the package marks irreversible needs an approval; with it the
 // rollout proceeds, and the receipt records the approval and the finding.
 func TestE2EIrreversibleMigrationNeedsApproval(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 6*time.Minute)
@@ -433,7 +433,7 @@ spec:
 // The known-good's pinned source no longer serves its artifact (storage lost it): rollbackSucceeds
 // fails closed before the first wave, and nothing of the candidate is applied.
 func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 6*time.Minute)
@@ -474,7 +474,7 @@ func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
 // A policy that requires verified provenance, with a source that verifies nothing: deploySafe fails
 // and nothing is applied.
 func TestE2EDeploySafeRequiresProvenance(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{
 		"policy/policy.cue": defaultPolicy(t),
@@ -509,7 +509,7 @@ deploySafe: source: verified: true | error("the candidate's provenance must be v
 // Install-time values checked against the package's tidegate/install.cue: an unknown key, then a
 // protected one, fail deploySafe naming the key; allowed values pass.
 func TestE2EDeploySafeChecksInstallValues(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	schema := `package install
 
 values: {
@@ -551,7 +551,7 @@ protected: ["image"]
 // A policy edit with a CUE syntax error stalls the rollout with the error and nothing advances;
 // the commit that fixes it resumes the rollout.
 func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s, controllers.Options{})
@@ -640,7 +640,7 @@ func TestE2EBrokenPolicyStallsUntilFixed(t *testing.T) {
 // between writing it and recording it. The canary is rehearsed once (switched to v2, back and forward,
 // three writes), and each decision has one receipt, listed once in the ledger.
 func TestE2ERehearsal(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t, "rehearsal:      false", "rehearsal:      true")})
 	h := startTidegate(t, s, controllers.Options{})
@@ -733,7 +733,7 @@ func TestE2ERehearsal(t *testing.T) {
 // its first wave's deploySafe is Inconclusive, the reason naming the budget, and nothing of it is
 // applied. Another rollout on the same hub, with the same policy, completes meanwhile.
 func TestE2EAPolicyOverItsBudgetHoldsOnlyItsOwnRollout(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	s.policyRepo(t, map[string]string{
 		"policy/policy.cue": defaultPolicy(t),

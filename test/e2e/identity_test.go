@@ -30,13 +30,14 @@ import (
 // gates to every member, applied by kustomize-controller through the same ConfigMaps. Tokens for
 // an audience the members do not accept are refused, and the FleetCluster says so.
 func TestE2EMembersThroughWorkloadIdentity(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// Object-level workload identity (a serviceAccountName in the ConfigMap) is behind Flux's
 	// feature gate, in tidegate (this process) as in kustomize-controller. The gate is global in
 	// fluxcd/pkg/auth and changes nothing for the other tests' FleetClusters, which use Secrets.
 	if err := controllers.SetFeatureGates("ObjectLevelWorkloadIdentity=true"); err != nil {
 		t.Fatal(err)
 	}
+	ownFleetSlot(t) // before the deadline: the fleet of its own starts within it
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	// identity makes, in the fleet's namespace, ServiceAccount sa and the ConfigMap that reaches m

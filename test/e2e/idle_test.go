@@ -25,7 +25,7 @@ import (
 // write, no create attempt and no Secret read on the hub, and reconciles the rollout about once per
 // spec.interval, not once per Flux status write.
 func TestE2EIdleRolloutCostsNothing(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// Its namespace, its own on the shared fleet, tells this test's rollout apart in the
 	// process-wide metrics registry, which the managers of the tests running beside it share; the
 	// requests counted are its own manager's.

@@ -24,7 +24,7 @@ import (
 // envelope in it. The API server refuses a ledger write that drops an entry. Once the rollout is
 // deleted, its ledgers and receipts stay and still export and verify.
 func TestE2ESignedReceiptsAndLedger(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	signer, _, pubPEM, err := attest.GenerateKey(false)

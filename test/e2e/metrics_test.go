@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"testing"
+	"time"
 
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -44,12 +45,22 @@ func metric(t *testing.T, name string, labels map[string]string) (value float64,
 	return 0, false
 }
 
-// wantMetric fails the test unless name{labels} exists and ok(value) holds.
+// wantMetric fails the test unless name{labels} comes to exist with ok(value) within a minute. The
+// controller records its metrics after the pass's status write lands, so a test that has just seen
+// the status can read the metrics of the pass before: it waits for the pass to end, not for time.
 func wantMetric(t *testing.T, what, name string, labels map[string]string, ok func(float64) bool) {
 	t.Helper()
-	v, found := metric(t, name, labels)
-	if !found || !ok(v) {
-		t.Errorf("%s: %s%v = %v (present: %v)", what, name, labels, v, found)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, found := metric(t, name, labels)
+		if found && ok(v) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: %s%v = %v (present: %v)", what, name, labels, v, found)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -33,7 +33,7 @@ import (
 // about that digest, and the canary is blocked before anything of it is applied. An unsigned push
 // over the tracked tag is refused the same way, and the rollout at rest says it waits for its source.
 func TestE2EOCIRolloutVerified(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()
 	s, _ := newFleetSetup(t, 2, demoPackage("v1"))

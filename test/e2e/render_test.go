@@ -67,7 +67,7 @@ spec:
 // namespace and the rollout completes on real Flux; the objects the receipt lists are exactly the
 // objects Flux applied, with the template's patch and image.
 func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, unmodifiedPackage("v1"))
 	ctx, cancel := testContext(t, 6*time.Minute)
 	defer cancel()
@@ -144,7 +144,7 @@ func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
 // known-good would prune it with what was written to it: rollbackSafe fails before the first wave,
 // nothing is applied, and an approval of the revision lets it roll out.
 func TestE2EGoingBackPrunesWhatTheCandidateAdds(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, withFiles("v1", nil))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 6*time.Minute)

@@ -48,7 +48,7 @@ func (s *fleetSetup) resourceVersions(ctx context.Context, t *testing.T, name st
 // Hold stops the rollout before its next wave and keeps what is applied; clearing it resumes.
 // Suspend stops every write (checked on the rollout and its Kustomizations); clearing it resumes.
 func TestE2EHoldAndSuspend(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)
@@ -110,7 +110,7 @@ func TestE2EHoldAndSuspend(t *testing.T) {
 // (as docs/spec/v1alpha1/fleetrollouts.md says), then the newer revision rolls out wave by wave. No
 // cluster ever runs the newer revision before the older one has finished everywhere.
 func TestE2ENewRevisionDuringWave(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)
@@ -156,7 +156,7 @@ func TestE2ENewRevisionDuringWave(t *testing.T) {
 // a path missing from the artifact (deploySafe's render fails before the first wave), a selector that
 // selects nothing.
 func TestE2EBadRollouts(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, _ := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 4*time.Minute)

@@ -52,7 +52,7 @@ func (w *versionWatch) everRan(cluster, version string) bool {
 // rollback Hold the rollout holds with a reason naming the gate, the wave and the receipt; the other
 // clusters never see v2.
 func TestE2EBrokenCanaryHolds(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 6*time.Minute)
@@ -117,7 +117,7 @@ func TestE2EBrokenCanaryHolds(t *testing.T) {
 // RolledBack, the candidate is rejected, and the other clusters never see the bad revision. The
 // controller's metrics follow: the phase, each wave's, the gate decisions, the rollback.
 func TestE2EBrokenCanaryRollsBack(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// Its namespace, its own on the shared fleet, tells its metrics apart (metric).
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})

@@ -23,7 +23,7 @@ import (
 // source (the tracked source has no artifact of it any more), and the revision gone back from stays
 // rejected though the branch still has it.
 func TestE2ERollbackAfterArtifactGC(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// Keep one artifact per source and collect stale ones after a second, so the tracked source's
 	// artifact of v1 is gone from storage by the time the rollback needs v1.
 	s, first := newFleetSetupWith(t, 3, demoPackage("v1"), localfleet.Options{

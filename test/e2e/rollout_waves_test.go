@@ -72,7 +72,7 @@ func (s *fleetSetup) everyMemberRuns(ctx context.Context, t *testing.T, version 
 // Kustomization ends with lastAppliedRevision at the revision its cluster should run; clusters of
 // later waves keep the old revision while an earlier wave soaks; each wave leaves a receipt.
 func TestE2ERolloutWaves(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 5, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 6*time.Minute)

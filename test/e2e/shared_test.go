@@ -12,6 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/tidegate/tidegate/internal/localfleet"
 	"github.com/tidegate/tidegate/internal/simulator"
 )
@@ -27,9 +34,11 @@ const sharedMembers = 5
 // name that namespace's workloads. What the scenarios share: the API servers, source-controller,
 // kustomize-controller, the Git server, the registry and one workload simulator.
 //
-// A scenario that reaches across namespaces keeps a fleet of its own (newFleetSetupWith), and says
-// why where it starts it: fault proxies in front of an API server, a source-controller restart or
-// its retention flags, members that trust the hub's tokens, cluster-scoped objects on the members,
+// A scenario that needs faults between its clients and an API server gets proxies of its own in
+// front of the shared one (newFleetSetupProxied): only its namespace's clients go through them. A
+// scenario that reaches across namespaces keeps a fleet of its own (newFleetSetupWith, at most
+// maxOwnFleets at once), and says why where it starts it: a source-controller restart or its
+// retention flags, members that trust the hub's tokens, cluster-scoped objects on the members,
 // golden transcripts that name the namespace.
 var shared struct {
 	mu      sync.Mutex
@@ -69,7 +78,7 @@ func startShared() (*localfleet.Fleet, *simulator.Simulator, func(), error) {
 		// Every sharing scenario's sources and Kustomizations go through these two: enough workers
 		// that one scenario's health check waiting out its timeout holds up no other.
 		SourceControllerArgs:    []string{"--concurrent=10"},
-		KustomizeControllerArgs: []string{"--concurrent=30"},
+		KustomizeControllerArgs: []string{"--concurrent=40"},
 	})
 	if err != nil {
 		if f != nil {
@@ -93,6 +102,44 @@ func stopShared() {
 	shared.f.Stop()
 }
 
+// maxOwnFleets is how many scenarios of this process run a fleet of their own at once. A fleet of
+// its own is a hub and up to five members (each a kube-apiserver and an etcd), kube-controller-
+// manager and two Flux controllers, busy for as long as its scenario runs; a scenario on the shared
+// fleet adds only its controller and its objects. So many scenarios can run at once (-e2e.parallel,
+// the Makefile's E2E_PARALLEL) when they share, while those of their own wait here for a slot,
+// having given their turn to another (schedule_test.go), rather than start many API servers at
+// once on a small machine.
+const maxOwnFleets = 2
+
+var (
+	ownFleets    = make(chan struct{}, maxOwnFleets)
+	ownFleetHeld sync.Map // *testing.T → true while it holds a slot
+)
+
+// ownFleetSlot waits for one of the maxOwnFleets slots and holds it until t ends (its fleet stopped:
+// cleanups run last registered first, so call it before starting the fleet). A scenario whose
+// deadline starts before its fleet does takes its slot first; newFleetSetupWith then takes none.
+func ownFleetSlot(t *testing.T) {
+	t.Helper()
+	if _, held := ownFleetHeld.LoadOrStore(t, true); held {
+		return
+	}
+	began := time.Now()
+	select {
+	case ownFleets <- struct{}{}:
+	default:
+		// No slot: the scenario gives its turn to run (parallel) to another while it waits, and
+		// takes one back, before any scenario not yet started, once it has its slot.
+		endTurn()
+		ownFleets <- struct{}{}
+		waitTurn(-1)
+	}
+	if waited := time.Since(began); waited > time.Second {
+		t.Logf("waited %.0fs for one of %d own-fleet slots", waited.Seconds(), maxOwnFleets)
+	}
+	t.Cleanup(func() { <-ownFleets; ownFleetHeld.Delete(t) })
+}
+
 var notInName = regexp.MustCompile(`[^a-z0-9]+`)
 
 // testNamespace is t's namespace on the shared fleet's hub and members: its name without TestE2E,
@@ -112,6 +159,52 @@ func testNamespace(t *testing.T) string {
 	}
 	shared.names[ns] = true
 	return ns
+}
+
+// retire leaves nothing of a finished scenario at work on the shared fleet: its Kustomizations and
+// sources are suspended, so kustomize-controller and source-controller no longer reconcile them
+// (each every minute, its Git repository every two seconds, for as long as the package runs), and
+// its workloads are deleted from the members, so the simulator's passes no longer list them. Its
+// objects stay on the hub for what a failure prints. Without it, the scenarios that had ended made
+// most of the shared hub's work: about a hundred Kustomizations re-reconciling, twelve status writes
+// a second.
+func (s *fleetSetup) retire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	suspend := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))
+	var (
+		kss  kustomizev1.KustomizationList
+		gits sourcev1.GitRepositoryList
+		ocis sourcev1.OCIRepositoryList
+	)
+	var objs []client.Object
+	for _, l := range []client.ObjectList{&kss, &gits, &ocis} {
+		if err := s.f.Hub.List(ctx, l, client.InNamespace(s.ns)); err != nil {
+			t.Logf("retiring %s: %v", s.ns, err)
+			return
+		}
+	}
+	for i := range kss.Items {
+		objs = append(objs, &kss.Items[i])
+	}
+	for i := range gits.Items {
+		objs = append(objs, &gits.Items[i])
+	}
+	for i := range ocis.Items {
+		objs = append(objs, &ocis.Items[i])
+	}
+	for _, o := range objs {
+		if err := s.f.Hub.Patch(ctx, o, suspend); client.IgnoreNotFound(err) != nil {
+			t.Logf("retiring %s: suspending %T %s: %v", s.ns, o, o.GetName(), err)
+		}
+	}
+	for _, m := range s.f.Members {
+		for _, o := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{}} {
+			if err := m.Client.DeleteAllOf(ctx, o, client.InNamespace(s.ns)); client.IgnoreNotFound(err) != nil {
+				t.Logf("retiring %s: deleting %T on %s: %v", s.ns, o, m.Name, err)
+			}
+		}
+	}
 }
 
 // dumpSharedLogs prints, for a failed scenario on the shared fleet, its controller's log and the

@@ -36,7 +36,7 @@ func retag(tag string) func(*v1alpha1.FleetRollout) {
 // workload fails on the canary and is rolled back there to the known-good's build: the other
 // clusters never get it, and that build is rejected while the revision stays the known-good.
 func TestE2EATemplateEditIsACandidate(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)

@@ -118,25 +118,46 @@ type fleetSetup struct {
 	// shared says the fleet is the shared one (shared_test.go): the scenario's manager caches its
 	// namespace only.
 	shared bool
+	// proxies are the scenario's own fault proxies in front of the shared fleet's API servers
+	// (newFleetSetupProxied); nil without.
+	proxies *localfleet.TenantFaults
 }
 
 // newFleetSetup sets a scenario up on the shared fleet (shared_test.go) with members FleetClusters
 // (at most sharedMembers) and a Git repository of its own holding files.
 func newFleetSetup(t *testing.T, members int, files map[string]string) (*fleetSetup, string) {
 	t.Helper()
+	return newFleetSetupProxied(t, members, files, nil)
+}
+
+// newFleetSetupProxied is newFleetSetup with fault proxies of the scenario's own in front of the
+// shared fleet's API servers that proxies names (localfleet.ProxyTenant: "hub", member-N or
+// localfleet.AllMembers): its kubeconfig Secrets of those members point at them (s.proxies.Member),
+// and a controller it starts with startTidegateThroughHubProxy reaches the hub through s.proxies.Hub.
+// A fault set on them meets the scenario's FleetClusters, Kustomizations and controller alone.
+func newFleetSetupProxied(t *testing.T, members int, files map[string]string, proxies []string) (*fleetSetup, string) {
+	t.Helper()
 	if members > sharedMembers {
 		t.Fatalf("the shared fleet has %d members, %d asked for", sharedMembers, members)
 	}
 	f, sim := sharedFleet(t)
 	ns := testNamespace(t)
-	if err := f.WriteMemberSecrets(context.Background(), ns); err != nil {
+	s := &fleetSetup{f: f, ns: ns, members: f.Members[:members], shared: true, faults: &faults{sim: sim, ns: ns}}
+	if len(proxies) > 0 {
+		tf, err := f.ProxyTenant(context.Background(), ns, proxies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tf.Close)
+		s.proxies = tf
+	} else if err := f.WriteMemberSecrets(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
-	s := &fleetSetup{f: f, ns: ns, members: f.Members[:members], shared: true, faults: &faults{sim: sim, ns: ns}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpSharedLogs(t, f, ns)
 		}
+		s.retire(t) // after the scenario's controllers stopped: their cleanups run first
 	})
 	return s, s.setUp(t, files, secretRef)
 }
@@ -163,6 +184,7 @@ func newFleetSetupReaching(t *testing.T, members int, files map[string]string, o
 		// every test in the process share tell its rollouts apart by it.
 		opts.Namespace = testNamespace(t)
 	}
+	ownFleetSlot(t)
 	f := localfleet.StartForTest(t, opts)
 	sim, stopSim := startSimulator(f)
 	t.Cleanup(stopSim)

@@ -44,7 +44,7 @@ func transcriptPackage(version string) map[string]string {
 // cluster for its desired and live revision. What they printed is docs/transcripts/{cli,
 // flux-plugin,mcp}.md, normalised; the test fails when those are stale.
 func TestE2ETranscripts(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	flux, err := testbin.FluxCLI()
 	if err != nil {
 		t.Fatal(err)

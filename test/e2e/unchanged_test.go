@@ -15,7 +15,7 @@ import (
 // Kustomization moves and no gate is decided; status.unchanged names it and the known-good whose
 // render it is, and its ledger ends Unchanged. The next commit to the package rolls out as usual.
 func TestE2EACommitOutsideThePackageIsNoChange(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s, first := newFleetSetup(t, 2, demoPackage("v1"))
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 6*time.Minute)

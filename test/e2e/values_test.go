@@ -56,7 +56,7 @@ func (s *fleetSetup) tenantConfig(ctx context.Context, member, ns string) map[st
 // package's install.cue refuses fails deploySafe for its wave of the next revision, which names
 // it, and that wave does not start.
 func TestE2EClusterValues(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// A fleet of its own: each tenant's values name a namespace of its own on the member.
 	s, first := newFleetSetupWith(t, 1, tenantPackage("v1"), localfleet.Options{})
 	member := s.members[0]
