@@ -25,6 +25,10 @@ import (
 const (
 	phaseMarker  = "=== phase "
 	fleetStarted = "localfleet: fleet started in "
+	// waitedMarker starts the line a test logs for the time it spent waiting to run (test/e2e's
+	// schedule: for its turn, or for a fleet slot); the slowest tests are ranked by their time less
+	// that wait.
+	waitedMarker = "schedule: waited "
 	slowestShown = 10
 	slowFleet    = time.Minute
 )
@@ -68,6 +72,7 @@ func summarise(r io.Reader, w io.Writer) (ok bool) {
 	var passed, failed, skipped int
 	pkgFailed := false
 	outputs := map[string][]string{} // package/test → buffered output
+	waited := map[string]time.Duration{} // package/test → the time it logged waiting to run
 	running := map[string]event{}    // package/test → its run event, until it ends
 	var phases []*phase
 	var tests []testTime
@@ -109,8 +114,11 @@ func summarise(r io.Reader, w io.Writer) (ok bool) {
 			running[key] = e
 		case "output":
 			outputs[key] = append(outputs[key], e.Output)
-			if took, ok := parseFleetStart(e.Output); ok {
+			if took, ok := parseDuration(e.Output, fleetStarted); ok {
 				fleets = append(fleets, fleetStart{e.Package, e.Test, phaseName, took})
+			}
+			if d, ok := parseDuration(e.Output, waitedMarker); ok {
+				waited[key] += d
 			}
 		case "pass", "fail", "skip":
 			if e.Test == "" {
@@ -130,8 +138,9 @@ func summarise(r io.Reader, w io.Writer) (ok bool) {
 			}
 			delete(running, key)
 			if !strings.Contains(e.Test, "/") {
-				tests = append(tests, testTime{e.Package, e.Test, phaseName, e.Elapsed})
+				tests = append(tests, testTime{e.Package, e.Test, phaseName, e.Elapsed - waited[key].Seconds()})
 			}
+			delete(waited, key)
 			switch e.Action {
 			case "pass":
 				passed++
@@ -183,9 +192,10 @@ func beforeDump(lines []string) []string {
 	return lines
 }
 
-// parseFleetStart finds "localfleet: fleet started in 74.3s ..." in one line of test output.
-func parseFleetStart(out string) (time.Duration, bool) {
-	_, rest, ok := strings.Cut(out, fleetStarted)
+// parseDuration finds "<marker>74.3s ..." in one line of test output, such as "localfleet: fleet
+// started in 74.3s" or "schedule: waited 12.0s for its turn".
+func parseDuration(out, marker string) (time.Duration, bool) {
+	_, rest, ok := strings.Cut(out, marker)
 	if !ok {
 		return 0, false
 	}
@@ -200,7 +210,8 @@ func parseFleetStart(out string) (time.Duration, bool) {
 	return d, true
 }
 
-// printTimes writes where the time went: each phase's wall time, the slowest top-level tests and
+// printTimes writes where the time went: each phase's wall time, the slowest top-level tests (by
+// their time running: less what they logged waiting to run) and
 // every local fleet start over slowFleet.
 func printTimes(w io.Writer, phases []*phase, tests []testTime, fleets []fleetStart) {
 	if len(phases) == 0 && len(tests) == 0 && len(fleets) == 0 {

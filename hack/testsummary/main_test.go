@@ -48,6 +48,7 @@ func TestSummarise(t *testing.T) {
 		"=== phase packages",
 		"0 start a -",
 		"0.5 run a TestA",
+		"1 output a TestA     schedule_test.go:60: schedule: waited 2s for its turn",
 		"3 pass a TestA 2.5",
 		"3 run a TestB",
 		"3.2 run a TestB/sub",
@@ -85,8 +86,8 @@ where the time went:
     e2e        1m10s
   slowest tests:
        60.0s e TestE2E [e2e]
-        2.5s a TestA [packages]
         1.0s a TestB [packages]
+        0.5s a TestA [packages]
   fleet starts: 3, 2m27.8s in all, 2 over 60s
        74.3s e TestE2E/flux [e2e]
        61.0s e [e2e]
@@ -120,7 +121,7 @@ where the time went:
 	}
 }
 
-func TestParseFleetStart(t *testing.T) {
+func TestParseDuration(t *testing.T) {
 	for in, want := range map[string]time.Duration{
 		"localfleet: fleet started in 74.3s (hub and 5 members)\n":                    74300 * time.Millisecond,
 		"    fleet.go:42: localfleet: fleet started in 5s (hub and 5 members)\n":      5 * time.Second,
@@ -128,9 +129,9 @@ func TestParseFleetStart(t *testing.T) {
 		"    fleet.go:42: localfleet: fleet started in soon\n":                        0,
 		"    fleet.go:42: localfleet: fleet stopped in 3s\n":                          0,
 	} {
-		got, ok := parseFleetStart(in)
+		got, ok := parseDuration(in, fleetStarted)
 		if got != want || ok != (want != 0) {
-			t.Errorf("parseFleetStart(%q) = %v, %v; want %v", in, got, ok, want)
+			t.Errorf("parseDuration(%q, fleetStarted) = %v, %v; want %v", in, got, ok, want)
 		}
 	}
 }

@@ -135,7 +135,7 @@ func ownFleetSlot(t *testing.T) {
 		waitTurn(-1)
 	}
 	if waited := time.Since(began); waited > time.Second {
-		t.Logf("waited %.0fs for one of %d own-fleet slots", waited.Seconds(), maxOwnFleets)
+		t.Logf("schedule: waited %.1fs for one of %d own-fleet slots", waited.Seconds(), maxOwnFleets)
 	}
 	t.Cleanup(func() { <-ownFleets; ownFleetHeld.Delete(t) })
 }
