@@ -71,9 +71,9 @@ func main() {
 func summarise(r io.Reader, w io.Writer) (ok bool) {
 	var passed, failed, skipped int
 	pkgFailed := false
-	outputs := map[string][]string{} // package/test → buffered output
+	outputs := map[string][]string{}     // package/test → buffered output
 	waited := map[string]time.Duration{} // package/test → the time it logged waiting to run
-	running := map[string]event{}    // package/test → its run event, until it ends
+	running := map[string]event{}        // package/test → its run event, until it ends
 	var phases []*phase
 	var tests []testTime
 	var fleets []fleetStart

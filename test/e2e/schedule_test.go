@@ -103,7 +103,7 @@ func endTurn() {
 
 // grant starts waiting turns while there is room, highest priority first (under schedule.mu).
 func grant() {
-	for schedule.running < *scenarios && len(schedule.waiting) > 0 {
+	for schedule.running < max(*scenarios, 1) && len(schedule.waiting) > 0 {
 		tn := schedule.waiting[0]
 		schedule.waiting = schedule.waiting[1:]
 		schedule.running++
