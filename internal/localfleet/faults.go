@@ -25,22 +25,37 @@ func (f *Fleet) checkFaultProxies(names []string) error {
 // startFaultProxies puts a fault proxy in front of each API server names lists (checked), once the
 // API servers run and before anything is given their addresses.
 func (f *Fleet) startFaultProxies(names []string) error {
+	return f.eachProxied(names, f.proxyHub, (*Member).proxy)
+}
+
+// eachProxied calls hub once when names (checked) lists "hub", and member once for each member
+// they list, by name or as AllMembers; it stops at the first error.
+func (f *Fleet) eachProxied(names []string, hub func() error, member func(*Member) error) error {
+	seen := map[string]bool{}
+	do := func(name string, fn func() error) error {
+		if seen[name] {
+			return nil
+		}
+		seen[name] = true
+		return fn()
+	}
 	for _, name := range names {
+		var err error
 		switch name {
 		case "hub":
-			if err := f.proxyHub(); err != nil {
-				return err
-			}
+			err = do(name, hub)
 		case AllMembers:
 			for _, m := range f.Members {
-				if err := m.proxy(); err != nil {
-					return err
+				if err = do(m.Name, func() error { return member(m) }); err != nil {
+					break
 				}
 			}
 		default:
-			if err := f.Member(name).proxy(); err != nil {
-				return err
-			}
+			m := f.Member(name)
+			err = do(name, func() error { return member(m) })
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -157,42 +172,20 @@ func (f *Fleet) ProxyTenant(ctx context.Context, ns string, names []string) (*Te
 	}
 	tf := &TenantFaults{Members: map[string]*faultproxy.Proxy{}}
 	secrets := map[string][]byte{}
-	add := func(m *Member) error {
-		if tf.Members[m.Name] != nil {
-			return nil
-		}
+	err := f.eachProxied(names, func() (err error) {
+		tf.Hub, tf.HubConfig, err = proxyHub(f.HubConfig)
+		return err
+	}, func(m *Member) error {
 		p, kc, err := m.newProxy()
 		if err != nil {
 			return err
 		}
 		tf.Members[m.Name], secrets[m.Name] = p, kc
 		return nil
+	})
+	if err == nil {
+		err = f.writeMemberSecrets(ctx, ns, secrets)
 	}
-	err := func() error {
-		for _, name := range names {
-			switch name {
-			case "hub":
-				if tf.Hub != nil {
-					continue
-				}
-				var err error
-				if tf.Hub, tf.HubConfig, err = proxyHub(f.HubConfig); err != nil {
-					return err
-				}
-			case AllMembers:
-				for _, m := range f.Members {
-					if err := add(m); err != nil {
-						return err
-					}
-				}
-			default:
-				if err := add(f.Member(name)); err != nil {
-					return err
-				}
-			}
-		}
-		return f.writeMemberSecrets(ctx, ns, secrets)
-	}()
 	if err != nil {
 		tf.Close()
 		return nil, fmt.Errorf("localfleet: proxies of namespace %s: %w", ns, err)
