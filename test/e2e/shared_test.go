@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -172,31 +174,18 @@ func (s *fleetSetup) retire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	suspend := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))
-	var (
-		kss  kustomizev1.KustomizationList
-		gits sourcev1.GitRepositoryList
-		ocis sourcev1.OCIRepositoryList
-	)
-	var objs []client.Object
-	for _, l := range []client.ObjectList{&kss, &gits, &ocis} {
+	for _, l := range []client.ObjectList{&kustomizev1.KustomizationList{}, &sourcev1.GitRepositoryList{}, &sourcev1.OCIRepositoryList{}} {
 		if err := s.f.Hub.List(ctx, l, client.InNamespace(s.ns)); err != nil {
 			t.Logf("retiring %s: %v", s.ns, err)
 			return
 		}
-	}
-	for i := range kss.Items {
-		objs = append(objs, &kss.Items[i])
-	}
-	for i := range gits.Items {
-		objs = append(objs, &gits.Items[i])
-	}
-	for i := range ocis.Items {
-		objs = append(objs, &ocis.Items[i])
-	}
-	for _, o := range objs {
-		if err := s.f.Hub.Patch(ctx, o, suspend); client.IgnoreNotFound(err) != nil {
-			t.Logf("retiring %s: suspending %T %s: %v", s.ns, o, o.GetName(), err)
-		}
+		_ = apimeta.EachListItem(l, func(item runtime.Object) error {
+			o := item.(client.Object)
+			if err := s.f.Hub.Patch(ctx, o, suspend); client.IgnoreNotFound(err) != nil {
+				t.Logf("retiring %s: suspending %T %s: %v", s.ns, o, o.GetName(), err)
+			}
+			return nil
+		})
 	}
 	for _, m := range s.f.Members {
 		for _, o := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{}} {
