@@ -83,7 +83,7 @@ vet: ## Vet Go code and check formatting.
 # renders shared between goroutines, the simulator's loop beside faults changed from tests, parallel
 # preflights, the collector's soak loops beside reconciles): make test runs them a second time under
 # the race detector (docs/testing.md: its cost).
-RACE_PKGS ?= ./cue/ ./evidence/ ./evidence/availability/ ./evidence/collector/ ./evidence/preflight/ ./internal/simulator/
+RACE_PKGS ?= ./verdict/ ./evidence/ ./evidence/availability/ ./evidence/collector/ ./evidence/preflight/ ./internal/simulator/
 
 # FUZZ_TARGETS are the fuzz targets fuzz-short runs, each as package:Target:fuzztime (docs/testing.md
 # lists them). go test fuzzes one target of one package per run, so they run one after the other.
@@ -91,7 +91,7 @@ RACE_PKGS ?= ./cue/ ./evidence/ ./evidence/availability/ ./evidence/collector/ .
 # can report its own deadline as a failure ("context deadline exceeded", no failing input) when a
 # loaded machine keeps a worker busy past it (go.dev/issue/75804, fixed in Go 1.27). The counts are
 # what each target ran in 3 to 10 s beside a test-binary build on two cores.
-FUZZ_TARGETS ?= ./cue/:FuzzEvaluate:1000x ./cue/:FuzzPolicy:1000x \
+FUZZ_TARGETS ?= ./verdict/:FuzzEvaluate:1000x ./verdict/:FuzzPolicy:1000x \
 	./api/v1alpha1/:FuzzReceiptEvidence:2000x ./api/v1alpha1/:FuzzStoredEvidence:3000x \
 	./cmd/tidegate/:FuzzVerifyReceipt:150x \
 	./evidence/install/:FuzzCheck:4000x ./internal/member/:FuzzKubeConfigSecret:800x \

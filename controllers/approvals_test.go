@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // The approvals of a revision that is neither the candidate, nor the known-good, nor the one the
@@ -46,7 +46,7 @@ func TestCountedApprovals(t *testing.T) {
 	all := v1alpha1.Approval{Revision: "main@sha1:ccc", By: "bob"}
 	irreversible := v1alpha1.Approval{Revision: "main@sha1:ccc", Irreversible: true, By: "dba"}
 	fr.Spec.Approvals = []v1alpha1.Approval{{Revision: "main@sha1:old", Wave: "ring"}, ring, all}
-	var none tgcue.Settings
+	var none verdict.Settings
 
 	got := countedApprovals(fr, none, &v1alpha1.WaveStatus{Name: "ring"}, v1alpha1.GateDeploySafe, nil)
 	if len(got) != 1 || got[0].By != "alice" {
@@ -62,7 +62,7 @@ func TestCountedApprovals(t *testing.T) {
 	if got := countedApprovals(fr, none, &v1alpha1.WaveStatus{Name: "rest"}, v1alpha1.GateDeploySafe, nil); len(got) != 0 {
 		t.Errorf("the rest needs no approval, and its deploySafe records %+v", got)
 	}
-	policy := tgcue.Settings{Approvals: tgcue.ApprovalSettings{Waves: []string{"rest"}}}
+	policy := verdict.Settings{Approvals: verdict.ApprovalSettings{Waves: []string{"rest"}}}
 	got = countedApprovals(fr, policy, &v1alpha1.WaveStatus{Name: "rest"}, v1alpha1.GateDeploySafe, nil)
 	if len(got) != 1 || got[0].By != "bob" {
 		t.Errorf("the policy makes the rest wait; its deploySafe records %+v, want bob's approval of every wave", got)

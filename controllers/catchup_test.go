@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/fleets"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // away makes cluster c stop answering (Reachable=False, nothing applied there), or answer again.
@@ -72,7 +72,7 @@ func TestAnUnreachableClusterHoldsItsWave(t *testing.T) {
 // deploySafe, a soak and noDisruption; the rollout completes again and nothing lags.
 func TestAnExcusedClusterCatchesUpThroughTheGates(t *testing.T) {
 	s := newSim(t, "a", "b", "c")
-	s.settings.InconclusiveAfter, s.settings.OnInconclusive = time.Minute, tgcue.OnInconclusiveExcuse
+	s.settings.InconclusiveAfter, s.settings.OnInconclusive = time.Minute, verdict.OnInconclusiveExcuse
 	s.settings.CatchUp.MaxConcurrent = 10
 	s.run("r1", v1alpha1.PhaseCompleted)
 	s.away("c", true)

@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
 	"github.com/tidegate/tidegate/internal/attest"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // waitingRequeue bounds the requeue while the rollout waits on Flux: Kustomization and source
@@ -492,7 +492,7 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 	if i := p.res.GateWave; i >= 0 && p.policyErr == nil {
 		var err error
 		if decided, err = r.decide(ctx, p, i, p.res.Gates); err != nil {
-			var perr *tgcue.PolicyError
+			var perr *verdict.PolicyError
 			if errors.As(err, &perr) {
 				p.policyErr = err
 				decided = nil
@@ -563,7 +563,7 @@ func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 func (r *FleetRolloutReconciler) settle(p *pass) outcome {
 	fr := p.Rollout
 	if err := p.policyErr; err != nil {
-		var perr *tgcue.PolicyError
+		var perr *verdict.PolicyError
 		if errors.As(err, &perr) {
 			err = fmt.Errorf("fleetrollout %s/%s: %w; nothing advances until the policy is fixed", fr.Namespace, fr.Name, err)
 			r.event(fr, corev1.EventTypeWarning, v1alpha1.InvalidPolicyReason, "%s", capMessage(err.Error()))

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
-	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/verdict"
+	"github.com/tidegate/tidegate/verdict/bounded"
 )
 
 // GateRequest is one gate to decide: the policy and the evidence the engine collected for it.
@@ -24,8 +24,8 @@ type GateRequest struct {
 	Rollout *v1alpha1.FleetRollout
 	// Wave is the wave the decision is about.
 	Wave *v1alpha1.WaveStatus
-	// Policy decides; Evidence is the gate's evidence document (one of the tgcue evidence types).
-	Policy   *tgcue.Policy
+	// Policy decides; Evidence is the gate's evidence document (one of the verdict evidence types).
+	Policy   *verdict.Policy
 	Evidence any
 }
 
@@ -34,7 +34,7 @@ type GateDecision struct {
 	// Result is v1alpha1.ResultPass, ResultFail or ResultInconclusive.
 	Result string
 	// Unobserved names, when Inconclusive, the targets whose evidence could not be collected
-	// (tgcue.WholeGate for evidence about no one target).
+	// (verdict.WholeGate for evidence about no one target).
 	Unobserved []string
 	// Reasons explain the result; sorted and de-duplicated by the engine.
 	Reasons []string
@@ -60,19 +60,19 @@ type CUEGates struct {
 }
 
 // Evaluate implements GateEvaluator. A policy that cannot decide (it does not compile or is not
-// concrete) is an error wrapping *tgcue.PolicyError: the engine stalls the rollout on it. An
+// concrete) is an error wrapping *verdict.PolicyError: the engine stalls the rollout on it. An
 // evaluation that passes its budget is Inconclusive, the reason naming the budget: the gate fails
 // once it has been so for the policy's settings.inconclusiveAfter, like any Inconclusive gate.
 func (g CUEGates) Evaluate(ctx context.Context, req GateRequest) (GateDecision, error) {
-	var d tgcue.Decision
+	var d verdict.Decision
 	var err error
 	if g.Budget != nil && req.Policy != nil && !req.Policy.Builtin() {
 		d, err = g.Budget.Evaluate(ctx, req.Policy, req.Gate, req.Evidence)
 	} else {
-		d, err = tgcue.Evaluate(req.Policy, req.Gate, req.Evidence)
+		d, err = verdict.Evaluate(req.Policy, req.Gate, req.Evidence)
 	}
 	if over := (*bounded.BudgetError)(nil); errors.As(err, &over) {
-		return GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{tgcue.WholeGate}, Reasons: []string{err.Error()},
+		return GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{verdict.WholeGate}, Reasons: []string{err.Error()},
 			Evidence: req.Evidence, PolicyDigest: req.Policy.Digest()}, nil
 	}
 	if err != nil {
@@ -110,7 +110,7 @@ func waveName(w *v1alpha1.WaveStatus) string {
 // that has been so for the policy's settings.inconclusiveAfter is decided Fail. An Inconclusive
 // decision about the same unobserved targets as the one before it is the same decision: it keeps
 // that receipt rather than writing one per sample interval. A policy that cannot decide returns a
-// *tgcue.PolicyError (wrapped) and nothing is decided.
+// *verdict.PolicyError (wrapped) and nothing is decided.
 func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gates []string) ([]decidedGate, error) {
 	fr := p.Rollout
 	wv := &fr.Status.Waves[i]
@@ -140,7 +140,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		var d GateDecision
 		switch {
 		case errors.Is(err, collector.ErrUnobserved):
-			d = GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{tgcue.WholeGate},
+			d = GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{verdict.WholeGate},
 				Reasons:  []string{gate + ": inconclusive: collecting the evidence failed: " + err.Error()},
 				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
 		case err != nil:
@@ -148,7 +148,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
 		default:
 			d, err = safeEvaluate(ctx, evaluator, GateRequest{Gate: gate, Rollout: fr, Wave: wv, Policy: pol.Policy, Evidence: ev.Evidence})
-			var perr *tgcue.PolicyError
+			var perr *verdict.PolicyError
 			if errors.As(err, &perr) {
 				return nil, fmt.Errorf("deciding %s with the policy from %s: %w", gate, pol.From, err)
 			}
@@ -200,7 +200,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 // counted (rollbackSafe's approval of irreversible changes), and, on deploySafe, the first gate a
 // wave decides, the approval that let a wave needing one start. So every approval a decision rested
 // on is in a receipt, and so in the revision's ledger.
-func countedApprovals(fr *v1alpha1.FleetRollout, s tgcue.Settings, wv *v1alpha1.WaveStatus, gate string, counted []v1alpha1.Approval) []v1alpha1.Approval {
+func countedApprovals(fr *v1alpha1.FleetRollout, s verdict.Settings, wv *v1alpha1.WaveStatus, gate string, counted []v1alpha1.Approval) []v1alpha1.Approval {
 	if gate != v1alpha1.GateDeploySafe || !waveNeedsApproval(fr, s, wv.Name) {
 		return counted
 	}
@@ -217,7 +217,7 @@ func countedApprovals(fr *v1alpha1.FleetRollout, s tgcue.Settings, wv *v1alpha1.
 // clusters it could not observe have not been switched, and only when each thing it could not
 // observe is a named cluster: it passes the gate on what was observed (Inconclusive means that
 // passes), and the wave goes on without them (excusedBy, applyGates). Anything else fails.
-func inconclusiveUntil(gate string, d GateDecision, prev *v1alpha1.GateOutcome, s tgcue.Settings, now time.Time) GateDecision {
+func inconclusiveUntil(gate string, d GateDecision, prev *v1alpha1.GateOutcome, s verdict.Settings, now time.Time) GateDecision {
 	if d.Result != v1alpha1.ResultInconclusive || prev == nil || prev.Result != v1alpha1.ResultInconclusive || prev.InconclusiveSince == nil {
 		return d
 	}
@@ -226,8 +226,8 @@ func inconclusiveUntil(gate string, d GateDecision, prev *v1alpha1.GateOutcome, 
 		return d
 	}
 	since := prev.InconclusiveSince.UTC().Format(time.RFC3339)
-	if s.OnInconclusive == tgcue.OnInconclusiveExcuse && gate == v1alpha1.GateDeploySafe && len(d.Unobserved) > 0 &&
-		!slices.Contains(d.Unobserved, tgcue.WholeGate) {
+	if s.OnInconclusive == verdict.OnInconclusiveExcuse && gate == v1alpha1.GateDeploySafe && len(d.Unobserved) > 0 &&
+		!slices.Contains(d.Unobserved, verdict.WholeGate) {
 		d.Result = v1alpha1.ResultPass
 		d.Reasons = append([]string{fmt.Sprintf("%s since %s, longer than the policy's settings.inconclusiveAfter of %s; settings.onInconclusive is Excuse: the wave goes on without %s, not switched: %s",
 			excusedReason, since, after, plural(len(d.Unobserved), "cluster", "clusters"), firstNames(d.Unobserved, 10))}, d.Reasons...)
@@ -277,16 +277,16 @@ func capUnobserved(names []string) []string {
 }
 
 // deploySafeOf is deploySafe's evidence, when ev is it.
-func deploySafeOf(ev any) (tgcue.DeploySafeEvidence, bool) {
+func deploySafeOf(ev any) (verdict.DeploySafeEvidence, bool) {
 	switch e := ev.(type) {
-	case tgcue.DeploySafeEvidence:
+	case verdict.DeploySafeEvidence:
 		return e, true
-	case *tgcue.DeploySafeEvidence:
+	case *verdict.DeploySafeEvidence:
 		if e != nil {
 			return *e, true
 		}
 	}
-	return tgcue.DeploySafeEvidence{}, false
+	return verdict.DeploySafeEvidence{}, false
 }
 
 // safeEvaluate runs an evaluator and turns a panic into an error, so a broken evaluator fails the gate

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
-	"github.com/tidegate/tidegate/cue/bounded"
+	"github.com/tidegate/tidegate/verdict"
+	"github.com/tidegate/tidegate/verdict/bounded"
 )
 
 // heldMemory is the memory this process's Go runtime holds.
@@ -26,32 +26,32 @@ func heldMemory() uint64 {
 // it has been so for the policy's settings.inconclusiveAfter it fails. The controller's own memory
 // does not follow the policy's. The built-in policy is evaluated in-process.
 func TestAPolicyOverItsBudgetIsInconclusiveThenFails(t *testing.T) {
-	files := tgcue.DefaultPolicy().Sources()
+	files := verdict.DefaultPolicy().Sources()
 	files["zz-explode.cue"] = []byte(`package policy
 
 import "list"
 
 noDisruption: { if noDisruption.rollout == "fleet/explode" { _huge: len([for i in list.Range(0, 50000000, 1) {i}]) } }
 `)
-	p, err := tgcue.LoadPolicy(files)
+	p, err := verdict.LoadPolicy(files)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rev := "main@sha1:" + strings.Repeat("1", 40)
-	ev := tgcue.NoDisruptionEvidence{
-		Evidence: tgcue.Evidence{Rollout: "fleet/explode", Wave: "canary", Targets: []string{"a"},
-			Candidate: tgcue.Revision{Revision: rev, Digest: "sha256:" + strings.Repeat("c", 64)}, CollectedAt: time.Unix(1_000_000, 0).UTC()},
+	ev := verdict.NoDisruptionEvidence{
+		Evidence: verdict.Evidence{Rollout: "fleet/explode", Wave: "canary", Targets: []string{"a"},
+			Candidate: verdict.Revision{Revision: rev, Digest: "sha256:" + strings.Repeat("c", 64)}, CollectedAt: time.Unix(1_000_000, 0).UTC()},
 		Soak: "1m0s", SampleInterval: "5s", ExpectedSamples: 12,
 	}
-	c := tgcue.ClusterContinuity{Name: "a", Ready: true, Revision: rev, Samples: 12, ObservedSamples: 12, HealthChecks: tgcue.HealthChecksPassed}
+	c := verdict.ClusterContinuity{Name: "a", Ready: true, Revision: rev, Samples: 12, ObservedSamples: 12, HealthChecks: verdict.HealthChecksPassed}
 	c.SetAvailability(true, 1, 0)
-	ev.Clusters = []tgcue.ClusterContinuity{c}
+	ev.Clusters = []verdict.ClusterContinuity{c}
 
 	gates := CUEGates{Budget: &bounded.Evaluator{Budget: bounded.Budget{Time: 30 * time.Second, Memory: 64 << 20}}}
 	before := heldMemory()
 	d, err := gates.Evaluate(context.Background(), GateRequest{Gate: v1alpha1.GateNoDisruption, Policy: p, Evidence: ev})
 	if err != nil || d.Result != v1alpha1.ResultInconclusive || len(d.Reasons) != 1 || !strings.Contains(d.Reasons[0], "64 MiB memory") ||
-		len(d.Unobserved) != 1 || d.Unobserved[0] != tgcue.WholeGate {
+		len(d.Unobserved) != 1 || d.Unobserved[0] != verdict.WholeGate {
 		t.Fatalf("a policy over its budget: %+v %v", d, err)
 	}
 	if grew := int64(heldMemory()) - int64(before); grew > 32<<20 {
@@ -60,7 +60,7 @@ noDisruption: { if noDisruption.rollout == "fleet/explode" { _huge: len([for i i
 
 	since := metav1.NewTime(time.Unix(1_000_000, 0))
 	prev := &v1alpha1.GateOutcome{Gate: v1alpha1.GateNoDisruption, Result: v1alpha1.ResultInconclusive, InconclusiveSince: &since}
-	s := tgcue.Settings{InconclusiveAfter: 10 * time.Minute, OnInconclusive: "Fail"}
+	s := verdict.Settings{InconclusiveAfter: 10 * time.Minute, OnInconclusive: "Fail"}
 	if got := inconclusiveUntil(v1alpha1.GateNoDisruption, d, prev, s, since.Add(11*time.Minute)); got.Result != v1alpha1.ResultFail ||
 		!strings.Contains(strings.Join(got.Reasons, "\n"), "64 MiB memory") {
 		t.Errorf("past inconclusiveAfter, it fails naming the budget: %+v", got)

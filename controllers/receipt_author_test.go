@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/attest"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // A receipt injected where the controller would find it after a crash between writing a decision
@@ -56,7 +56,7 @@ func TestReceiptsNotTheControllersAreNotTakenUp(t *testing.T) {
 			fr := pendingRollout(ns)
 			decision := func(result string) *ReceiptObjects {
 				ro, err := BuildReceipt(fr, &fr.Status.Waves[0], fr.Status.Waves[0].Clusters, v1alpha1.GateDeploySafe,
-					GateDecision{Result: result, PolicyDigest: "builtin:sha256:1", Evidence: tgcue.DeploySafeEvidence{}}, nil, metav1.NewTime(now))
+					GateDecision{Result: result, PolicyDigest: "builtin:sha256:1", Evidence: verdict.DeploySafeEvidence{}}, nil, metav1.NewTime(now))
 				if err != nil {
 					t.Fatal(err)
 				}

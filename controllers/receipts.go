@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // maxReceiptsPerRollout bounds how many receipts a rollout keeps; the oldest are pruned.
@@ -175,7 +175,7 @@ func pruneReceipts(ctx context.Context, c client.Client, receipts []metav1.Parti
 func capList(in []string) []string {
 	out := make([]string, 0, len(in))
 	for _, s := range in {
-		out = append(out, tgcue.Truncate(s, maxReceiptReasonBytes))
+		out = append(out, verdict.Truncate(s, maxReceiptReasonBytes))
 	}
 	out = sortedUnique(out)
 	if len(out) > maxReceiptReasons {
@@ -224,7 +224,7 @@ func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass
 		d := GateDecision{Result: rc.Spec.Result, Reasons: slices.Clone(rc.Spec.Reasons), Limits: slices.Clone(rc.Spec.Limits), PolicyDigest: rc.Spec.PolicyDigest}
 		if gate == v1alpha1.GateDeploySafe {
 			raw, err := rc.Spec.StoredEvidence(nil)
-			var ds tgcue.DeploySafeEvidence
+			var ds verdict.DeploySafeEvidence
 			if err != nil || json.Unmarshal(raw, &ds) != nil {
 				return nil, nil
 			}

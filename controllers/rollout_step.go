@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // maxRejected bounds status.rejected.
@@ -283,19 +283,19 @@ func stepWaves(fr *v1alpha1.FleetRollout, w *world, now metav1.Time, res stepRes
 // waveNeedsApproval tells whether the wave named wave waits for an approval of the candidate before
 // it starts: its spec asks for one (requireApproval), or the policy's settings.approvals do, for the
 // rollout's class or for the wave.
-func waveNeedsApproval(fr *v1alpha1.FleetRollout, s tgcue.Settings, wave string) bool {
+func waveNeedsApproval(fr *v1alpha1.FleetRollout, s verdict.Settings, wave string) bool {
 	return fr.WaveSpec(wave).RequireApproval || s.Approvals.NeedsApproval(fr.Spec.Class, wave)
 }
 
 // soakRecordEvery is how often, at most, a soaking wave's samples are written to its status
 // (status.waves[].soaked): every 15 seconds, or every sample interval when that is longer. A
 // restart loses at most that much of the soak's samples, and the gap shows in the evidence.
-func soakRecordEvery(s tgcue.Settings) time.Duration {
+func soakRecordEvery(s verdict.Settings) time.Duration {
 	return max(15*time.Second, s.SampleInterval)
 }
 
 // soakRecordDue tells whether wave wv's samples are due to be written to status.
-func soakRecordDue(wv *v1alpha1.WaveStatus, now time.Time, s tgcue.Settings) bool {
+func soakRecordDue(wv *v1alpha1.WaveStatus, now time.Time, s verdict.Settings) bool {
 	var last time.Time
 	for _, e := range wv.Soaked {
 		if e.Last.After(last) {
@@ -530,7 +530,7 @@ const maxInconclusiveBackoff = 2 * time.Minute
 // wait doubles from one decision to the next (each decision asks the fleet's API servers again),
 // at most maxInconclusiveBackoff, and never past the moment the run turns into a Fail
 // (settings.inconclusiveAfter).
-func inconclusiveBackoff(o *v1alpha1.GateOutcome, s tgcue.Settings) time.Duration {
+func inconclusiveBackoff(o *v1alpha1.GateOutcome, s verdict.Settings) time.Duration {
 	d := s.SampleInterval
 	if o.InconclusiveSince == nil {
 		return d

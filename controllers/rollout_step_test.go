@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // sim plays the engine and Flux taking turns over a pure world: the engine steps, then every cluster's
@@ -50,7 +50,7 @@ type sim struct {
 	trackedRefused string
 	// decisions counts the gate decisions made, by gate.
 	decisions map[string]int
-	settings  tgcue.Settings
+	settings  verdict.Settings
 	now       time.Time
 	turns     int
 	applied   map[string]target // what Flux applied last, by cluster
@@ -72,7 +72,7 @@ func newSim(t *testing.T, clusters ...string) *sim {
 	s := &sim{t: t, ks: map[string]collector.Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, frozen: map[string]bool{}, noCRD: map[string]bool{},
 		decisions: map[string]int{}, inconclusive: map[string]bool{}, applied: map[string]target{}, lastGood: map[string]string{},
 		fcs: map[string]*v1alpha1.FleetCluster{}, objects: map[string]*kustomizev1.Kustomization{}, writes: map[string]int{},
-		now: time.Unix(1_000_000, 0), settings: tgcue.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
+		now: time.Unix(1_000_000, 0), settings: verdict.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
 		Spec: v1alpha1.FleetRolloutSpec{
@@ -175,7 +175,7 @@ func (s *sim) decide(gate string, i int) (GateDecision, any) {
 	switch gate {
 	case v1alpha1.GateDeploySafe:
 		ds := s.deploySafe(i)
-		d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), gate, ds)
+		d, err := verdict.Evaluate(verdict.DefaultPolicy(), gate, ds)
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -210,21 +210,21 @@ func (s *sim) decide(gate string, i int) (GateDecision, any) {
 }
 
 // deploySafe is the deploySafe evidence of wave i as the collector gathers it, its preflight from noCRD.
-func (s *sim) deploySafe(i int) tgcue.DeploySafeEvidence {
+func (s *sim) deploySafe(i int) verdict.DeploySafeEvidence {
 	st := s.fr.Status
 	wv := st.Waves[i]
 	sum := sha256.Sum256([]byte(st.Candidate.Revision))
-	ev := tgcue.DeploySafeEvidence{
-		Evidence: tgcue.Evidence{Rollout: "fleet/web", Wave: wv.Name, Targets: slices.Sorted(slices.Values(wv.Clusters)), CollectedAt: s.now,
-			Candidate: tgcue.Revision{Revision: st.Candidate.Revision, Digest: "sha256:" + hex.EncodeToString(sum[:])}},
-		Render: tgcue.RenderEvidence{OK: true},
+	ev := verdict.DeploySafeEvidence{
+		Evidence: verdict.Evidence{Rollout: "fleet/web", Wave: wv.Name, Targets: slices.Sorted(slices.Values(wv.Clusters)), CollectedAt: s.now,
+			Candidate: verdict.Revision{Revision: st.Candidate.Revision, Digest: "sha256:" + hex.EncodeToString(sum[:])}},
+		Render: verdict.RenderEvidence{OK: true},
 	}
-	preflight := func(clusters []string) []tgcue.ClusterPreflight {
-		var out []tgcue.ClusterPreflight
+	preflight := func(clusters []string) []verdict.ClusterPreflight {
+		var out []verdict.ClusterPreflight
 		for _, c := range clusters {
-			p := tgcue.ClusterPreflight{Name: c, Reachable: true, ServerVersion: "v1.37.2"}
+			p := verdict.ClusterPreflight{Name: c, Reachable: true, ServerVersion: "v1.37.2"}
 			if s.unreachable(c) {
-				p = tgcue.ClusterPreflight{Name: c, Unreachable: "the API server did not answer"}
+				p = verdict.ClusterPreflight{Name: c, Unreachable: "the API server did not answer"}
 			}
 			if s.noCRD[c] && st.Candidate.Revision != "r1" {
 				p.MissingAPIs = []string{"monitoring.coreos.com/v1, Kind=ServiceMonitor: ServiceMonitor demo/web"}
@@ -239,17 +239,17 @@ func (s *sim) deploySafe(i int) tgcue.DeploySafeEvidence {
 		}
 		return 0
 	}
-	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", budget(wv.Name), preflight(ev.Targets))
+	ev.Preflight.WavePreflight = verdict.NewWavePreflight("", budget(wv.Name), preflight(ev.Targets))
 	for _, c := range ev.Targets {
 		if s.unreachable(c) {
-			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: c, Reason: "preflight: unreachable"})
+			ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Name: c, Reason: "preflight: unreachable"})
 		}
 	}
 	if i == 0 {
 		for _, pw := range s.plan.Waves[1:] {
 			// The collector leaves out later waves' clusters that do not answer: their own wave holds on them.
 			answered := slices.DeleteFunc(slices.Clone(pw.Clusters), s.unreachable)
-			ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(pw.Name, budget(pw.Name), preflight(answered)))
+			ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, verdict.NewWavePreflight(pw.Name, budget(pw.Name), preflight(answered)))
 		}
 	}
 	return ev
@@ -322,13 +322,13 @@ func (s *sim) flux(plan fleets.WavePlan) {
 	}
 	for c, tg := range s.applied {
 		o := collector.Observation{Exists: true, Source: tg.Source, Current: true, ReadyCurrent: true, LastAttempted: tg.Revision, Ready: metav1.ConditionTrue,
-			LastApplied: s.lastGood[c], Health: tgcue.HealthChecksPassed, LastReconciled: s.lastGood[c], LastReconciledStatus: "ReconciliationSucceeded"}
+			LastApplied: s.lastGood[c], Health: verdict.HealthChecksPassed, LastReconciled: s.lastGood[c], LastReconciledStatus: "ReconciliationSucceeded"}
 		if s.lastGood[c] != tg.Revision {
-			o.Ready, o.Reason, o.Health, o.LastReconciled, o.LastReconciledStatus = metav1.ConditionFalse, "HealthCheckFailed", tgcue.HealthChecksFailed, tg.Revision, "HealthCheckFailed"
+			o.Ready, o.Reason, o.Health, o.LastReconciled, o.LastReconciledStatus = metav1.ConditionFalse, "HealthCheckFailed", verdict.HealthChecksFailed, tg.Revision, "HealthCheckFailed"
 		}
 		if s.frozen[c] {
 			o = collector.Observation{Exists: true, Source: tg.Source, Current: s.lastGood[c] == tg.Revision, ReadyCurrent: true, Ready: metav1.ConditionFalse,
-				Reason: "ReconciliationFailed", LastApplied: s.lastGood[c], Health: tgcue.HealthChecksUnknown}
+				Reason: "ReconciliationFailed", LastApplied: s.lastGood[c], Health: verdict.HealthChecksUnknown}
 		}
 		var weather string
 		if s.weather != nil && o.Ready == metav1.ConditionTrue {
@@ -336,7 +336,7 @@ func (s *sim) flux(plan fleets.WavePlan) {
 		}
 		switch weather {
 		case "busy":
-			o.Ready, o.Reason, o.Health, o.HealthReason, o.Progressing = metav1.ConditionUnknown, "Progressing", tgcue.HealthChecksProgressing, "Progressing", true
+			o.Ready, o.Reason, o.Health, o.HealthReason, o.Progressing = metav1.ConditionUnknown, "Progressing", verdict.HealthChecksProgressing, "Progressing", true
 		case "retrying":
 			o.Ready, o.Reason, o.LastReconciledStatus = metav1.ConditionFalse, "ReconciliationFailed", "ReconciliationFailed"
 		}

@@ -9,11 +9,11 @@ import (
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
 	"github.com/fluxcd/pkg/runtime/metrics"
 
-	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
+	"github.com/tidegate/tidegate/verdict/bounded"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 )

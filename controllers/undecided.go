@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // UndecidedAnnotation marks a receipt that records a gate that could not be decided (its value
@@ -17,11 +17,11 @@ import (
 const UndecidedAnnotation = "tidegate.dev/undecided"
 
 // recordUndecided writes, for each gate due on wave i that the policy could not decide (perr, a
-// *tgcue.PolicyError), an Inconclusive receipt saying so and why, with no evidence: the same
+// *verdict.PolicyError), an Inconclusive receipt saying so and why, with no evidence: the same
 // error on the same decision is the same receipt (its name is its content digest), so a stall
 // leaves one receipt per gate, not one per reconcile.
 func (r *FleetRolloutReconciler) recordUndecided(ctx context.Context, p *pass, i int, gates []string, perr error) error {
-	var pe *tgcue.PolicyError
+	var pe *verdict.PolicyError
 	if !errors.As(perr, &pe) || i < 0 || i >= len(p.Rollout.Status.Waves) {
 		return nil
 	}

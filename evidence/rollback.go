@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // IrreversibleAnnotation marks an object whose apply cannot be undone by going back (a
@@ -23,14 +23,14 @@ const pruneAnnotation = "kustomize.toolkit.fluxcd.io/prune"
 
 // Changes a Finding can describe; the evidence contract in package cue defines them.
 const (
-	ChangeRemoved = tgcue.ChangeRemoved
-	ChangeChanged = tgcue.ChangeChanged
-	ChangeAdded   = tgcue.ChangeAdded
+	ChangeRemoved = verdict.ChangeRemoved
+	ChangeChanged = verdict.ChangeChanged
+	ChangeAdded   = verdict.ChangeAdded
 )
 
 // Finding is one rollbackSafe concern about one object: the #Finding of the evidence contract.
 // The classification leaves Approved false; the engine sets it from spec.approvals.
-type Finding = tgcue.Finding
+type Finding = verdict.Finding
 
 // RollbackSafety classifies the difference between the rendered known-good and candidate by
 // what it means for going back. Every list is sorted and never nil, so that a policy can

@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
+	"github.com/tidegate/tidegate/verdict/bounded"
 )
 
 // podNamespaceEnv holds the pod's namespace (the Deployment sets it from the downward API): the

@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/ops"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // inspectNS holds the objects of the revision, explain and preview tests: rollout shop, its canary
@@ -91,14 +91,14 @@ func createInspectFixtures(ctx context.Context, t *testing.T) error {
 	inspect.otherDigest = digest("shop v3")
 	cand, good := inspect.cand, inspect.good
 
-	noDisruption, err := decidedReceipt(tgcue.GateNoDisruption, "canary", []string{"eu-1"}, func(ev map[string]any) {
+	noDisruption, err := decidedReceipt(verdict.GateNoDisruption, "canary", []string{"eu-1"}, func(ev map[string]any) {
 		c := ev["clusters"].([]any)[0].(map[string]any)
 		c["name"], c["revision"], c["minAvailableRatio"], c["unavailableSeconds"] = "eu-1", cand.Revision, 0.5, 42
 	})
 	if err != nil {
 		return err
 	}
-	rollbackSafe, err := decidedReceipt(tgcue.GateRollbackSafe, "canary", []string{"eu-1"}, func(ev map[string]any) {
+	rollbackSafe, err := decidedReceipt(verdict.GateRollbackSafe, "canary", []string{"eu-1"}, func(ev map[string]any) {
 		ev["irreversible"].([]any)[0].(map[string]any)["approved"] = false
 	})
 	if err != nil {
@@ -172,14 +172,14 @@ func createInspectFixtures(ctx context.Context, t *testing.T) error {
 // evidence for rollout shop's candidate, edited by edit: the reasons are the policy's own.
 func decidedReceipt(gate, wave string, targets []string, edit func(map[string]any)) (*v1alpha1.GateReceipt, error) {
 	var ev map[string]any
-	if err := json.Unmarshal(tgcue.ExampleEvidence(gate), &ev); err != nil {
+	if err := json.Unmarshal(verdict.ExampleEvidence(gate), &ev); err != nil {
 		return nil, err
 	}
 	ev["rollout"], ev["wave"], ev["targets"] = inspectNS+"/shop", wave, targets
 	ev["candidate"] = map[string]any{"revision": inspect.cand.Revision, "digest": inspect.cand.Digest}
 	ev["knownGood"] = map[string]any{"revision": inspect.good.Revision, "digest": inspect.good.Digest}
 	edit(ev)
-	d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), gate, ev)
+	d, err := verdict.Evaluate(verdict.DefaultPolicy(), gate, ev)
 	if err != nil {
 		return nil, err
 	}
@@ -305,8 +305,8 @@ func TestExplain(t *testing.T) {
 		Settings json.RawMessage `json:"settings"`
 	}
 	decodeOut(t, r, &e)
-	if r.code != exitNo || e.Gate != tgcue.GateNoDisruption || e.Result != v1alpha1.ResultFail || e.Policy != "built-in" ||
-		e.PolicyDigest != tgcue.DefaultPolicy().Digest() || !e.Current || len(e.Reasons) != len(nd.Spec.Reasons) {
+	if r.code != exitNo || e.Gate != verdict.GateNoDisruption || e.Result != v1alpha1.ResultFail || e.Policy != "built-in" ||
+		e.PolicyDigest != verdict.DefaultPolicy().Digest() || !e.Current || len(e.Reasons) != len(nd.Spec.Reasons) {
 		t.Fatalf("receipts explain %s: exit %d, %+v", nd.Name, r.code, e)
 	}
 	// Each reason the policy gave refers to the evidence field it constrains, with the recorded value.
@@ -336,13 +336,13 @@ func TestExplain(t *testing.T) {
 	}
 
 	// By rollout, gate and wave: the receipt the rollout's status records.
-	r = tidegate(ctx, "-n", inspectNS, "receipts", "explain", "--rollout", "shop", "--gate", tgcue.GateRollbackSafe, "--wave", "canary")
+	r = tidegate(ctx, "-n", inspectNS, "receipts", "explain", "--rollout", "shop", "--gate", verdict.GateRollbackSafe, "--wave", "canary")
 	approve := "tidegate -n inspect approve shop --revision " + inspect.cand.Revision + " --irreversible"
 	if r.code != exitNo || !strings.Contains(r.stdout, "gatereceipt inspect/"+inspect.rollbackSafe.Name) ||
 		!strings.Contains(r.stdout, "evidence irreversible.0.approved = false") || !strings.Contains(r.stdout, approve) {
 		t.Errorf("receipts explain --rollout shop --gate rollbackSafe: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := tidegate(ctx, "-n", inspectNS, "receipts", "explain", "--rollout", "shop", "--gate", tgcue.GateDeploySafe, "-o", "json"); r.code != exitUsage ||
+	if r := tidegate(ctx, "-n", inspectNS, "receipts", "explain", "--rollout", "shop", "--gate", verdict.GateDeploySafe, "-o", "json"); r.code != exitUsage ||
 		!strings.Contains(r.stdout, `"code": "NotFound"`) {
 		t.Errorf("explain of a gate never decided: exit %d, %s", r.code, r.stdout)
 	}
@@ -354,7 +354,7 @@ func TestExplain(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost, parts, err := v1alpha1.NewGateReceipt(inspectNS, v1alpha1.GateReceiptSpec{
-		Gate: tgcue.GateNoDisruption, Rollout: "shop", Wave: "rest", Candidate: *inspect.cand, Result: v1alpha1.ResultFail,
+		Gate: verdict.GateNoDisruption, Rollout: "shop", Wave: "rest", Candidate: *inspect.cand, Result: v1alpha1.ResultFail,
 		Reasons: []string{"noDisruption.clusters.0.ready: conflicting values true and false"}, EvaluatedAt: at(6, 0),
 	}, raw)
 	if err != nil || len(parts) == 0 {
@@ -375,7 +375,7 @@ func TestExplain(t *testing.T) {
 		ops.Explanation
 		Settings json.RawMessage `json:"settings"`
 	}
-	if call(ctx, t, s, "explain_gate", map[string]any{"rollout": "shop", "gate": tgcue.GateNoDisruption, "namespace": inspectNS}, &viaMCP) ||
+	if call(ctx, t, s, "explain_gate", map[string]any{"rollout": "shop", "gate": verdict.GateNoDisruption, "namespace": inspectNS}, &viaMCP) ||
 		!reflect.DeepEqual(normalized(t, viaMCP), normalized(t, e)) {
 		t.Errorf("explain_gate: %+v\nwant %+v", viaMCP, e)
 	}
@@ -435,7 +435,7 @@ func TestPreview(t *testing.T) {
 
 	// A policy edit over a receipt's evidence: the built-in policy with a lower tolerance passes
 	// what it failed. Unchanged, it decides as the receipt records.
-	files := tgcue.DefaultPolicyFiles()
+	files := verdict.DefaultPolicyFiles()
 	edited := map[string]string{}
 	dir := t.TempDir()
 	for name, src := range files {

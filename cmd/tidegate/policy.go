@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/ops"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 func newPolicyCommand(k *kubeOptions) *cobra.Command {
@@ -49,7 +49,7 @@ Exit code: 0 valid, 1 invalid, 2 usage or unreadable DIR.`,
 			if err != nil {
 				return &exitError{code: exitUsage, err: err}
 			}
-			p, err := tgcue.LoadPolicy(files)
+			p, err := verdict.LoadPolicy(files)
 			return printVet(cmd.OutOrStdout(), output, dir, p, err)
 		},
 	}
@@ -74,8 +74,8 @@ decide (it does not compile, or is not concrete).`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			if !slices.Contains(tgcue.Gates, gate) {
-				return usageError("--gate %q: the gates are %s", gate, strings.Join(tgcue.Gates, ", "))
+			if !slices.Contains(verdict.Gates, gate) {
+				return usageError("--gate %q: the gates are %s", gate, strings.Join(verdict.Gates, ", "))
 			}
 			if evidence == "" {
 				return usageError("--evidence FILE is required (\"-\" reads stdin)")
@@ -88,11 +88,11 @@ decide (it does not compile, or is not concrete).`,
 			if err != nil {
 				return &exitError{code: exitUsage, err: err}
 			}
-			p, err := tgcue.LoadPolicy(files)
+			p, err := verdict.LoadPolicy(files)
 			if err != nil {
 				return &exitError{code: exitUsage, err: fmt.Errorf("%s: %w", args[0], err)}
 			}
-			d, err := tgcue.Evaluate(p, gate, data)
+			d, err := verdict.Evaluate(p, gate, data)
 			if err != nil {
 				return &exitError{code: exitUsage, err: err}
 			}
@@ -105,7 +105,7 @@ decide (it does not compile, or is not concrete).`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&gate, "gate", "", "gate to decide: "+strings.Join(tgcue.Gates, ", "))
+	cmd.Flags().StringVar(&gate, "gate", "", "gate to decide: "+strings.Join(verdict.Gates, ", "))
 	cmd.Flags().StringVar(&evidence, "evidence", "", `evidence file (JSON); "-" reads stdin`)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
@@ -135,11 +135,11 @@ func readEvidence(stdin io.Reader, name string) ([]byte, error) {
 	)
 	// One byte past the bound is enough to tell that the evidence is too large.
 	if name == "-" {
-		b, err = io.ReadAll(io.LimitReader(stdin, tgcue.MaxEvidenceBytes+1))
+		b, err = io.ReadAll(io.LimitReader(stdin, verdict.MaxEvidenceBytes+1))
 	} else {
 		var f *os.File
 		if f, err = os.Open(name); err == nil {
-			b, err = io.ReadAll(io.LimitReader(f, tgcue.MaxEvidenceBytes+1))
+			b, err = io.ReadAll(io.LimitReader(f, verdict.MaxEvidenceBytes+1))
 			f.Close()
 		}
 	}
@@ -150,17 +150,17 @@ func readEvidence(stdin io.Reader, name string) ([]byte, error) {
 }
 
 type vetResult struct {
-	Dir      string          `json:"dir"`
-	Valid    bool            `json:"valid"`
-	Digest   string          `json:"digest,omitempty"`
-	Settings *tgcue.Settings `json:"settings,omitempty"`
-	Problems []string        `json:"problems,omitempty"`
+	Dir      string            `json:"dir"`
+	Valid    bool              `json:"valid"`
+	Digest   string            `json:"digest,omitempty"`
+	Settings *verdict.Settings `json:"settings,omitempty"`
+	Problems []string          `json:"problems,omitempty"`
 }
 
-func printVet(w io.Writer, output, dir string, p *tgcue.Policy, loadErr error) error {
+func printVet(w io.Writer, output, dir string, p *verdict.Policy, loadErr error) error {
 	r := vetResult{Dir: dir, Valid: loadErr == nil}
 	if loadErr != nil {
-		var pe *tgcue.PolicyError
+		var pe *verdict.PolicyError
 		if !errors.As(loadErr, &pe) {
 			return &exitError{code: exitUsage, err: loadErr}
 		}
@@ -199,7 +199,7 @@ func printVet(w io.Writer, output, dir string, p *tgcue.Policy, loadErr error) e
 	return nil
 }
 
-func printDecision(w io.Writer, output string, d tgcue.Decision) error {
+func printDecision(w io.Writer, output string, d verdict.Decision) error {
 	if output == "json" {
 		return writeJSON(w, d)
 	}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/test/testenv"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // replayNS holds the rollouts and receipts the replay tests decide again.
@@ -67,7 +67,7 @@ func recordDecisions(ctx context.Context, t *testing.T, name string, decisions [
 			raw = withLimits(t, raw, 100)
 		}
 		wave := &v1alpha1.WaveStatus{Name: dc.wave}
-		d, err := controllers.CUEGates{}.Evaluate(ctx, controllers.GateRequest{Gate: dc.gate, Rollout: fr, Wave: wave, Policy: tgcue.DefaultPolicy(), Evidence: json.RawMessage(raw)})
+		d, err := controllers.CUEGates{}.Evaluate(ctx, controllers.GateRequest{Gate: dc.gate, Rollout: fr, Wave: wave, Policy: verdict.DefaultPolicy(), Evidence: json.RawMessage(raw)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,24 +15,24 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // wideNoDisruption is the noDisruption evidence of a soaked wave of n clusters, as the collector
 // writes it: a few in six regions lost some availability.
-func wideNoDisruption(n int) (tgcue.NoDisruptionEvidence, []string) {
+func wideNoDisruption(n int) (verdict.NoDisruptionEvidence, []string) {
 	r := rand.New(rand.NewSource(int64(n)))
 	regions := []string{"eu-west-1", "eu-central-1", "us-east-1", "us-west-2", "ap-south-1", "ap-northeast-1"}
 	cand := revision("web", "web v2")
-	ev := tgcue.NoDisruptionEvidence{
-		Evidence: tgcue.Evidence{Rollout: "scale/web", Wave: "rest", Candidate: tgcue.Revision{Revision: cand.Revision, Digest: cand.Digest},
+	ev := verdict.NoDisruptionEvidence{
+		Evidence: verdict.Evidence{Rollout: "scale/web", Wave: "rest", Candidate: verdict.Revision{Revision: cand.Revision, Digest: cand.Digest},
 			CollectedAt: at(9, 0).Time, Limits: []string{"workload availability sampled every 5s; an outage shorter than the sample interval may be missed"}},
 		Soak: "10m0s", SampleInterval: "5s", ExpectedSamples: 120,
 	}
 	for i := range n {
 		name := fmt.Sprintf("%s-%05d", regions[i%len(regions)], i)
 		ev.Targets = append(ev.Targets, name)
-		c := tgcue.ClusterContinuity{Name: name, Ready: true, Revision: cand.Revision, Samples: 118 + r.Intn(4), HealthChecks: tgcue.HealthChecksPassed}
+		c := verdict.ClusterContinuity{Name: name, Ready: true, Revision: cand.Revision, Samples: 118 + r.Intn(4), HealthChecks: verdict.HealthChecksPassed}
 		c.ObservedSamples = c.Samples
 		c.SetAvailability(true, 1, 0)
 		if r.Intn(20) == 0 {
@@ -145,7 +145,7 @@ func TestReceiptsAtFleetScale(t *testing.T) {
 			}
 
 			r := tidegate(ctx, "receipts", "evidence", "-n", ns, ro.Name)
-			var printed tgcue.NoDisruptionEvidence
+			var printed verdict.NoDisruptionEvidence
 			if err := json.Unmarshal([]byte(r.stdout), &printed); r.code != exitOK || err != nil {
 				t.Fatalf("receipts evidence: exit %d, %v; stderr %s", r.code, err, r.stderr)
 			}

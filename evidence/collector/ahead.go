@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // DefaultFreshness bounds how old evidence gathered ahead may be when a gate uses it: about the time
@@ -83,7 +83,7 @@ func evidenceKey(sc *Scope, gate string, i int) string {
 		Candidate, KnownGood       *v1alpha1.RevisionStatus
 		CandidateSrc, KnownGoodSrc SourceState
 		Rehearsal                  *v1alpha1.RehearsalStatus
-		Settings                   tgcue.Settings
+		Settings                   verdict.Settings
 	}{gate, wv.Name, members, fr.UID, fr.Generation, fr.Status.Candidate, fr.Status.LastKnownGood,
 		source(sc.Candidate), source(sc.KnownGood), wv.Rehearsal, sc.Settings})
 	if err != nil {
@@ -137,20 +137,20 @@ func (c *Collector) gatheredAhead(ctx context.Context, sc *Scope, gate string, i
 // withLimit returns a copy of ev with one more limit (ev's own limits are not touched).
 func withLimit(ev any, line string) any {
 	switch e := ev.(type) {
-	case tgcue.DeploySafeEvidence:
+	case verdict.DeploySafeEvidence:
 		return appendLimit(&e, &e.Evidence, line)
-	case tgcue.RollbackSafeEvidence:
+	case verdict.RollbackSafeEvidence:
 		return appendLimit(&e, &e.Evidence, line)
-	case tgcue.RollbackSucceedsEvidence:
+	case verdict.RollbackSucceedsEvidence:
 		return appendLimit(&e, &e.Evidence, line)
-	case tgcue.NoDisruptionEvidence:
+	case verdict.NoDisruptionEvidence:
 		return appendLimit(&e, &e.Evidence, line)
 	}
 	return ev
 }
 
 // appendLimit adds line to base, the Evidence embedded in *e, and returns *e.
-func appendLimit[E any](e *E, base *tgcue.Evidence, line string) E {
+func appendLimit[E any](e *E, base *verdict.Evidence, line string) E {
 	base.Limits = append(slices.Clip(base.Limits), line)
 	return *e
 }

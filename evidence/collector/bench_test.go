@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // The decision at the end of a soak, at 1,000 clusters, against two real member API servers (the
@@ -108,7 +108,7 @@ func BenchmarkNoDisruptionAtSoakEnd1000Members(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ev := out.Evidence.(tgcue.NoDisruptionEvidence); len(ev.Clusters) != 1000 || ev.Clusters[0].Samples != 61 {
+		if ev := out.Evidence.(verdict.NoDisruptionEvidence); len(ev.Clusters) != 1000 || ev.Clusters[0].Samples != 61 {
 			b.Fatalf("%d clusters, first %+v", len(ev.Clusters), ev.Clusters[0])
 		}
 	}
@@ -210,9 +210,9 @@ func benchCollector(b *testing.B, clk *clock) *Collector {
 	return newCollector(b, clk)
 }
 
-func checkPreflight(b *testing.B, out Collected, n int) tgcue.DeploySafeEvidence {
+func checkPreflight(b *testing.B, out Collected, n int) verdict.DeploySafeEvidence {
 	b.Helper()
-	ds := out.Evidence.(tgcue.DeploySafeEvidence)
+	ds := out.Evidence.(verdict.DeploySafeEvidence)
 	if len(ds.Preflight.Clusters) != n {
 		b.Fatalf("%d clusters preflighted, want %d", len(ds.Preflight.Clusters), n)
 	}

@@ -21,13 +21,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
-	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
 	"github.com/tidegate/tidegate/evidence/preflight"
 	"github.com/tidegate/tidegate/internal/member"
+	"github.com/tidegate/tidegate/verdict"
+	"github.com/tidegate/tidegate/verdict/bounded"
 )
 
 // Evidence collection bounds.
@@ -90,7 +90,7 @@ type Collector struct {
 
 // Collected is one gate's evidence, with the approvals it relied on (for the receipt).
 type Collected struct {
-	// Evidence is the gate's evidence document, one of the tgcue evidence types.
+	// Evidence is the gate's evidence document, one of the verdict evidence types.
 	Evidence any
 	// Approvals are the spec.approvals the evidence counted.
 	Approvals []v1alpha1.Approval
@@ -244,16 +244,16 @@ func objectsOf(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, pkg *render
 }
 
 // baseEvidence is what every gate's evidence carries.
-func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now time.Time) tgcue.Evidence {
-	e := tgcue.Evidence{
+func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now time.Time) verdict.Evidence {
+	e := verdict.Evidence{
 		Rollout:     fr.Namespace + "/" + fr.Name,
 		Wave:        wave,
-		Candidate:   tgcue.Revision{Revision: fr.Status.Candidate.Revision, Digest: fr.Status.Candidate.Digest},
+		Candidate:   verdict.Revision{Revision: fr.Status.Candidate.Revision, Digest: fr.Status.Candidate.Digest},
 		Targets:     slices.Sorted(slices.Values(targets)),
 		CollectedAt: now.UTC().Truncate(time.Second),
 	}
 	if kg := fr.Status.LastKnownGood; kg != nil {
-		e.KnownGood = &tgcue.Revision{Revision: kg.Revision, Digest: kg.Digest}
+		e.KnownGood = &verdict.Revision{Revision: kg.Revision, Digest: kg.Digest}
 	}
 	return e
 }
@@ -263,16 +263,16 @@ func baseEvidence(fr *v1alpha1.FleetRollout, wave string, targets []string, now 
 // the wave, with the objects as its Kustomization substitutes them and the wave's failure budget.
 // The first wave's preflight also covers every later wave's planned targets (laterWaves), so that
 // a cluster that cannot take the candidate is found before the canary runs it.
-func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus, key string) (tgcue.DeploySafeEvidence, error) {
+func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus, key string) (verdict.DeploySafeEvidence, error) {
 	fr := sc.Rollout.Built(sc.Rollout.Status.Candidate.Build)
-	ev := tgcue.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
+	ev := verdict.DeploySafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	ev.Preflight.MaxFailures = maxFailuresOf(fr.WaveSpec(wv.Name))
 	later := laterWaves(sc, wv)
 	ev.Source = sourceEvidence(sc.Candidate)
 	if src := sc.Candidate; src.VerifyFailed {
 		if !SignatureRefused(src.VerifyMessage) {
 			// The verification did not run to a verdict: nothing is known of the signature yet.
-			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "source-controller could not verify the candidate's signature: " + src.VerifyMessage})
+			ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Reason: "source-controller could not verify the candidate's signature: " + src.VerifyMessage})
 			ev.Render.Error = "the candidate is not served until its signature is verified"
 			return ev, fmt.Errorf("%w: source-controller could not verify the signature of the candidate (pinned source %s): %s", ErrUnobserved, src.Name, src.VerifyMessage)
 		}
@@ -290,11 +290,11 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	case errors.As(err, &unfinished):
 		// Not observed: whether the candidate builds is not known until a render finishes.
 		ev.Render.Error = err.Error()
-		ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: err.Error()})
+		ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Reason: err.Error()})
 	case err != nil:
 		ev.Render.Error = "fetching the candidate: " + err.Error()
 		// Not observed: the gate is Inconclusive until the artifact can be fetched again.
-		ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "fetching the candidate's artifact failed: " + err.Error()})
+		ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Reason: "fetching the candidate's artifact failed: " + err.Error()})
 	case pkg.RenderErr != nil:
 		ev.Render.Error = pkg.RenderErr.Error()
 	default:
@@ -304,10 +304,10 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 			break
 		}
 		ev.Render.OK = true
-		sum := evidence.Summarize(objs, tgcue.MaxRenderedObjects)
+		sum := evidence.Summarize(objs, verdict.MaxRenderedObjects)
 		ev.Render.Total, ev.Render.Truncated = sum.Total, sum.Truncated
 		for _, o := range sum.Objects {
-			ev.Render.Objects = append(ev.Render.Objects, tgcue.ObjectRef(o))
+			ev.Render.Objects = append(ev.Render.Objects, verdict.ObjectRef(o))
 		}
 	}
 	ev.Limits = append(ev.Limits, substituteFromLimits(fr)...)
@@ -324,7 +324,7 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	for _, lw := range later {
 		names = append(names, lw.Clusters...)
 	}
-	results, reused, oldest := c.recheck(sc, key, names, len(ev.Targets), func(names []string) []tgcue.ClusterPreflight {
+	results, reused, oldest := c.recheck(sc, key, names, len(ev.Targets), func(names []string) []verdict.ClusterPreflight {
 		return c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
 	})
 	if reused > 0 {
@@ -332,17 +332,17 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 	}
 	for _, r := range results[:len(ev.Targets)] {
 		if !r.Reachable {
-			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: r.Name, Reason: "preflight: " + r.Problem()})
+			ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Name: r.Name, Reason: "preflight: " + r.Problem()})
 		}
 	}
-	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", ev.Preflight.MaxFailures, results[:len(ev.Targets)])
+	ev.Preflight.WavePreflight = verdict.NewWavePreflight("", ev.Preflight.MaxFailures, results[:len(ev.Targets)])
 	results = results[len(ev.Targets):]
 	var away []string
 	for _, lw := range later {
 		// A later wave's cluster that does not answer now is its own wave's business: that wave
 		// holds on it when it is due. What the first wave looks for in the later ones is a cluster
 		// that cannot take the candidate.
-		answered := make([]tgcue.ClusterPreflight, 0, len(lw.Clusters))
+		answered := make([]verdict.ClusterPreflight, 0, len(lw.Clusters))
 		for _, r := range results[:len(lw.Clusters)] {
 			if r.Reachable {
 				answered = append(answered, r)
@@ -350,7 +350,7 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 				away = append(away, r.Name)
 			}
 		}
-		ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, tgcue.NewWavePreflight(lw.Name, lw.MaxFailures, answered))
+		ev.Preflight.LaterWaves = append(ev.Preflight.LaterWaves, verdict.NewWavePreflight(lw.Name, lw.MaxFailures, answered))
 		results = results[len(lw.Clusters):]
 	}
 	if len(away) > 0 {
@@ -367,8 +367,8 @@ func (c *Collector) deploySafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wave
 // sourceEvidence is the candidate's provenance as its pinned source reports it. Its verification
 // is the one of the source's current spec, which pins one digest or commit: what is verified is
 // the revision the source serves, and a refused one is never served.
-func sourceEvidence(src SourceState) tgcue.SourceEvidence {
-	ev := tgcue.SourceEvidence{Verified: src.Verified, Verification: src.Verification, Message: src.VerifyMessage}
+func sourceEvidence(src SourceState) verdict.SourceEvidence {
+	ev := verdict.SourceEvidence{Verified: src.Verified, Verification: src.Verification, Message: src.VerifyMessage}
 	if src.Verified {
 		ev.Revision = src.Revision
 	}
@@ -422,9 +422,9 @@ func maxFailuresOf(spec v1alpha1.Wave) int {
 
 // rollbackSafe classifies the diff between the rendered known-good and candidate. The
 // approvals of the candidate's irreversible changes are returned for the receipt.
-func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (tgcue.RollbackSafeEvidence, []v1alpha1.Approval, error) {
+func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) (verdict.RollbackSafeEvidence, []v1alpha1.Approval, error) {
 	fr := sc.Rollout.Built(sc.Rollout.Status.Candidate.Build)
-	ev := tgcue.RollbackSafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
+	ev := verdict.RollbackSafeEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	var unfinished *unfinishedRender
 	cand, err := c.renderRevision(ctx, fr, sc.Candidate, fr.Status.Candidate.Digest, "the candidate", false)
 	if errors.As(err, &unfinished) {
@@ -467,7 +467,7 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 		}
 	}
 	if len(used) > 0 {
-		for _, l := range [][]tgcue.Finding{ev.PrunedStateful, ev.ChangedStateful, ev.CRDChanges, ev.ImmutableRecreates, ev.Irreversible} {
+		for _, l := range [][]verdict.Finding{ev.PrunedStateful, ev.ChangedStateful, ev.CRDChanges, ev.ImmutableRecreates, ev.Irreversible} {
 			for i := range l {
 				l[i].Approved = true
 			}
@@ -479,15 +479,15 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *Scope, wv *v1alpha1.Wa
 
 // rollbackSucceeds checks that the known-good's pinned source still serves its recorded
 // content and that it renders, and reports the wave's rehearsal when there was one.
-func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) tgcue.RollbackSucceedsEvidence {
+func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha1.WaveStatus) verdict.RollbackSucceedsEvidence {
 	fr, w := sc.Rollout, sc
-	ev := tgcue.RollbackSucceedsEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
+	ev := verdict.RollbackSucceedsEvidence{Evidence: baseEvidence(fr, wv.Name, wv.Clusters, sc.Now)}
 	kg := fr.Status.LastKnownGood
 	if kg == nil {
 		ev.FirstRollout = true
 		return ev
 	}
-	src := &tgcue.KnownGoodSource{
+	src := &verdict.KnownGoodSource{
 		Name: kg.Source, Exists: w.KnownGood.Exists, Ready: w.KnownGood.Ready,
 		ServedDigest: w.KnownGood.Digest, RecordedDigest: kg.Digest,
 	}
@@ -497,12 +497,12 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 		src.RenderError = err.Error()
 		answered := errors.Is(err, evidence.ErrNotServed) || errors.Is(err, evidence.ErrDigestMismatch)
 		if errors.As(err, &unfinished) {
-			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: err.Error()})
+			ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Reason: err.Error()})
 		} else if src.Exists && src.ServedDigest == src.RecordedDigest && !answered {
 			// The source says it serves the recorded content and the fetch got no answer: not
 			// observed. A source that answered it no longer serves it (its storage lost the file),
 			// or serves other content, was observed: the way back is gone, and the gate decides so.
-			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Reason: "fetching the known-good's artifact failed: " + err.Error()})
+			ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Reason: "fetching the known-good's artifact failed: " + err.Error()})
 		}
 	} else if pkg.RenderErr != nil {
 		src.RenderError = pkg.RenderErr.Error()
@@ -513,7 +513,7 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 	}
 	ev.KnownGoodSource = src
 	if rh := wv.Rehearsal; rh != nil {
-		re := &tgcue.RehearsalEvidence{Required: w.Settings.Rehearsal, Done: rh.Phase == v1alpha1.RehearsalDone}
+		re := &verdict.RehearsalEvidence{Required: w.Settings.Rehearsal, Done: rh.Phase == v1alpha1.RehearsalDone}
 		re.Rollback = rehearsalLeg(rh.BackStartedAt, rh.BackReadyAt, w.Now)
 		re.Forward = rehearsalLeg(rh.ForwardStartedAt, rh.ForwardReadyAt, w.Now)
 		if rh.Message != "" {
@@ -529,19 +529,19 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *Scope, wv *v1alpha
 	return ev
 }
 
-func rehearsalLeg(started, ready *metav1.Time, now time.Time) *tgcue.RehearsalLeg {
+func rehearsalLeg(started, ready *metav1.Time, now time.Time) *verdict.RehearsalLeg {
 	if started == nil {
 		return nil
 	}
 	if ready == nil {
-		return &tgcue.RehearsalLeg{OK: false, Seconds: now.Sub(started.Time).Seconds()}
+		return &verdict.RehearsalLeg{OK: false, Seconds: now.Sub(started.Time).Seconds()}
 	}
-	return &tgcue.RehearsalLeg{OK: true, Seconds: ready.Sub(started.Time).Seconds()}
+	return &verdict.RehearsalLeg{OK: true, Seconds: ready.Sub(started.Time).Seconds()}
 }
 
 // noDisruption summarises the wave's soak per cluster: the Kustomization's readiness and health
 // checks at the candidate, and the workload availability sampled since the wave was Ready.
-func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDisruptionEvidence {
+func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) verdict.NoDisruptionEvidence {
 	fr, w := sc.Rollout, sc
 	spec := fr.WaveSpec(wv.Name)
 	soak := WaveSoak(spec, w.Settings)
@@ -559,12 +559,12 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 	settings := w.Settings
 	settings.SampleInterval = c.waveInterval(w, wv.Name)
 	sampler := c.samples(settings.SampleInterval)
-	ev := tgcue.NoDisruptionEvidence{
+	ev := verdict.NoDisruptionEvidence{
 		Evidence:        baseEvidence(fr, wv.Name, wv.Clusters, w.Now),
 		Soak:            soak.String(),
 		SampleInterval:  settings.SampleInterval.String(),
 		MaxFailures:     maxFailuresOf(spec),
-		ExpectedSamples: tgcue.ExpectedSamples(soaked, settings.SampleInterval),
+		ExpectedSamples: verdict.ExpectedSamples(soaked, settings.SampleInterval),
 	}
 	required := settings.RequiredSamples(soaked)
 	held := make(map[string]string, len(wv.HeldBack))
@@ -575,12 +575,12 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 	summaries := make([]availability.ClusterSummary, 0, len(ev.Targets))
 	for _, name := range ev.Targets {
 		if reason, ok := held[name]; ok {
-			ev.HeldBack = append(ev.HeldBack, tgcue.HeldBack{Name: name, Reason: reason})
+			ev.HeldBack = append(ev.HeldBack, verdict.HeldBack{Name: name, Reason: reason})
 			continue
 		}
 		o := w.Kustomizations[name]
 		ready, health, transient := o.JudgedAt(cand.Source, cand.Revision)
-		cc := tgcue.ClusterContinuity{Name: name, Revision: o.LastApplied, HealthChecks: health, Transient: transient}
+		cc := verdict.ClusterContinuity{Name: name, Revision: o.LastApplied, HealthChecks: health, Transient: transient}
 		cc.Ready = !slices.Contains(wv.Missing, name) && ready
 		switch {
 		case transient == "":
@@ -597,11 +597,11 @@ func (c *Collector) noDisruption(sc *Scope, wv *v1alpha1.WaveStatus) tgcue.NoDis
 		cc.ObservedSamples = s.Samples - s.FailedSamples
 		switch {
 		case s.LastFailed:
-			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: name, Reason: "its last sample could not read any workload: " + lastError(s)})
+			ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Name: name, Reason: "its last sample could not read any workload: " + lastError(s)})
 		case wv.ReadyAt != nil && cc.ObservedSamples < required:
 			// Coverage is a soak's question: a wave decided before it soaked (a member failed at
 			// the candidate) was not sampled, and is judged on what its Kustomizations say.
-			ev.Unobserved = append(ev.Unobserved, tgcue.Unobserved{Name: name,
+			ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Name: name,
 				Reason: fmt.Sprintf("%d of %d samples read every workload, %d needed", cc.ObservedSamples, s.Samples, required)})
 		}
 		ev.Clusters = append(ev.Clusters, cc)
@@ -707,7 +707,7 @@ func (c *Collector) samples(interval time.Duration) *availability.Sampler {
 // preflight checks targets, in the order given, at most PreflightParallel at once, each within its
 // share of the time ctx has left (preflight.CheckAll). A target's kubeconfig is read in its own
 // turn, within its own deadline.
-func (c *Collector) preflight(ctx context.Context, sc *Scope, targets []string, pkg *renderedPackage, objs []*unstructured.Unstructured, opts preflight.Options) []tgcue.ClusterPreflight {
+func (c *Collector) preflight(ctx context.Context, sc *Scope, targets []string, pkg *renderedPackage, objs []*unstructured.Unstructured, opts preflight.Options) []verdict.ClusterPreflight {
 	fr := sc.Rollout
 	pts := make([]preflight.Target, 0, len(targets))
 	for _, name := range targets {
@@ -732,7 +732,7 @@ func (c *Collector) now() time.Time {
 }
 
 // WaveSoak is the wave's soak: its spec's, else the policy's, else a minute.
-func WaveSoak(spec v1alpha1.Wave, s tgcue.Settings) time.Duration {
+func WaveSoak(spec v1alpha1.Wave, s verdict.Settings) time.Duration {
 	if spec.Soak != nil {
 		return spec.Soak.Duration
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // A known-good whose source answers that it no longer serves the artifact (404) is an observation:
@@ -40,7 +40,7 @@ func TestKnownGoodNotServedIsObservedAndUnreachableIsNot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev := out.Evidence.(tgcue.RollbackSucceedsEvidence)
+			ev := out.Evidence.(verdict.RollbackSucceedsEvidence)
 			if ev.KnownGoodSource == nil || ev.KnownGoodSource.Renders || !strings.Contains(ev.KnownGoodSource.RenderError, tc.says) {
 				t.Fatalf("known-good source %+v; want it not rendered, saying %q", ev.KnownGoodSource, tc.says)
 			}

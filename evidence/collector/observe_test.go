@@ -8,7 +8,7 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 func TestSameRevision(t *testing.T) {
@@ -161,38 +161,38 @@ func TestTransientObservations(t *testing.T) {
 	}{
 		{"the periodic re-reconcile of the applied revision, its last one succeeded",
 			reconciling(2, rev, rev, meta.ReconciliationSucceededReason, inProgress...),
-			want{ready: true, health: tgcue.HealthChecksPassed}},
+			want{ready: true, health: verdict.HealthChecksPassed}},
 		{"the same with no history: nothing finished to go by, waited for",
 			reconciling(2, rev, "", "", inProgress...),
-			want{unsettled: true, health: tgcue.HealthChecksProgressing}},
+			want{unsettled: true, health: verdict.HealthChecksProgressing}},
 		{"the same with a spec changed since the last success: pending, not settled",
 			reconciling(1, rev, rev, meta.ReconciliationSucceededReason, inProgress...),
-			want{health: tgcue.HealthChecksProgressing}},
+			want{health: verdict.HealthChecksProgressing}},
 		{"re-reconciling after a failed health check: the failure stands",
 			reconciling(2, rev, rev, meta.HealthCheckFailedReason, inProgress...),
-			want{health: tgcue.HealthChecksFailed}},
+			want{health: verdict.HealthChecksFailed}},
 		{"re-reconciling after a failed apply: waited for",
 			reconciling(2, rev, rev, meta.ReconciliationFailedReason, inProgress...),
-			want{unsettled: true, health: tgcue.HealthChecksUnknown}},
+			want{unsettled: true, health: verdict.HealthChecksUnknown}},
 		{"a failed apply of the revision it had applied: retried, not a failure yet",
 			reconciling(2, rev, rev, meta.ReconciliationFailedReason,
 				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ReconciliationFailedReason, "Deployment/demo/web dry-run failed: connection refused"),
 				cond(meta.HealthyCondition, metav1.ConditionTrue, meta.SucceededReason, "Health check passed in 2s")),
-			want{retrying: true, unsettled: true, health: tgcue.HealthChecksPassed}},
+			want{retrying: true, unsettled: true, health: verdict.HealthChecksPassed}},
 		{"the same once kustomize-controller gave up: a failure",
 			reconciling(2, rev, rev, meta.ReconciliationFailedReason,
 				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ReconciliationFailedReason, "invalid"),
 				cond(meta.StalledCondition, metav1.ConditionTrue, meta.ReconciliationFailedReason, "invalid")),
-			want{failed: true, health: tgcue.HealthChecksUnknown}},
+			want{failed: true, health: verdict.HealthChecksUnknown}},
 		{"a failed health check of the revision it had applied: a failure at once",
 			reconciling(2, rev, rev, meta.HealthCheckFailedReason,
 				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.HealthCheckFailedReason, "timeout waiting for: [Deployment/demo/web status: 'InProgress']"),
 				cond(meta.HealthyCondition, metav1.ConditionFalse, meta.HealthCheckFailedReason, "timeout")),
-			want{failed: true, health: tgcue.HealthChecksFailed}},
+			want{failed: true, health: verdict.HealthChecksFailed}},
 		{"a failed apply of a revision it never applied: a failure at once",
 			reconciling(2, "main@sha1:1", "main@sha1:1", meta.ReconciliationSucceededReason,
 				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ReconciliationFailedReason, "ServiceMonitor/demo/web dry-run failed: no matches for kind")),
-			want{failed: true, health: tgcue.HealthChecksUnknown}},
+			want{failed: true, health: verdict.HealthChecksUnknown}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := Observe(tc.ks)

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
-	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/verdict"
+	"github.com/tidegate/tidegate/verdict/bounded"
 )
 
 // Artifact limits: a package or policy artifact larger than this is refused rather than held in memory.
@@ -28,11 +28,11 @@ const (
 
 // RolloutPolicy is the policy that decides a rollout's gates, with its settings read once.
 type RolloutPolicy struct {
-	Policy   *tgcue.Policy
-	Settings tgcue.Settings
+	Policy   *verdict.Policy
+	Settings verdict.Settings
 	// From says where it came from, for messages: "built-in" or "<kind>/<name> path <path> at <revision>".
 	From string
-	// Err is why the policy cannot decide (a *tgcue.PolicyError inside); kept so a broken commit is
+	// Err is why the policy cannot decide (a *verdict.PolicyError inside); kept so a broken commit is
 	// fetched and compiled once, not on every reconcile.
 	Err error
 }
@@ -42,7 +42,7 @@ var ErrPolicyPending = errors.New("policy source has no artifact yet")
 
 // BuiltinPolicy is the embedded default policy, compiled once.
 var BuiltinPolicy = sync.OnceValues(func() (*RolloutPolicy, error) {
-	p := tgcue.DefaultPolicy()
+	p := verdict.DefaultPolicy()
 	s, err := p.Settings()
 	if err != nil {
 		return nil, fmt.Errorf("the built-in policy's settings: %w", err)
@@ -52,7 +52,7 @@ var BuiltinPolicy = sync.OnceValues(func() (*RolloutPolicy, error) {
 
 // Policy returns the rollout's policy: the built-in one when spec.policy is empty, else the CUE
 // package at spec.policy.path in the named source's artifact. It returns ErrPolicyPending (wrapped)
-// while the source has no artifact, and a *tgcue.PolicyError (wrapped) for a policy that does not
+// while the source has no artifact, and a *verdict.PolicyError (wrapped) for a policy that does not
 // compile, does not fit the evidence schemas, or whose settings are not concrete.
 func (c *Collector) Policy(ctx context.Context, fr *v1alpha1.FleetRollout) (*RolloutPolicy, error) {
 	ref := fr.Spec.Policy
@@ -87,7 +87,7 @@ func (c *Collector) Policy(ctx context.Context, fr *v1alpha1.FleetRollout) (*Rol
 	if errors.As(err, &over) {
 		// Not kept: a load that ran out of time on a busy machine may fit the next time. Meanwhile
 		// the rollout stalls on it as on any policy that cannot decide.
-		return nil, fmt.Errorf("the policy from %s: %w", from, &tgcue.PolicyError{Problems: []string{err.Error()}})
+		return nil, fmt.Errorf("the policy from %s: %w", from, &verdict.PolicyError{Problems: []string{err.Error()}})
 	}
 	if err != nil {
 		err = fmt.Errorf("the policy from %s: %w", from, err)
@@ -102,18 +102,18 @@ func (c *Collector) Policy(ctx context.Context, fr *v1alpha1.FleetRollout) (*Rol
 // compilePolicy loads the CUE package in dir and reads its settings: first in a worker under
 // c.PolicyBudget (when set), so that a policy too expensive to load ends there (*bounded.BudgetError)
 // rather than in the controller, then in-process, which is then known to fit. Every other error is
-// a *tgcue.PolicyError: a wrong path or a package that does not compile is fixed in Git or the spec.
+// a *verdict.PolicyError: a wrong path or a package that does not compile is fixed in Git or the spec.
 func (c *Collector) compilePolicy(ctx context.Context, fsys filesys.FileSystem, dir string) (*RolloutPolicy, error) {
 	files, err := cueFiles(fsys, dir)
 	if err != nil {
-		return nil, &tgcue.PolicyError{Problems: []string{err.Error()}}
+		return nil, &verdict.PolicyError{Problems: []string{err.Error()}}
 	}
 	if c.PolicyBudget != nil {
 		if err := c.PolicyBudget.Load(ctx, files); err != nil {
 			return nil, err
 		}
 	}
-	p, err := tgcue.LoadPolicy(files)
+	p, err := verdict.LoadPolicy(files)
 	if err != nil {
 		return nil, err
 	}

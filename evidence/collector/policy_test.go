@@ -9,11 +9,11 @@ import (
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 func TestCompilePolicy(t *testing.T) {
-	def := string(tgcue.DefaultPolicyFiles()["default.cue"])
+	def := string(verdict.DefaultPolicyFiles()["default.cue"])
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string
@@ -43,7 +43,7 @@ func TestCompilePolicy(t *testing.T) {
 			}
 			p, err := (&Collector{}).compilePolicy(context.Background(), fsys, tc.dir)
 			if tc.wantErr != "" {
-				var perr *tgcue.PolicyError
+				var perr *verdict.PolicyError
 				if !errors.As(err, &perr) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want a policy error containing %q", err, tc.wantErr)
 				}

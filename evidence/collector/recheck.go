@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // answered keeps, for a deploySafe that could not observe some of its wave's clusters, the
@@ -24,7 +24,7 @@ type answered struct {
 
 // answer is one cluster's preflight result and when it was checked.
 type answer struct {
-	result     tgcue.ClusterPreflight
+	result     verdict.ClusterPreflight
 	at         time.Time
 	uid        types.UID
 	generation int64
@@ -35,7 +35,7 @@ type answer struct {
 // used for the others. It keeps this decision's answers when one of the wave's own targets did not
 // answer (the gate will be Inconclusive and decided again), and forgets the question when all did.
 // reused is how many results were taken from earlier checks, the oldest checked at oldest.
-func (c *Collector) recheck(sc *Scope, key string, names []string, n int, check func([]string) []tgcue.ClusterPreflight) (results []tgcue.ClusterPreflight, reused int, oldest time.Time) {
+func (c *Collector) recheck(sc *Scope, key string, names []string, n int, check func([]string) []verdict.ClusterPreflight) (results []verdict.ClusterPreflight, reused int, oldest time.Time) {
 	now := sc.Now
 	identity := func(name string) (types.UID, int64) {
 		if fc := sc.Clusters[name]; fc != nil {
@@ -47,7 +47,7 @@ func (c *Collector) recheck(sc *Scope, key string, names []string, n int, check 
 	kept := c.answered.by[key]
 	c.answered.mu.Unlock()
 
-	results = make([]tgcue.ClusterPreflight, len(names))
+	results = make([]verdict.ClusterPreflight, len(names))
 	earlier := make([]bool, len(names))
 	var ask []string
 	var at []int

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/member"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // dryRunCounter counts the server-side dry-runs made through the configs it wraps.
@@ -58,7 +58,7 @@ func TestAnInconclusiveDeploySafeAsksOnlyWhoDidNotAnswer(t *testing.T) {
 	gone.Spec.KubeConfig = &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: "not-there"}}
 	sc.Clusters[away] = &gone
 
-	decide := func(at time.Time) tgcue.DeploySafeEvidence {
+	decide := func(at time.Time) verdict.DeploySafeEvidence {
 		t.Helper()
 		sc := *sc
 		sc.Now = at
@@ -66,7 +66,7 @@ func TestAnInconclusiveDeploySafeAsksOnlyWhoDidNotAnswer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := out.Evidence.(tgcue.DeploySafeEvidence)
+		ev := out.Evidence.(verdict.DeploySafeEvidence)
 		for _, p := range ev.Preflight.Clusters {
 			if p.Reachable == (p.Name == away) {
 				t.Fatalf("at %s: %s reachable %v: %+v", at, p.Name, p.Reachable, p)
@@ -77,7 +77,7 @@ func TestAnInconclusiveDeploySafeAsksOnlyWhoDidNotAnswer(t *testing.T) {
 		}
 		return ev
 	}
-	reusedLine := func(ev tgcue.DeploySafeEvidence) string {
+	reusedLine := func(ev verdict.DeploySafeEvidence) string {
 		for _, l := range ev.Limits {
 			if strings.Contains(l, "checked at an earlier decision of this gate") {
 				return l

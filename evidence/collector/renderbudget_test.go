@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
 	"github.com/tidegate/tidegate/internal/worker"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // A rollout whose candidate kustomize cannot build within the render budget (one 1 MiB file
@@ -45,23 +45,23 @@ func TestARenderOverBudgetIsInconclusive(t *testing.T) {
 	c := newCollector(t, nil)
 	c.RenderBudget = &boundedrender.Renderer{Budget: worker.Budget{Time: 5 * time.Second, Memory: 512 << 20}}
 	ctx := context.Background()
-	collect := func(w *world) tgcue.DeploySafeEvidence {
+	collect := func(w *world) verdict.DeploySafeEvidence {
 		t.Helper()
 		out, err := c.Collect(ctx, w.decision(t, now), v1alpha1.GateDeploySafe, 1)
 		if err != nil {
 			t.Fatalf("collecting deploySafe: %v", err)
 		}
-		return out.Evidence.(tgcue.DeploySafeEvidence)
+		return out.Evidence.(verdict.DeploySafeEvidence)
 	}
 
-	heavyDone := make(chan tgcue.DeploySafeEvidence, 1)
+	heavyDone := make(chan verdict.DeploySafeEvidence, 1)
 	start := time.Now()
 	go func() {
 		out, err := c.Collect(ctx, heavy.decision(t, now), v1alpha1.GateDeploySafe, 1)
 		if err != nil {
 			t.Errorf("collecting the heavy deploySafe: %v", err)
 		}
-		ev, _ := out.Evidence.(tgcue.DeploySafeEvidence)
+		ev, _ := out.Evidence.(verdict.DeploySafeEvidence)
 		heavyDone <- ev
 	}()
 	// The heavy render's worker is started before the normal one.
@@ -85,7 +85,7 @@ func TestARenderOverBudgetIsInconclusive(t *testing.T) {
 		t.Fatalf("the heavy rollout's deploySafe: render %+v, unobserved %+v", ev.Render, ev.Unobserved)
 	}
 	t.Logf("unobserved: %s", ev.Unobserved[0].Reason)
-	d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), tgcue.GateDeploySafe, ev)
+	d, err := verdict.Evaluate(verdict.DefaultPolicy(), verdict.GateDeploySafe, ev)
 	if err != nil || d.Pass || !d.Inconclusive {
 		t.Errorf("the built-in policy over it: %+v (%v), want Inconclusive", d, err)
 	}

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/fleets"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // Scope is everything one reconcile of a FleetRollout read, read once at the start of the pass: the
@@ -56,7 +56,7 @@ type Scope struct {
 	// (Collector.RenderDigest); "" when not known.
 	TargetRender, KnownGoodRender string
 	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
-	Settings tgcue.Settings
+	Settings verdict.Settings
 	Now      time.Time
 }
 
@@ -110,9 +110,9 @@ func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) SourceS
 // is verification that could not run, which observes nothing about the artifact.
 func SignatureRefused(message string) bool {
 	m := strings.ToLower(message)
-	for _, verdict := range []string{"no matching signatures", "no signatures found", "invalid signature",
+	for _, phrase := range []string{"no matching signatures", "no signatures found", "invalid signature",
 		"signature verification failed", "no signature is associated", "unable to verify"} {
-		if strings.Contains(m, verdict) {
+		if strings.Contains(m, phrase) {
 			return true
 		}
 	}
@@ -172,7 +172,7 @@ type Observation struct {
 	Message       string
 	LastApplied   string
 	LastAttempted string
-	// Health is the outcome of the Kustomization's health checks (tgcue.HealthChecks*): None when it
+	// Health is the outcome of the Kustomization's health checks (verdict.HealthChecks*): None when it
 	// asks for none (no wait, no healthChecks), else its Healthy condition: Progressing while
 	// kustomize-controller runs them.
 	Health string
@@ -217,18 +217,18 @@ func Observe(ks *kustomizev1.Kustomization) Observation {
 	if c := conditions.Get(ks, meta.ReconcilingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == meta.ProgressingReason {
 		progressing = true
 	}
-	o.Health = tgcue.HealthChecksNone
+	o.Health = verdict.HealthChecksNone
 	if ks.Spec.Wait || len(ks.Spec.HealthChecks) > 0 {
-		o.Health = tgcue.HealthChecksUnknown
+		o.Health = verdict.HealthChecksUnknown
 		if c := conditions.Get(ks, meta.HealthyCondition); c != nil {
 			o.HealthReason, o.HealthMessage = c.Reason, c.Message
 			switch {
 			case c.Status == metav1.ConditionTrue:
-				o.Health = tgcue.HealthChecksPassed
+				o.Health = verdict.HealthChecksPassed
 			case c.Status == metav1.ConditionFalse:
-				o.Health = tgcue.HealthChecksFailed
+				o.Health = verdict.HealthChecksFailed
 			case c.Reason == meta.ProgressingReason:
-				o.Health = tgcue.HealthChecksProgressing
+				o.Health = verdict.HealthChecksProgressing
 				progressing = true
 			}
 		}
@@ -375,19 +375,19 @@ func (o Observation) Unsettled(source, revision string) bool {
 func (o Observation) JudgedAt(source, revision string) (ready bool, health, transient string) {
 	ready, health = o.ReadyAt(source, revision), o.Health
 	if health == "" {
-		health = tgcue.HealthChecksUnknown
+		health = verdict.HealthChecksUnknown
 	}
 	if o.Source != source || !(o.Progressing || o.RetryingAt(source, revision)) {
 		return ready, health, ""
 	}
-	if ok, known := o.Settled(source, revision); known && health != tgcue.HealthChecksNone {
+	if ok, known := o.Settled(source, revision); known && health != verdict.HealthChecksNone {
 		switch {
 		case ok:
-			health = tgcue.HealthChecksPassed
+			health = verdict.HealthChecksPassed
 		case o.LastReconciledStatus == meta.HealthCheckFailedReason:
-			health = tgcue.HealthChecksFailed
+			health = verdict.HealthChecksFailed
 		default:
-			health = tgcue.HealthChecksUnknown
+			health = verdict.HealthChecksUnknown
 		}
 	}
 	return ready, health, o.Seen()

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // One reconcile starts the soak's sampling; the collector then samples every member of the wave on
@@ -45,7 +45,7 @@ func TestSamplingRunsOnItsOwnTickerNotOnReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := out.Evidence.(tgcue.NoDisruptionEvidence)
+	ev := out.Evidence.(verdict.NoDisruptionEvidence)
 	for _, cc := range ev.Clusters {
 		if cc.Samples <= reconciles || cc.MinAvailableRatio == nil || *cc.MinAvailableRatio != 1 {
 			t.Errorf("%s: %d samples after %d reconcile, ratio %v (unset %q); want more samples than reconciles, fully available", cc.Name, cc.Samples, reconciles, cc.MinAvailableRatio, cc.Unset)
@@ -129,7 +129,7 @@ func TestEvidenceGatheredAheadIsUsedOnceWhileFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := out.Evidence.(tgcue.DeploySafeEvidence)
+	ds := out.Evidence.(verdict.DeploySafeEvidence)
 	if !ds.CollectedAt.Equal(gatheredAt) || !hasLimit(ds.Limits, want) {
 		t.Errorf("deploySafe collected at %s with limits %q; want gathered ahead at %s, saying %q", ds.CollectedAt, ds.Limits, gatheredAt, want)
 	}
@@ -145,7 +145,7 @@ func TestEvidenceGatheredAheadIsUsedOnceWhileFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs := out.Evidence.(tgcue.RollbackSucceedsEvidence); !rs.FirstRollout || !hasLimit(rs.Limits, want) {
+	if rs := out.Evidence.(verdict.RollbackSucceedsEvidence); !rs.FirstRollout || !hasLimit(rs.Limits, want) {
 		t.Errorf("rollbackSucceeds %+v; want the first rollout's, gathered ahead", rs)
 	}
 
@@ -154,7 +154,7 @@ func TestEvidenceGatheredAheadIsUsedOnceWhileFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds := out.Evidence.(tgcue.DeploySafeEvidence); !ds.CollectedAt.Equal(dec.Now) || hasLimit(ds.Limits, "gathered ahead") {
+	if ds := out.Evidence.(verdict.DeploySafeEvidence); !ds.CollectedAt.Equal(dec.Now) || hasLimit(ds.Limits, "gathered ahead") {
 		t.Errorf("a second decision used evidence gathered ahead: collected at %s, limits %q", ds.CollectedAt, ds.Limits)
 	}
 }
@@ -187,7 +187,7 @@ func TestEvidenceGatheredAheadIsNotUsedStaleOrForSomethingElse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ds := out.Evidence.(tgcue.DeploySafeEvidence); !ds.CollectedAt.Equal(dec.Now.Truncate(time.Second)) || hasLimit(ds.Limits, "gathered ahead") {
+			if ds := out.Evidence.(verdict.DeploySafeEvidence); !ds.CollectedAt.Equal(dec.Now.Truncate(time.Second)) || hasLimit(ds.Limits, "gathered ahead") {
 				t.Errorf("collected at %s with limits %q; want collected at the decision, %s", ds.CollectedAt, ds.Limits, dec.Now)
 			}
 		})
@@ -317,7 +317,7 @@ func TestASampleIntervalChangeMidSoakKeepsTheSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := out.Evidence.(tgcue.NoDisruptionEvidence)
+	ev := out.Evidence.(verdict.NoDisruptionEvidence)
 	if len(ev.Clusters) != 1 || ev.Clusters[0].MinAvailableRatio == nil || *ev.Clusters[0].MinAvailableRatio != 0 ||
 		ev.Clusters[0].Samples < before.samples || ev.SampleInterval != interval.String() {
 		t.Errorf("the evidence after the change lost the soak: %+v (interval %s), before the change %+v", ev.Clusters, ev.SampleInterval, before)
@@ -327,7 +327,7 @@ func TestASampleIntervalChangeMidSoakKeepsTheSoak(t *testing.T) {
 		t.Errorf("what status keeps of the soak lost it: %+v, before the change %+v", kept, before)
 	}
 	// And the gate decided on it fails: the built-in policy over this evidence.
-	if d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), v1alpha1.GateNoDisruption, ev); err != nil || d.Pass || d.Inconclusive {
+	if d, err := verdict.Evaluate(verdict.DefaultPolicy(), v1alpha1.GateNoDisruption, ev); err != nil || d.Pass || d.Inconclusive {
 		t.Errorf("noDisruption over the soak that kept its disruption: %+v %v, want a failure", d, err)
 	}
 }

@@ -28,12 +28,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/fleets"
 	"github.com/tidegate/tidegate/internal/member"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
 	"github.com/tidegate/tidegate/test/testenv"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // One real API server (envtest) plays the hub, where FleetRollouts live, and every member: a
@@ -191,7 +191,7 @@ func newWorld(t testing.TB, n int, interval, soak, readyAgo time.Duration, now t
 	w.scope = &Scope{
 		Rollout: fr.DeepCopy(), Clusters: clusters, Inventory: inv, Plan: plan, Objects: objects,
 		Candidate: SourceState{Name: cand.Source, Exists: true, Ready: true, Revision: cand.Revision, Digest: digest, URL: srv.URL + "/web.tar.gz"},
-		Settings:  tgcue.Settings{SampleInterval: interval, Soak: soak},
+		Settings:  verdict.Settings{SampleInterval: interval, Soak: soak},
 		Now:       now,
 	}
 	return w

@@ -8,10 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/install"
 	"github.com/tidegate/tidegate/evidence/preflight"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // waveValues are the install-time values of a wave's targets: the rollout's
@@ -48,7 +48,7 @@ func valuesOf(fr *v1alpha1.FleetRollout, targets []string, clusters map[string]*
 // package's schema when some target uses them as they are, and each target that sets values of
 // its own checked with its merged values, listed when it has a finding. A schema that does not
 // compile is one violation.
-func (v waveValues) check(schema []byte) tgcue.InstallEvidence {
+func (v waveValues) check(schema []byte) verdict.InstallEvidence {
 	sets := make([]map[string]string, 0, len(v.own)+1)
 	sets = append(sets, v.rollout)
 	for _, o := range v.own {
@@ -56,16 +56,16 @@ func (v waveValues) check(schema []byte) tgcue.InstallEvidence {
 	}
 	evs, err := install.CheckEach(schema, sets)
 	if err != nil {
-		return tgcue.InstallEvidence{Schema: true, Violations: []string{err.Error()}}
+		return verdict.InstallEvidence{Schema: true, Violations: []string{err.Error()}}
 	}
-	ev := tgcue.InstallEvidence{Schema: evs[0].Schema}
+	ev := verdict.InstallEvidence{Schema: evs[0].Schema}
 	if v.shared {
 		ev.UnknownKeys, ev.ProtectedKeys, ev.Violations = evs[0].UnknownKeys, evs[0].ProtectedKeys, evs[0].Violations
 	}
 	for i, o := range v.own {
 		e := evs[i+1]
 		if len(e.UnknownKeys)+len(e.ProtectedKeys)+len(e.Violations) > 0 {
-			ev.Clusters = append(ev.Clusters, tgcue.InstallFindings{Name: o.name, UnknownKeys: e.UnknownKeys, ProtectedKeys: e.ProtectedKeys, Violations: e.Violations})
+			ev.Clusters = append(ev.Clusters, verdict.InstallFindings{Name: o.name, UnknownKeys: e.UnknownKeys, ProtectedKeys: e.ProtectedKeys, Violations: e.Violations})
 		}
 	}
 	return ev

@@ -10,9 +10,9 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/preflight"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 const tenantSchema = `package install
@@ -70,11 +70,11 @@ func TestInstallValuesAreCheckedPerCluster(t *testing.T) {
 	}
 
 	// The default policy fails the gate naming the cluster.
-	ev := tgcue.DeploySafeEvidence{Evidence: tgcue.Evidence{Rollout: "fleet/web", Candidate: tgcue.Revision{Revision: "main@sha1:abc", Digest: "sha256:" + strings.Repeat("a", 64)},
-		Targets: []string{"team-a", "team-c"}}, Render: tgcue.RenderEvidence{OK: true}, Install: got}
-	ev.Preflight.WavePreflight = tgcue.NewWavePreflight("", 0, []tgcue.ClusterPreflight{
+	ev := verdict.DeploySafeEvidence{Evidence: verdict.Evidence{Rollout: "fleet/web", Candidate: verdict.Revision{Revision: "main@sha1:abc", Digest: "sha256:" + strings.Repeat("a", 64)},
+		Targets: []string{"team-a", "team-c"}}, Render: verdict.RenderEvidence{OK: true}, Install: got}
+	ev.Preflight.WavePreflight = verdict.NewWavePreflight("", 0, []verdict.ClusterPreflight{
 		{Name: "team-a", Reachable: true, ServerVersion: "v1.37.2"}, {Name: "team-c", Reachable: true, ServerVersion: "v1.37.2"}})
-	d, err := tgcue.Evaluate(tgcue.DefaultPolicy(), v1alpha1.GateDeploySafe, ev)
+	d, err := verdict.Evaluate(verdict.DefaultPolicy(), v1alpha1.GateDeploySafe, ev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/fleets"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 func rolloutScope(waves ...v1alpha1.WaveStatus) *Scope {
@@ -25,7 +25,7 @@ func rolloutScope(waves ...v1alpha1.WaveStatus) *Scope {
 	fr.Status.Candidate = &v1alpha1.RevisionStatus{Revision: "main@sha1:2222222222222222222222222222222222222222", Source: "web-2",
 		Digest: "sha256:" + strings.Repeat("c", 64)}
 	fr.Status.Waves = waves
-	return &Scope{Rollout: fr, Now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC), Settings: tgcue.Settings{SampleInterval: 5 * time.Second}}
+	return &Scope{Rollout: fr, Now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC), Settings: verdict.Settings{SampleInterval: 5 * time.Second}}
 }
 
 // The first wave's deploySafe preflights every later wave's planned members, each wave with its
@@ -91,10 +91,10 @@ func TestNoDisruptionEvidenceReadsThroughTransientStates(t *testing.T) {
 		t.Fatalf("held back %+v, clusters %+v", ev.HeldBack, ev.Clusters)
 	}
 	b, d := ev.Clusters[1], ev.Clusters[2]
-	if !b.Ready || b.HealthChecks != tgcue.HealthChecksPassed || !strings.HasPrefix(b.Transient, "Ready=Unknown Progressing") {
+	if !b.Ready || b.HealthChecks != verdict.HealthChecksPassed || !strings.HasPrefix(b.Transient, "Ready=Unknown Progressing") {
 		t.Errorf("b, mid-reconcile after a reconcile that passed, is judged by it: %+v", b)
 	}
-	if d.Ready || d.HealthChecks != tgcue.HealthChecksProgressing || d.Transient == "" {
+	if d.Ready || d.HealthChecks != verdict.HealthChecksProgressing || d.Transient == "" {
 		t.Errorf("d, mid-reconcile with no history, is judged as seen: %+v", d)
 	}
 	limits := strings.Join(ev.Limits, "\n")
@@ -103,7 +103,7 @@ func TestNoDisruptionEvidenceReadsThroughTransientStates(t *testing.T) {
 			t.Errorf("limits should say %q:\n%s", want, limits)
 		}
 	}
-	dec, err := tgcue.Evaluate(tgcue.DefaultPolicy(), tgcue.GateNoDisruption, ev)
+	dec, err := verdict.Evaluate(verdict.DefaultPolicy(), verdict.GateNoDisruption, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestNoDisruptionEvidenceLeavesOutWhatWasNotMeasured(t *testing.T) {
 	if n := len(ev.Unobserved); n != 2 {
 		t.Errorf("dark and unsampled should be unobserved: %+v", ev.Unobserved)
 	}
-	dec, err := tgcue.Evaluate(tgcue.DefaultPolicy(), tgcue.GateNoDisruption, ev)
+	dec, err := verdict.Evaluate(verdict.DefaultPolicy(), verdict.GateNoDisruption, ev)
 	if err != nil || dec.Pass || !dec.Inconclusive || strings.Join(dec.Unobserved, ",") != "dark,unsampled" {
 		t.Errorf("a wave whose only failures are members not measured is Inconclusive: %+v %v", dec, err)
 	}

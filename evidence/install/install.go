@@ -1,6 +1,6 @@
 // Package install checks a package's install-time values against the install-time schema the
 // package ships, and reports the result as the install half of the deploySafe gate's evidence
-// (tgcue.InstallEvidence).
+// (verdict.InstallEvidence).
 //
 // Most of a package's settings are fixed when the package is built; only a small surface is open
 // at install time. The rollout and the clusters give install-time values as Flux postBuild
@@ -73,7 +73,7 @@ import (
 	"cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/token"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // SchemaPath is where a package ships its install-time schema, relative to its kustomize
@@ -98,15 +98,15 @@ const (
 // the package documentation; it starts with SchemaPath and gives the lines and columns of the
 // problems. With an error the evidence is InstallEvidence{Schema: true}: the package ships a
 // schema, but nothing could be checked against it.
-func Check(schema []byte, values map[string]string) (tgcue.InstallEvidence, error) {
+func Check(schema []byte, values map[string]string) (verdict.InstallEvidence, error) {
 	evs, err := CheckEach(schema, []map[string]string{values})
 	return evs[0], err
 }
 
 // CheckEach checks each of several sets of values against one schema, as Check does, compiling the
 // schema once: the values of the targets of a wave. The evidence is in the order of values.
-func CheckEach(schema []byte, values []map[string]string) (evs []tgcue.InstallEvidence, err error) {
-	evs = make([]tgcue.InstallEvidence, len(values))
+func CheckEach(schema []byte, values []map[string]string) (evs []verdict.InstallEvidence, err error) {
+	evs = make([]verdict.InstallEvidence, len(values))
 	if schema == nil {
 		return evs, nil
 	}
@@ -119,7 +119,7 @@ func CheckEach(schema []byte, values []map[string]string) (evs []tgcue.InstallEv
 	defer func() {
 		if r := recover(); r != nil {
 			for i := range evs {
-				evs[i] = tgcue.InstallEvidence{Schema: true}
+				evs[i] = verdict.InstallEvidence{Schema: true}
 			}
 			err = fmt.Errorf("%s: internal error evaluating the schema: %v", SchemaPath, r)
 		}
@@ -221,8 +221,8 @@ func compile(src []byte) (*installSchema, error) {
 	return s, nil
 }
 
-func (s *installSchema) check(values map[string]string) tgcue.InstallEvidence {
-	ev := tgcue.InstallEvidence{Schema: true}
+func (s *installSchema) check(values map[string]string) verdict.InstallEvidence {
+	ev := verdict.InstallEvidence{Schema: true}
 	declared := map[string]string{}
 	for _, k := range slices.Sorted(maps.Keys(values)) {
 		switch {
@@ -324,7 +324,7 @@ func shortMessage(err error) string {
 		}
 		b.WriteString(m)
 	}
-	return tgcue.Truncate(b.String(), maxMessage)
+	return verdict.Truncate(b.String(), maxMessage)
 }
 
 func message(e errors.Error) string {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // FuzzCheck checks arbitrary install-time values against an arbitrary schema, as deploySafe checks
@@ -36,7 +36,7 @@ func FuzzCheck(f *testing.F) {
 			if !strings.HasPrefix(err.Error(), SchemaPath+": ") {
 				t.Fatalf("a schema error that does not name %s: %v", SchemaPath, err)
 			}
-			if !reflect.DeepEqual(ev, tgcue.InstallEvidence{Schema: true}) {
+			if !reflect.DeepEqual(ev, verdict.InstallEvidence{Schema: true}) {
 				t.Fatalf("a schema error with findings: %+v", ev)
 			}
 			return

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // example is the schema of the package documentation.
@@ -27,54 +27,54 @@ func TestCheck(t *testing.T) {
 		name   string
 		schema *string // nil: the package ships no schema
 		values map[string]string
-		want   tgcue.InstallEvidence
+		want   verdict.InstallEvidence
 		err    string // the exact error, "" for none
 	}{
 		{
 			name:   "no schema",
 			values: map[string]string{"anything": "goes", "image": "x"},
-			want:   tgcue.InstallEvidence{},
+			want:   verdict.InstallEvidence{},
 		},
 		{
 			name:   "all good",
 			schema: s(example),
 			values: map[string]string{"replicas": "3", "region": "eu", "logLevel": "debug"},
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 		},
 		{
 			name:   "empty schema declares nothing",
 			schema: s(""),
 			values: map[string]string{"region": "eu"},
-			want:   tgcue.InstallEvidence{Schema: true, UnknownKeys: []string{"region"}},
+			want:   verdict.InstallEvidence{Schema: true, UnknownKeys: []string{"region"}},
 		},
 		{
 			name:   "any package name, and no values given",
 			schema: s("package foo\nvalues: {a?: string}"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 		},
 		{
 			name:   "unknown key",
 			schema: s(example),
 			values: map[string]string{"region": "us", "regoin": "us"},
-			want:   tgcue.InstallEvidence{Schema: true, UnknownKeys: []string{"regoin"}},
+			want:   verdict.InstallEvidence{Schema: true, UnknownKeys: []string{"regoin"}},
 		},
 		{
 			name:   "protected key",
 			schema: s(example),
 			values: map[string]string{"region": "us", "image": "evil:latest"},
-			want:   tgcue.InstallEvidence{Schema: true, ProtectedKeys: []string{"image"}},
+			want:   verdict.InstallEvidence{Schema: true, ProtectedKeys: []string{"image"}},
 		},
 		{
 			name:   "protected wins over a pattern",
 			schema: s(`values: {[=~"^feature_"]: "on" | "off"}` + "\n" + `protected: ["feature_core"]`),
 			values: map[string]string{"feature_core": "on", "feature_x": "off"},
-			want:   tgcue.InstallEvidence{Schema: true, ProtectedKeys: []string{"feature_core"}},
+			want:   verdict.InstallEvidence{Schema: true, ProtectedKeys: []string{"feature_core"}},
 		},
 		{
 			name:   "violation: value not matching",
 			schema: s(example),
 			values: map[string]string{"region": "asia", "replicas": "three"},
-			want: tgcue.InstallEvidence{Schema: true, Violations: []string{
+			want: verdict.InstallEvidence{Schema: true, Violations: []string{
 				`region: 2 errors in empty disjunction: conflicting values "eu" and "asia"; conflicting values "us" and "asia"`,
 				`replicas: invalid value "three" (out of bound =~"^[0-9]+$")`,
 			}},
@@ -83,13 +83,13 @@ func TestCheck(t *testing.T) {
 			name:   "missing required",
 			schema: s(example),
 			values: map[string]string{"replicas": "2"},
-			want:   tgcue.InstallEvidence{Schema: true, Violations: []string{"region: required install-time value is missing"}},
+			want:   verdict.InstallEvidence{Schema: true, Violations: []string{"region: required install-time value is missing"}},
 		},
 		{
 			name:   "missing required marked !, even with a default",
 			schema: s(`values: {a!: string, b!: *"x" | "y", c?: string}`),
 			values: map[string]string{"c": "z"},
-			want: tgcue.InstallEvidence{Schema: true, Violations: []string{
+			want: verdict.InstallEvidence{Schema: true, Violations: []string{
 				"a: required install-time value is missing",
 				"b: required install-time value is missing",
 			}},
@@ -98,7 +98,7 @@ func TestCheck(t *testing.T) {
 			name:   "pattern-declared key",
 			schema: s(example),
 			values: map[string]string{"region": "eu", "feature_a": "on", "feature_b": "maybe", "featurex": "on"},
-			want: tgcue.InstallEvidence{
+			want: verdict.InstallEvidence{
 				Schema:      true,
 				UnknownKeys: []string{"featurex"},
 				Violations: []string{
@@ -110,19 +110,19 @@ func TestCheck(t *testing.T) {
 			name:   "open struct declares every name",
 			schema: s(`values: {a?: "x", ...}`),
 			values: map[string]string{"a": "y", "b": "anything"},
-			want:   tgcue.InstallEvidence{Schema: true, Violations: []string{`a: conflicting values "y" and "x"`}},
+			want:   verdict.InstallEvidence{Schema: true, Violations: []string{`a: conflicting values "y" and "x"`}},
 		},
 		{
 			name:   "default used when missing",
 			schema: s(`values: {level: *"info" | "debug", fixed: "x", opt?: *"a" | "b"}`),
 			values: map[string]string{},
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 		},
 		{
 			name:   "default overridden",
 			schema: s(`values: {level: *"info" | "debug"}`),
 			values: map[string]string{"level": "trace"},
-			want: tgcue.InstallEvidence{Schema: true, Violations: []string{
+			want: verdict.InstallEvidence{Schema: true, Violations: []string{
 				`level: 2 errors in empty disjunction: conflicting values "debug" and "trace"; conflicting values "info" and "trace"`,
 			}},
 		},
@@ -134,13 +134,13 @@ func TestCheck(t *testing.T) {
 	if tier == "large" {replicas!: _}
 }`),
 			values: map[string]string{"tier": "large"},
-			want:   tgcue.InstallEvidence{Schema: true, Violations: []string{"replicas: required install-time value is missing"}},
+			want:   verdict.InstallEvidence{Schema: true, Violations: []string{"replicas: required install-time value is missing"}},
 		},
 		{
 			name:   "validator on the whole struct",
 			schema: s("import \"struct\"\nvalues: {a?: string, b?: string} & struct.MaxFields(1)"),
 			values: map[string]string{"a": "1", "b": "2"},
-			want: tgcue.InstallEvidence{Schema: true, Violations: []string{
+			want: verdict.InstallEvidence{Schema: true, Violations: []string{
 				`values: invalid value {a:"1",b:"2"} (does not satisfy struct.MaxFields(1))`,
 			}},
 		},
@@ -154,7 +154,7 @@ _levels: ["info", "debug"]
 }
 values: #Values`),
 			values: map[string]string{"region": "us", "level": "trace", "#Region": "eu", "_levels": "x"},
-			want: tgcue.InstallEvidence{
+			want: verdict.InstallEvidence{
 				Schema:      true,
 				UnknownKeys: []string{"#Region", "_levels"},
 				Violations: []string{
@@ -166,13 +166,13 @@ values: #Values`),
 			name:   "validator on the whole struct, satisfied",
 			schema: s(`values: {a?: string, b?: string} & matchN(<=1, [{a!: _}, {b!: _}])`),
 			values: map[string]string{"a": "1"},
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 		},
 		{
 			name:   "validator on the whole struct, violated",
 			schema: s(`values: {a?: string, b?: string} & matchN(<=1, [{a!: _}, {b!: _}])`),
 			values: map[string]string{"a": "1", "b": "2"},
-			want: tgcue.InstallEvidence{Schema: true, Violations: []string{
+			want: verdict.InstallEvidence{Schema: true, Violations: []string{
 				`values: invalid value {a:"1",b:"2"} (does not satisfy matchN)`,
 			}},
 		},
@@ -200,7 +200,7 @@ values: {
 				"a b":      "c",
 				"ünï":      "ok",
 			},
-			want: tgcue.InstallEvidence{
+			want: verdict.InstallEvidence{
 				Schema:      true,
 				UnknownKeys: []string{"", "#hidden", "_private", "a b", "ünï"},
 				Violations:  []string{`x"y: invalid value "\\(x)${y}\"" (out of bound =~"^[a-z]+$")`},
@@ -211,7 +211,7 @@ values: {
 			schema: s(`values: {b: "1", a: "1", c?: "1", d?: "1"}
 protected: ["z", "y", "z", "x"]`),
 			values: map[string]string{"z": "", "y": "", "x": "", "q": "", "p": "", "d": "2", "c": "2"},
-			want: tgcue.InstallEvidence{
+			want: verdict.InstallEvidence{
 				Schema:        true,
 				UnknownKeys:   []string{"p", "q"},
 				ProtectedKeys: []string{"x", "y", "z"},
@@ -225,7 +225,7 @@ protected: ["z", "y", "z", "x"]`),
 			name:   "long violation is bounded",
 			schema: s(`values: {a?: "x"}`),
 			values: map[string]string{"a": strings.Repeat("v", 1000)},
-			want: tgcue.InstallEvidence{Schema: true, Violations: []string{
+			want: verdict.InstallEvidence{Schema: true, Violations: []string{
 				`a: conflicting values "` + strings.Repeat("v", maxMessage-len(`conflicting values "`)-len("…")) + "…",
 			}},
 		},
@@ -234,37 +234,37 @@ protected: ["z", "y", "z", "x"]`),
 		{
 			name:   "schema syntax error",
 			schema: s("package install\n\nvalues: {\n\tregion: \"eu\" |\n}\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: expected operand, found '}' (line 5, column 1)",
 		},
 		{
 			name:   "schema conflict",
 			schema: s("values: {\n\tregion!: \"eu\" & \"us\"\n}\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    `tidegate/install.cue: values.region: conflicting values "us" and "eu" (line 2, column 11; line 2, column 18)`,
 		},
 		{
 			name:   "values not a struct",
 			schema: s("values: [\"region\"]\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: values: must be a struct of constraints on strings, is list (line 1, column 1)",
 		},
 		{
 			name:   "values a disjunction",
 			schema: s("values: {a: string} | {b: string}\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: values: must be a single struct: non-concrete value struct (line 1, column 1)",
 		},
 		{
 			name:   "value constraint not on a string",
 			schema: s("values: {\n\treplicas?: int\n}\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: values.replicas: must admit a string (postBuild substitutions are strings), admits int (line 2, column 2)",
 		},
 		{
 			name:   "values fail with no value given",
 			schema: s("values: {a?: string, b?: string} & matchN(1, [{a!: _}, {b!: _}])\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err: "tidegate/install.cue: values must evaluate without error when no install-time value is given: " +
 				"values: invalid value {a?:string,b?:string} (does not satisfy matchN) (line 1, column 36; line 1, column 9; line 1, column 43); " +
 				"values.a: field is required but not present (line 1, column 36; line 1, column 48); " +
@@ -273,43 +273,43 @@ protected: ["z", "y", "z", "x"]`),
 		{
 			name:   "protected not a list",
 			schema: s("protected: \"image\"\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: protected: must be a list of strings, is string (line 1, column 1)",
 		},
 		{
 			name:   "protected not strings",
 			schema: s("protected: [\"image\", 1]\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: protected.1: must be a string: cannot use value 1 (type int) as string (line 1, column 22)",
 		},
 		{
 			name:   "protected and declared",
 			schema: s("values: {\n\timage?: string\n}\nprotected: [\"image\"]\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    `tidegate/install.cue: values.image: "image" is also protected: a value cannot be both open at install time and fixed at build time (line 2, column 2)`,
 		},
 		{
 			name:   "unknown top-level field",
 			schema: s("values: {}\nprotect: [\"image\"]\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: protect: unknown field: the schema has only the fields values and protected (line 2, column 1)",
 		},
 		{
 			name:   "not a struct",
 			schema: s("\"values\"\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: the file must be a struct with the fields values and protected, is string (line 1, column 1)",
 		},
 		{
 			name:   "import of a non-builtin package",
 			schema: s("import \"example.com/x\"\n\nvalues: {a?: x.A}\n"),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    `tidegate/install.cue: package "example.com/x" imported but not defined in (line 1, column 8); values.a: import "example.com/x" not found (line 3, column 14)`,
 		},
 		{
 			name:   "schema too large",
 			schema: s("values: {}\n" + strings.Repeat("// padding\n", MaxSchemaBytes/11)),
-			want:   tgcue.InstallEvidence{Schema: true},
+			want:   verdict.InstallEvidence{Schema: true},
 			err:    "tidegate/install.cue: the schema is 262152 bytes, more than the 262144 allowed",
 		},
 	}

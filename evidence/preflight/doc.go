@@ -1,6 +1,6 @@
 // Package preflight is the per-cluster preflight of the deploySafe gate: before a wave applies a
 // package to its target clusters, it asks each target's API server whether it would accept the
-// rendered objects (#Preflight of cue/schema/deploysafe.cue, tgcue.ClusterPreflight).
+// rendered objects (#Preflight of verdict/schema/deploysafe.cue, verdict.ClusterPreflight).
 //
 // Substitute first applies the Flux postBuild variable substitution to the rendered objects, as
 // kustomize-controller does before it applies them. Check then asks one cluster, within a time

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 const (
@@ -100,16 +100,16 @@ type Target struct {
 // slow or does not answer fails its own check when its deadline passes, and the others go on; the
 // collection as a whole ends with ctx. A target whose turn did not come before ctx ended is
 // unreachable ("not checked: ..."): it fails closed.
-func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstructured, opts Options, parallel int) []tgcue.ClusterPreflight {
+func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstructured, opts Options, parallel int) []verdict.ClusterPreflight {
 	if parallel <= 0 {
 		parallel = DefaultParallel
 	}
 	opts = opts.withDefaults()
-	results := make([]tgcue.ClusterPreflight, len(targets))
+	results := make([]verdict.ClusterPreflight, len(targets))
 	var reach []int // the targets to check
 	for i, t := range targets {
 		if t.Config == nil && t.Resolve == nil {
-			results[i] = tgcue.ClusterPreflight{Name: t.Name, Unreachable: "no client for the cluster"}
+			results[i] = verdict.ClusterPreflight{Name: t.Name, Unreachable: "no client for the cluster"}
 			if t.Err != nil {
 				results[i].Unreachable = t.Err.Error()
 			}
@@ -129,9 +129,9 @@ func CheckAll(ctx context.Context, targets []Target, objs []*unstructured.Unstru
 
 // checkTarget checks one target within opts.Timeout: the time to build its config (Resolve) and
 // the check share it.
-func checkTarget(ctx context.Context, t Target, objs []*unstructured.Unstructured, opts Options) tgcue.ClusterPreflight {
+func checkTarget(ctx context.Context, t Target, objs []*unstructured.Unstructured, opts Options) verdict.ClusterPreflight {
 	if err := ctx.Err(); err != nil {
-		return tgcue.ClusterPreflight{Name: t.Name, Unreachable: "not checked: the gate's time ran out before this cluster's turn: " + err.Error()}
+		return verdict.ClusterPreflight{Name: t.Name, Unreachable: "not checked: the gate's time ran out before this cluster's turn: " + err.Error()}
 	}
 	mctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
@@ -139,10 +139,10 @@ func checkTarget(ctx context.Context, t Target, objs []*unstructured.Unstructure
 	if cfg == nil {
 		var err error
 		if cfg, err = t.Resolve(mctx); err != nil {
-			return tgcue.ClusterPreflight{Name: t.Name, Unreachable: err.Error()}
+			return verdict.ClusterPreflight{Name: t.Name, Unreachable: err.Error()}
 		}
 		if cfg == nil {
-			return tgcue.ClusterPreflight{Name: t.Name, Unreachable: "no client for the cluster"}
+			return verdict.ClusterPreflight{Name: t.Name, Unreachable: "no client for the cluster"}
 		}
 	}
 	return checkObjects(mctx, t, cfg, objs, opts)
@@ -171,16 +171,16 @@ func checkTarget(ctx context.Context, t Target, objs []*unstructured.Unstructure
 // objects not dry-run by then are errors. Should the check not end even so (a credential plugin
 // that hangs, say), Check gives up on it two seconds later and its DryRunErrors is the one entry
 // "the preflight did not finish within <timeout>: <ctx error>".
-func Check(ctx context.Context, name string, cfg *rest.Config, objs []*unstructured.Unstructured, opts Options) tgcue.ClusterPreflight {
+func Check(ctx context.Context, name string, cfg *rest.Config, objs []*unstructured.Unstructured, opts Options) verdict.ClusterPreflight {
 	if cfg == nil {
-		return tgcue.ClusterPreflight{Name: name, Unreachable: "no client for the cluster"}
+		return verdict.ClusterPreflight{Name: name, Unreachable: "no client for the cluster"}
 	}
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 
 	c := &check{name: name, cfg: cfg, objs: objs, opts: opts, redact: newRedactor(cfg)}
-	done := make(chan tgcue.ClusterPreflight, 1)
+	done := make(chan verdict.ClusterPreflight, 1)
 	go func() { done <- c.run(ctx) }()
 	select {
 	case r := <-done:
@@ -211,13 +211,13 @@ type check struct {
 }
 
 // abandoned is the result of a check that did not end in time.
-func (c *check) abandoned(err error) tgcue.ClusterPreflight {
+func (c *check) abandoned(err error) verdict.ClusterPreflight {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.version == "" {
-		return tgcue.ClusterPreflight{Name: c.name, Unreachable: fmt.Sprintf("the API server did not answer within %s: %v", c.opts.Timeout, err)}
+		return verdict.ClusterPreflight{Name: c.name, Unreachable: fmt.Sprintf("the API server did not answer within %s: %v", c.opts.Timeout, err)}
 	}
-	return tgcue.ClusterPreflight{Name: c.name, Reachable: true, ServerVersion: c.version,
+	return verdict.ClusterPreflight{Name: c.name, Reachable: true, ServerVersion: c.version,
 		DryRunErrors: []string{fmt.Sprintf("the preflight did not finish within %s: %v", c.opts.Timeout, err)}}
 }
 
@@ -230,8 +230,8 @@ type served struct {
 	err        error // discovery of its group/version failed (other than not served)
 }
 
-func (c *check) run(ctx context.Context) tgcue.ClusterPreflight {
-	res := tgcue.ClusterPreflight{Name: c.name}
+func (c *check) run(ctx context.Context) verdict.ClusterPreflight {
+	res := verdict.ClusterPreflight{Name: c.name}
 	cfg := rest.CopyConfig(c.cfg)
 	if cfg.Timeout <= 0 || cfg.Timeout > c.opts.Timeout {
 		cfg.Timeout = c.opts.Timeout

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // A package as it renders: a Namespace and, in it, a ConfigMap, a Deployment and a Service.
@@ -110,7 +110,7 @@ spec:
 
 // wantReachable fails the test unless got is the answer of the member API server with exactly the
 // given missing APIs and dry-run errors.
-func wantReachable(t *testing.T, got tgcue.ClusterPreflight, name string, missing, dryRun []string) {
+func wantReachable(t *testing.T, got verdict.ClusterPreflight, name string, missing, dryRun []string) {
 	t.Helper()
 	if got.Name != name || !got.Reachable || !strings.HasPrefix(got.ServerVersion, "v1.") {
 		t.Errorf("got name %q, reachable %v, version %q; want %q, reachable, v1.*", got.Name, got.Reachable, got.ServerVersion, name)
@@ -125,13 +125,13 @@ func wantReachable(t *testing.T, got tgcue.ClusterPreflight, name string, missin
 
 // wantUnreachable: the cluster was not reached, nothing else is filled, and the evidence says why
 // (Unreachable holds why; any reason when why is empty).
-func wantUnreachable(t *testing.T, got tgcue.ClusterPreflight, name, why string) {
+func wantUnreachable(t *testing.T, got verdict.ClusterPreflight, name, why string) {
 	t.Helper()
 	if got.Unreachable == "" || !strings.Contains(got.Unreachable, why) {
 		t.Errorf("%s: unreachable %q, want it to say %q", name, got.Unreachable, why)
 	}
 	got.Unreachable = ""
-	if want := (tgcue.ClusterPreflight{Name: name}); !reflect.DeepEqual(got, want) {
+	if want := (verdict.ClusterPreflight{Name: name}); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
@@ -594,7 +594,7 @@ func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured 
 func TestTheTimeRunsOutDuringTheDryRun(t *testing.T) {
 	ctx, ns := setup(t)
 	objs := objects(t, ns, webApp)[1:]
-	wantReachableOnly := func(t *testing.T, got tgcue.ClusterPreflight) {
+	wantReachableOnly := func(t *testing.T, got verdict.ClusterPreflight) {
 		t.Helper()
 		if !got.Reachable || !strings.HasPrefix(got.ServerVersion, "v1.") || got.MissingAPIs != nil {
 			t.Errorf("%+v, want reachable with its version", got)

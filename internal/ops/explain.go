@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // ReceiptSelector names a receipt: by Name, or as the decisive receipt of Rollout's Gate in Wave
@@ -49,7 +49,7 @@ type Explanation struct {
 	Evidence string `json:"evidence,omitempty"`
 	// Settings are the built-in policy's settings when it decided; a policy from a source is not
 	// fetched, so they are then left out.
-	Settings *tgcue.Settings `json:"settings,omitempty"`
+	Settings *verdict.Settings `json:"settings,omitempty"`
 	// Current is false when the rollout has moved on to another candidate (or is gone): the
 	// receipt is history, and ToPass says nothing about the rollout as it is now.
 	Current bool     `json:"current"`
@@ -91,7 +91,7 @@ var settingOf = map[string]string{
 	"done":               "settings.rehearsal",
 }
 
-func settingValue(s tgcue.Settings, setting string) any {
+func settingValue(s verdict.Settings, setting string) any {
 	switch setting {
 	case "settings.tolerances.minAvailableRatio":
 		return s.Tolerances.MinAvailableRatio
@@ -119,9 +119,9 @@ func GetReceipt(ctx context.Context, c client.Client, ns string, sel ReceiptSele
 		}
 		return rc, nil
 	case sel.Rollout == "" || sel.Gate == "":
-		return nil, Errorf(CodeInvalid, nil, "name the receipt, or give the rollout and the gate (%s), and the wave unless it is the latest one", strings.Join(tgcue.Gates, ", "))
-	case !slices.Contains(tgcue.Gates, sel.Gate):
-		return nil, Errorf(CodeInvalid, nil, "gate %q: the gates are %s", sel.Gate, strings.Join(tgcue.Gates, ", "))
+		return nil, Errorf(CodeInvalid, nil, "name the receipt, or give the rollout and the gate (%s), and the wave unless it is the latest one", strings.Join(verdict.Gates, ", "))
+	case !slices.Contains(verdict.Gates, sel.Gate):
+		return nil, Errorf(CodeInvalid, nil, "gate %q: the gates are %s", sel.Gate, strings.Join(verdict.Gates, ", "))
 	}
 	return DecisiveReceipt(ctx, c, ns, sel.Rollout, sel.Gate, sel.Wave)
 }
@@ -249,7 +249,7 @@ func explain(rc *v1alpha1.GateReceipt, doc any, hasEvidence bool, fr *v1alpha1.F
 		Targets: s.Targets, EvaluatedAt: s.EvaluatedAt, PolicyDigest: s.PolicyDigest,
 		Reasons: []ExplainedReason{}, Limits: s.Limits, Approvals: s.Approvals,
 	}
-	builtin := tgcue.DefaultPolicy()
+	builtin := verdict.DefaultPolicy()
 	switch {
 	case s.PolicyDigest == builtin.Digest():
 		e.Policy = "built-in"
@@ -269,11 +269,11 @@ func explain(rc *v1alpha1.GateReceipt, doc any, hasEvidence bool, fr *v1alpha1.F
 	}
 	for _, r := range s.Reasons {
 		er := ExplainedReason{Reason: r}
-		path := tgcue.ReasonPath(s.Gate, r)
+		path := verdict.ReasonPath(s.Gate, r)
 		if len(path) > 0 {
 			er.Path = strings.Join(path, ".")
 			if hasEvidence {
-				v, found, about := tgcue.EvidenceAt(doc, path)
+				v, found, about := verdict.EvidenceAt(doc, path)
 				er.About = about
 				if found {
 					er.Value, _ = json.Marshal(v)
@@ -307,7 +307,7 @@ func needsApproval(reasons []ExplainedReason) bool {
 // remedies says what would let the receipt's gate pass, for its rollout as it is now: the approval
 // a reason asks for, a retry of a rejected candidate, waiting for an inconclusive gate, and what
 // to change for a failed one.
-func remedies(rc *v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, settings *tgcue.Settings, irreversible bool) []Remedy {
+func remedies(rc *v1alpha1.GateReceipt, fr *v1alpha1.FleetRollout, settings *verdict.Settings, irreversible bool) []Remedy {
 	s := rc.Spec
 	base := fmt.Sprintf("tidegate -n %s ", fr.Namespace)
 	var out []Remedy

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // ReadPolicyDir reads the .cue files of dir (not its subdirectories) by base name, as the controller
@@ -39,7 +39,7 @@ func ReadPolicyDir(dir string) (map[string][]byte, error) {
 // ProposedPolicy loads a policy that is not committed yet: the .cue files of dir, or files (file
 // name to CUE text, as an assistant proposes one without writing it anywhere); exactly one of the
 // two. A policy that cannot decide is Invalid, with the CUE problems and the fix.
-func ProposedPolicy(dir string, files map[string]string) (*tgcue.Policy, error) {
+func ProposedPolicy(dir string, files map[string]string) (*verdict.Policy, error) {
 	var (
 		src  map[string][]byte
 		from string
@@ -65,10 +65,10 @@ func ProposedPolicy(dir string, files map[string]string) (*tgcue.Policy, error) 
 		}
 		from = "the policy files " + strings.Join(slices.Sorted(maps.Keys(files)), ", ")
 	}
-	p, err := tgcue.LoadPolicy(src)
+	p, err := verdict.LoadPolicy(src)
 	if err != nil {
 		msg := fmt.Sprintf("%s: %v", from, err)
-		if pe := (*tgcue.PolicyError)(nil); errors.As(err, &pe) {
+		if pe := (*verdict.PolicyError)(nil); errors.As(err, &pe) {
 			msg += "; tidegate policy vet lists every problem"
 		}
 		return nil, NewError(CodeInvalid, nil, msg, err)

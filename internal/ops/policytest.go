@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // A policy's fixtures are the files of one directory (DIR/tests by default), each one gate decision
@@ -124,8 +124,8 @@ func readFixture(path string) (Fixture, error) {
 		return Fixture{}, bad("%v; a fixture has the fields gate, evidence or evidenceFile, and expect: {result, reasons}", err)
 	}
 	f := Fixture{Name: filepath.Base(path), Gate: ff.Gate}
-	if !slices.Contains(tgcue.Gates, ff.Gate) {
-		return Fixture{}, bad("gate %q: set gate to one of %s", ff.Gate, strings.Join(tgcue.Gates, ", "))
+	if !slices.Contains(verdict.Gates, ff.Gate) {
+		return Fixture{}, bad("gate %q: set gate to one of %s", ff.Gate, strings.Join(verdict.Gates, ", "))
 	}
 	switch {
 	case ff.Evidence != nil && ff.EvidenceFile != "":
@@ -138,7 +138,7 @@ func readFixture(path string) (Fixture, error) {
 		if f.Evidence, err = readBounded(ef); err != nil {
 			return Fixture{}, bad("evidenceFile: %v", err)
 		}
-		if !json.Valid(f.Evidence) && len(f.Evidence) <= tgcue.MaxEvidenceBytes {
+		if !json.Valid(f.Evidence) && len(f.Evidence) <= verdict.MaxEvidenceBytes {
 			return Fixture{}, bad("evidenceFile %s is not JSON: give the document as tidegate receipts evidence prints it", ef)
 		}
 	case ff.Evidence != nil:
@@ -159,7 +159,7 @@ func readFixture(path string) (Fixture, error) {
 	return f, nil
 }
 
-// readBounded reads a file up to one byte past tgcue.MaxEvidenceBytes: enough for Evaluate to say
+// readBounded reads a file up to one byte past verdict.MaxEvidenceBytes: enough for Evaluate to say
 // the evidence is too large.
 func readBounded(path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -167,7 +167,7 @@ func readBounded(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, tgcue.MaxEvidenceBytes+1))
+	return io.ReadAll(io.LimitReader(f, verdict.MaxEvidenceBytes+1))
 }
 
 // resultNamed is the receipt result s names, in any case; "" for none.
@@ -181,7 +181,7 @@ func resultNamed(s string) string {
 }
 
 // resultOf is the result a receipt records for d, as the controller's gates decide it.
-func resultOf(d tgcue.Decision) string {
+func resultOf(d verdict.Decision) string {
 	switch {
 	case d.Pass:
 		return v1alpha1.ResultPass
@@ -192,12 +192,12 @@ func resultOf(d tgcue.Decision) string {
 }
 
 // TestPolicy decides each fixture with p and compares the decision with what the fixture expects.
-func TestPolicy(p *tgcue.Policy, fixtures []Fixture) PolicyTest {
+func TestPolicy(p *verdict.Policy, fixtures []Fixture) PolicyTest {
 	t := PolicyTest{PolicyDigest: p.Digest(), Fixtures: len(fixtures), Items: make([]FixtureResult, 0, len(fixtures))}
 	for _, f := range fixtures {
 		r := FixtureResult{Fixture: f.Name, Gate: f.Gate, Expected: f.Expect.Result}
 		// No evidence, or JSON null, is missing evidence to Evaluate: the gate fails.
-		d, err := tgcue.Evaluate(p, f.Gate, f.Evidence)
+		d, err := verdict.Evaluate(p, f.Gate, f.Evidence)
 		if err != nil {
 			r.Got, r.Error = resultError, err.Error()
 			t.Errors++

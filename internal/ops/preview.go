@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/install"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // Artifact limits of a preview, as the controller's (evidence/collector): an artifact larger than
@@ -79,7 +79,7 @@ func PreviewValues(ctx context.Context, c client.Client, hc *http.Client, ns, na
 	ev, err := install.Check(schema, p.Values)
 	if err != nil {
 		// A schema that does not compile refuses every change, as deploySafe records it.
-		ev = tgcue.InstallEvidence{Schema: true, Violations: []string{err.Error()}}
+		ev = verdict.InstallEvidence{Schema: true, Violations: []string{err.Error()}}
 	}
 	p.Schema, p.UnknownKeys, p.ProtectedKeys, p.Violations = ev.Schema, ev.UnknownKeys, ev.ProtectedKeys, ev.Violations
 	p.Refused = len(ev.UnknownKeys)+len(ev.ProtectedKeys)+len(ev.Violations) > 0
@@ -226,9 +226,9 @@ func PreviewPolicy(ctx context.Context, c client.Client, ns, name string, files 
 	if len(files) == 0 {
 		return p, Errorf(CodeInvalid, nil, "give the policy to preview: the .cue files of one package")
 	}
-	pol, err := tgcue.LoadPolicy(files)
+	pol, err := verdict.LoadPolicy(files)
 	if err != nil {
-		var pe *tgcue.PolicyError
+		var pe *verdict.PolicyError
 		if errors.As(err, &pe) {
 			return p, NewError(CodeInvalid, nil, "the policy is invalid: "+pe.Error(), err)
 		}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // ResultInvalidPolicy is the result of a decision the proposed policy cannot make over the
@@ -58,7 +58,7 @@ func (r *Replay) OK() bool { return r.Changed == 0 && r.Unreadable == 0 }
 // controller would decide it, and returns the decisions whose result would change. The rollout
 // must exist (NotFound otherwise); evidence is read from where each receipt keeps it, its parts
 // checked against their digests, and the whole against the receipt's evidenceDigest.
-func ReplayPolicy(ctx context.Context, c client.Client, ns, name string, p *tgcue.Policy) (*Replay, error) {
+func ReplayPolicy(ctx context.Context, c client.Client, ns, name string, p *verdict.Policy) (*Replay, error) {
 	if name == "" {
 		return nil, Errorf(CodeInvalid, nil, "name the FleetRollout whose receipts to replay")
 	}
@@ -143,7 +143,7 @@ func recordedEvidence(ctx context.Context, c client.Client, rc *v1alpha1.GateRec
 }
 
 // decideAgain is the decision the controller would record over the receipt's evidence under p.
-func decideAgain(p *tgcue.Policy, old *v1alpha1.GateReceiptSpec, evidence []byte) PolicyOutcome {
+func decideAgain(p *verdict.Policy, old *v1alpha1.GateReceiptSpec, evidence []byte) PolicyOutcome {
 	gate := old.Gate
 	// The controller decides without the policy when collecting the evidence failed (reasons
 	// "<gate>: collecting the evidence failed: ..." and "<gate>: inconclusive: collecting the
@@ -152,8 +152,8 @@ func decideAgain(p *tgcue.Policy, old *v1alpha1.GateReceiptSpec, evidence []byte
 		strings.HasPrefix(old.Reasons[0], gate+": inconclusive: collecting the evidence failed: ")) {
 		return PolicyOutcome{Result: old.Result, Reasons: old.Reasons, PolicyDigest: p.Digest()}
 	}
-	d, err := tgcue.Evaluate(p, gate, evidence)
-	var pe *tgcue.PolicyError
+	d, err := verdict.Evaluate(p, gate, evidence)
+	var pe *verdict.PolicyError
 	switch {
 	case errors.As(err, &pe):
 		return PolicyOutcome{Result: ResultInvalidPolicy, Reasons: pe.Problems, PolicyDigest: p.Digest()}

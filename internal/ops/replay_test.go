@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // TestDecideAgain: a decision is made again as the controller would record it, including the
@@ -19,7 +19,7 @@ func TestDecideAgain(t *testing.T) {
 		}
 		return b
 	}
-	p := tgcue.DefaultPolicy()
+	p := verdict.DefaultPolicy()
 	since := "inconclusive since 2026-03-01T10:00:00Z, longer than the policy's settings.inconclusiveAfter of 10m0s: what could not be observed fails the gate"
 	for _, tc := range []struct {
 		name        string

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/install"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // render builds dir of the files with kustomize, as tidegate's gates do.
@@ -216,13 +216,13 @@ func TestDemoHubObjectsOnOCI(t *testing.T) {
 }
 
 // The demo's policy is the built-in default with three settings changed; when the default changes,
-// copy cue/policy/default.cue to demo/platform-policies/podinfo/policy.cue and change them again.
+// copy verdict/policy/default.cue to demo/platform-policies/podinfo/policy.cue and change them again.
 func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 	files, err := repoFiles(repoPolicies, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := string(tgcue.DefaultPolicyFiles()["default.cue"])
+	want := string(verdict.DefaultPolicyFiles()["default.cue"])
 	for _, r := range [][2]string{{`soak:           "1m"`, `soak:           "15s"`}, {`sampleInterval: "5s"`, `sampleInterval: "2s"`}, {`onFail:         "Hold"`, `onFail:         "Rollback"`}} {
 		if !strings.Contains(want, r[0]) {
 			t.Fatalf("the default policy has no %q any more: update the demo's policy and this test", r[0])
@@ -231,9 +231,9 @@ func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 	}
 	got := files["podinfo/policy.cue"]
 	if got != want {
-		t.Fatalf("demo/platform-policies/podinfo/policy.cue is not cue/policy/default.cue with the sandbox's settings")
+		t.Fatalf("demo/platform-policies/podinfo/policy.cue is not verdict/policy/default.cue with the sandbox's settings")
 	}
-	p, err := tgcue.LoadPolicy(map[string][]byte{"policy.cue": []byte(got)})
+	p, err := verdict.LoadPolicy(map[string][]byte{"policy.cue": []byte(got)})
 	if err != nil {
 		t.Fatal(err)
 	}

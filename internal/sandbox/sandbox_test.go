@@ -25,12 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/test/dssecheck"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // mainEnv makes the test binary run the sandbox command instead of the tests: `sandbox up` re-executes
@@ -213,7 +213,7 @@ func playDemo(t *testing.T, oci bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ev tgcue.DeploySafeEvidence
+			var ev verdict.DeploySafeEvidence
 			if err := json.Unmarshal(raw, &ev); err != nil {
 				t.Fatal(err)
 			}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/faultproxy"
 	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // The canary's member is blackholed while its wave soaks, with onFailure Rollback: its samples stop
@@ -61,7 +61,7 @@ func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultInconclusive {
 		t.Fatalf("the canary's noDisruption receipt should be Inconclusive: %+v", rc)
 	}
-	var ev tgcue.NoDisruptionEvidence
+	var ev verdict.NoDisruptionEvidence
 	evidenceOf(t, rc, &ev)
 	if len(ev.Unobserved) != 1 || ev.Unobserved[0].Name != canary {
 		t.Errorf("the evidence should list %s as unobserved: %+v", canary, ev.Unobserved)

@@ -14,9 +14,9 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/faultproxy"
 	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // The canary's member is blackholed (its fault proxy accepts connections and never answers) when a
@@ -66,7 +66,7 @@ func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultInconclusive {
 		t.Fatalf("the canary's deploySafe should be Inconclusive: %+v", rc)
 	}
-	var ds tgcue.DeploySafeEvidence
+	var ds verdict.DeploySafeEvidence
 	evidenceOf(t, rc, &ds)
 	if len(ds.Preflight.Clusters) != 1 || ds.Preflight.Clusters[0].Name != canary {
 		t.Fatalf("the canary's preflight should list %s: %+v", canary, ds.Preflight.Clusters)

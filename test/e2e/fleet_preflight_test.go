@@ -13,8 +13,8 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 const serviceMonitorYAML = `apiVersion: monitoring.coreos.com/v1
@@ -112,7 +112,7 @@ func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 	}
 
 	receipts := s.receiptsOf(ctx, t, "web", rev2)
-	var ds tgcue.DeploySafeEvidence
+	var ds verdict.DeploySafeEvidence
 	rc = latestReceipt(receipts, v1alpha1.GateDeploySafe, "rest")
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultPass {
 		t.Fatalf("the rest's own deploySafe should pass within its budget: %+v", rc)
@@ -122,12 +122,12 @@ func TestE2EDeploySafePreflightsTheFleet(t *testing.T) {
 		t.Errorf("the rest's deploySafe preflights its own members: %+v", ds.Preflight)
 	}
 	rc = latestReceipt(receipts, v1alpha1.GateDeploySafe, "canary")
-	ds = tgcue.DeploySafeEvidence{}
+	ds = verdict.DeploySafeEvidence{}
 	evidenceOf(t, rc, &ds)
 	if rc.Spec.Result != v1alpha1.ResultPass || len(ds.Preflight.LaterWaves) != 1 || strings.Join(ds.Preflight.LaterWaves[0].Failed, ",") != lacking {
 		t.Errorf("the canary's deploySafe preflighted the rest: %s %+v", rc.Spec.Result, ds.Preflight.LaterWaves)
 	}
-	var nd tgcue.NoDisruptionEvidence
+	var nd verdict.NoDisruptionEvidence
 	rc = latestReceipt(receipts, v1alpha1.GateNoDisruption, "rest")
 	evidenceOf(t, rc, &nd)
 	if rc.Spec.Result != v1alpha1.ResultPass || len(nd.HeldBack) != 1 || nd.HeldBack[0].Name != lacking || len(nd.Clusters) != 1 {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // kustomize-controller re-reconciles every Kustomization each interval, the same revision too, and
@@ -77,7 +77,7 @@ func TestE2ETransientFluxStatesAreNotFailures(t *testing.T) {
 		if what != "" {
 			transient++
 		}
-		if !ready || health != tgcue.HealthChecksPassed || o.FailedAt(cand.Source, cand.Revision) {
+		if !ready || health != verdict.HealthChecksPassed || o.FailedAt(cand.Source, cand.Revision) {
 			t.Errorf("%s at resourceVersion %s reads as ready=%v health=%s (%s); conditions %+v history %+v",
 				ks.Name, ks.ResourceVersion, ready, health, what, ks.Status.Conditions, ks.Status.History)
 		}

@@ -20,9 +20,9 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
-	"github.com/tidegate/tidegate/cue/bounded"
 	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/verdict"
+	"github.com/tidegate/tidegate/verdict/bounded"
 )
 
 // twoWaveRollout is "web": a canary of one cluster, then the rest; health is the web Deployment's
@@ -150,7 +150,7 @@ func (s *fleetSetup) policyRepo(t *testing.T, files map[string]string) *localfle
 // defaultPolicy is the built-in policy's text with replacements (old, new, old, new...) applied.
 func defaultPolicy(t *testing.T, replace ...string) string {
 	t.Helper()
-	text := string(tgcue.DefaultPolicyFiles()["default.cue"])
+	text := string(verdict.DefaultPolicyFiles()["default.cue"])
 	for i := 0; i+1 < len(replace); i += 2 {
 		if !strings.Contains(text, replace[i]) {
 			t.Fatalf("the default policy has no %q to replace", replace[i])
@@ -293,7 +293,7 @@ func TestE2ENoDisruptionFailsOnLostAvailability(t *testing.T) {
 	if !reasonsContain(rc, "minAvailableRatio", canary) {
 		t.Errorf("noDisruption reasons should name the canary %s and the measure: %q", canary, rc.Spec.Reasons)
 	}
-	var ev tgcue.NoDisruptionEvidence
+	var ev verdict.NoDisruptionEvidence
 	evidenceOf(t, rc, &ev)
 	if len(ev.Clusters) != 1 || !ev.Clusters[0].Ready || ev.Clusters[0].Samples < 2 || ev.Clusters[0].MinAvailableRatio == nil || *ev.Clusters[0].MinAvailableRatio >= 0.9 || ev.Clusters[0].UnavailableSeconds == nil || *ev.Clusters[0].UnavailableSeconds <= 0 {
 		t.Errorf("evidence should show a Ready Kustomization whose workload lost availability: %+v", ev.Clusters)
@@ -423,7 +423,7 @@ spec:
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultPass || len(rc.Spec.Approvals) != 1 || rc.Spec.Approvals[0].By != "alice" {
 		t.Fatalf("passing receipt should record alice's approval: %+v", rc)
 	}
-	var ev tgcue.RollbackSafeEvidence
+	var ev verdict.RollbackSafeEvidence
 	evidenceOf(t, rc, &ev)
 	if len(ev.Irreversible) != 1 || ev.Irreversible[0].Name != "migrate-v2" || !ev.Irreversible[0].Approved {
 		t.Errorf("evidence should list the approved migration: %+v", ev.Irreversible)
@@ -463,7 +463,7 @@ func TestE2ERollbackSucceedsFailsWhenKnownGoodIsGone(t *testing.T) {
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultFail || !reasonsContain(rc, "rollbackSucceeds.knownGoodSource.renders") {
 		t.Fatalf("rollbackSucceeds should fail on the known-good's artifact: %+v", rc)
 	}
-	var ev tgcue.RollbackSucceedsEvidence
+	var ev verdict.RollbackSucceedsEvidence
 	evidenceOf(t, rc, &ev)
 	if ev.KnownGoodSource == nil || ev.KnownGoodSource.Renders || !strings.Contains(ev.KnownGoodSource.RenderError, "not served") {
 		t.Errorf("evidence should say the known-good is not served: %+v", ev.KnownGoodSource)
@@ -713,7 +713,7 @@ func TestE2ERehearsal(t *testing.T) {
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultPass {
 		t.Fatalf("rollbackSucceeds after the rehearsal: %+v", rc)
 	}
-	var ev tgcue.RollbackSucceedsEvidence
+	var ev verdict.RollbackSucceedsEvidence
 	evidenceOf(t, rc, &ev)
 	if r := ev.Rehearsal; r == nil || !r.Required || !r.Done || r.Rollback == nil || r.Forward == nil ||
 		!r.Rollback.OK || !r.Forward.OK || r.Rollback.Seconds < 0 || r.Forward.Seconds < 0 {

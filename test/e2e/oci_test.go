@@ -17,9 +17,9 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // Provenance on OCI, end to end: the package is a Flux OCI artifact in the fleet's registry,
@@ -200,13 +200,13 @@ func TestE2EOCIRolloutVerified(t *testing.T) {
 	})
 }
 
-func deploySafeEvidence(t *testing.T, rc *v1alpha1.GateReceipt) tgcue.DeploySafeEvidence {
+func deploySafeEvidence(t *testing.T, rc *v1alpha1.GateReceipt) verdict.DeploySafeEvidence {
 	t.Helper()
 	raw, err := rc.Spec.StoredEvidence(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ev tgcue.DeploySafeEvidence
+	var ev verdict.DeploySafeEvidence
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		t.Fatalf("receipt %s evidence: %v", rc.Name, err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // unmodifiedPackage is a package as public ones ship: plain manifests without namespaces and
@@ -94,13 +94,13 @@ func TestE2ETargetNamespaceOfAnUnmodifiedPackage(t *testing.T) {
 	rev := s.repo.Revision(first)
 	s.createRollout(ctx, t, fr, rev, nil)
 
-	var ev tgcue.DeploySafeEvidence
+	var ev verdict.DeploySafeEvidence
 	for _, wave := range []string{"canary", "rest"} {
 		rc := latestReceipt(s.receiptsOf(ctx, t, "podinfo", rev), v1alpha1.GateDeploySafe, wave)
 		if rc == nil || rc.Spec.Result != v1alpha1.ResultPass {
 			t.Fatalf("deploySafe of wave %s: %+v, want Pass", wave, rc)
 		}
-		ev = tgcue.DeploySafeEvidence{}
+		ev = verdict.DeploySafeEvidence{}
 		evidenceOf(t, rc, &ev)
 		for _, c := range ev.Preflight.Clusters {
 			if len(c.DryRunErrors) > 0 {
@@ -160,9 +160,9 @@ func TestE2EGoingBackPrunesWhatTheCandidateAdds(t *testing.T) {
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultFail || !reasonsContain(rc, "rollbackSafe.prunedStateful", "needs an approval of the candidate", "going back to the known-good prunes it") {
 		t.Fatalf("rollbackSafe receipt should fail on the added claim: %+v", rc)
 	}
-	var ev tgcue.RollbackSafeEvidence
+	var ev verdict.RollbackSafeEvidence
 	evidenceOf(t, rc, &ev)
-	if len(ev.PrunedStateful) != 1 || ev.PrunedStateful[0].Name != "cache" || ev.PrunedStateful[0].Change != tgcue.ChangeAdded {
+	if len(ev.PrunedStateful) != 1 || ev.PrunedStateful[0].Name != "cache" || ev.PrunedStateful[0].Change != verdict.ChangeAdded {
 		t.Errorf("prunedStateful %+v, want the added claim cache", ev.PrunedStateful)
 	}
 	s.nothingApplied(ctx, t, "web", rev, "v2")

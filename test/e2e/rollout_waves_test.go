@@ -13,7 +13,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 const testSoak = 3 * time.Second
@@ -188,7 +188,7 @@ func TestE2ERolloutWaves(t *testing.T) {
 			}
 			switch g.Gate {
 			case v1alpha1.GateDeploySafe:
-				var ev tgcue.DeploySafeEvidence
+				var ev verdict.DeploySafeEvidence
 				evidenceOf(t, &rc, &ev)
 				if !ev.Render.OK || ev.Render.Total != 3 || len(ev.Preflight.Clusters) != len(w.Clusters) {
 					t.Errorf("wave %s deploySafe evidence: render %+v, preflight %+v", w.Name, ev.Render, ev.Preflight)
@@ -199,10 +199,10 @@ func TestE2ERolloutWaves(t *testing.T) {
 					}
 				}
 			case v1alpha1.GateNoDisruption:
-				var ev tgcue.NoDisruptionEvidence
+				var ev verdict.NoDisruptionEvidence
 				evidenceOf(t, &rc, &ev)
 				for _, c := range ev.Clusters {
-					if !c.Ready || c.Samples < 1 || c.MinAvailableRatio == nil || *c.MinAvailableRatio != 1 || c.HealthChecks != tgcue.HealthChecksPassed {
+					if !c.Ready || c.Samples < 1 || c.MinAvailableRatio == nil || *c.MinAvailableRatio != 1 || c.HealthChecks != verdict.HealthChecksPassed {
 						t.Errorf("wave %s continuity of %s: %+v", w.Name, c.Name, c)
 					}
 				}

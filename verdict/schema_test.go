@@ -1,4 +1,4 @@
-package cue
+package verdict
 
 import (
 	"bytes"
@@ -18,10 +18,10 @@ import (
 func TestCUEFilesFormatted(t *testing.T) {
 	files := map[string][]byte{}
 	for n, b := range SchemaFiles() {
-		files["cue/schema/"+n] = b
+		files["verdict/schema/"+n] = b
 	}
 	for n, b := range embeddedFiles(defaultPolicyFS, "policy") {
-		files["cue/policy/"+n] = b
+		files["verdict/policy/"+n] = b
 	}
 	for _, dir := range subdirs(t, policiesDir) {
 		if dir == "syntax-error" {

@@ -1,4 +1,4 @@
-package cue
+package verdict
 
 import "unicode/utf8"
 

@@ -1,4 +1,4 @@
-package cue
+package verdict
 
 import (
 	"crypto/sha256"
@@ -34,9 +34,6 @@ var schemaOf = map[string]string{
 	GateRollbackSafe:     "#RollbackSafeEvidence",
 	GateRollbackSucceeds: "#RollbackSucceedsEvidence",
 }
-
-// SchemaOf returns the name of a gate's evidence definition, or "" for an unknown gate.
-func SchemaOf(gate string) string { return schemaOf[gate] }
 
 const (
 	settingsField = "settings"
@@ -120,7 +117,7 @@ var (
 	defaultPolicy *Policy
 )
 
-// DefaultPolicy returns the built-in policy (cue/policy/default.cue) for rollouts that name none.
+// DefaultPolicy returns the built-in policy (verdict/policy/default.cue) for rollouts that name none.
 func DefaultPolicy() *Policy {
 	defaultOnce.Do(func() {
 		p, err := newPolicy(embeddedFiles(defaultPolicyFS, "policy"), "builtin:sha256:")

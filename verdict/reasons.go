@@ -1,4 +1,4 @@
-package cue
+package verdict
 
 import (
 	"fmt"

@@ -17,8 +17,8 @@ import (
 	"io"
 	"time"
 
-	tgcue "github.com/tidegate/tidegate/cue"
 	"github.com/tidegate/tidegate/internal/worker"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // Budget bounds one load or evaluation of a policy.
@@ -39,7 +39,7 @@ var kind = &worker.Kind{
 	Name:        "policy",
 	Flags:       "--policy-time-budget, --policy-memory-budget",
 	Advice:      "make the policy cheaper, e.g. without comprehensions over large ranges",
-	MaxRequest:  2*tgcue.MaxEvidenceBytes + 2*tgcue.MaxPolicyBytes,
+	MaxRequest:  2*verdict.MaxEvidenceBytes + 2*verdict.MaxPolicyBytes,
 	MaxResponse: 4 << 20,
 }
 
@@ -57,16 +57,16 @@ type request struct {
 }
 
 type response struct {
-	Decision *tgcue.Decision `json:"decision,omitempty"`
-	// Problems are a *tgcue.PolicyError's, with its Digest.
+	Decision *verdict.Decision `json:"decision,omitempty"`
+	// Problems are a *verdict.PolicyError's, with its Digest.
 	Problems []string `json:"problems,omitempty"`
 	Digest   string   `json:"digest,omitempty"`
 	// Error is any other error.
 	Error string `json:"error,omitempty"`
 }
 
-// Load checks, in a worker, that files load as a policy (tgcue.LoadPolicy) within the budget. A
-// policy that does not load is a *tgcue.PolicyError, as LoadPolicy returns it; one that passes
+// Load checks, in a worker, that files load as a policy (verdict.LoadPolicy) within the budget. A
+// policy that does not load is a *verdict.PolicyError, as LoadPolicy returns it; one that passes
 // the budget a *BudgetError. Loading it in-process afterwards does the same work, now known to be
 // bounded.
 func (e *Evaluator) Load(ctx context.Context, files map[string][]byte) error {
@@ -74,18 +74,18 @@ func (e *Evaluator) Load(ctx context.Context, files map[string][]byte) error {
 	return err
 }
 
-// Evaluate decides gate under p over evidence in a worker, as tgcue.Evaluate does in-process.
-func (e *Evaluator) Evaluate(ctx context.Context, p *tgcue.Policy, gate string, evidence any) (tgcue.Decision, error) {
+// Evaluate decides gate under p over evidence in a worker, as verdict.Evaluate does in-process.
+func (e *Evaluator) Evaluate(ctx context.Context, p *verdict.Policy, gate string, evidence any) (verdict.Decision, error) {
 	raw, err := json.Marshal(evidence)
 	if err != nil {
-		return tgcue.Decision{}, fmt.Errorf("encoding the %s evidence: %w", gate, err)
+		return verdict.Decision{}, fmt.Errorf("encoding the %s evidence: %w", gate, err)
 	}
 	res, err := e.run(ctx, "evaluating the "+gate+" gate", request{Files: p.Sources(), Gate: gate, Evidence: raw})
 	if err != nil {
-		return tgcue.Decision{}, err
+		return verdict.Decision{}, err
 	}
 	if res.Decision == nil {
-		return tgcue.Decision{}, fmt.Errorf("evaluating the %s gate: the policy worker returned no decision", gate)
+		return verdict.Decision{}, fmt.Errorf("evaluating the %s gate: the policy worker returned no decision", gate)
 	}
 	return *res.Decision, nil
 }
@@ -98,7 +98,7 @@ func (e *Evaluator) run(ctx context.Context, op string, req request) (*response,
 	}
 	switch {
 	case len(res.Problems) > 0:
-		return nil, &tgcue.PolicyError{Digest: res.Digest, Problems: res.Problems}
+		return nil, &verdict.PolicyError{Digest: res.Digest, Problems: res.Problems}
 	case res.Error != "":
 		return nil, fmt.Errorf("%s: %s", op, res.Error)
 	}
@@ -119,8 +119,8 @@ func serve(r io.Reader, w io.Writer) error {
 }
 
 func answer(req request) response {
-	p, err := tgcue.LoadPolicy(req.Files)
-	var perr *tgcue.PolicyError
+	p, err := verdict.LoadPolicy(req.Files)
+	var perr *verdict.PolicyError
 	switch {
 	case errors.As(err, &perr):
 		return response{Problems: perr.Problems, Digest: perr.Digest}
@@ -129,7 +129,7 @@ func answer(req request) response {
 	case req.Gate == "":
 		return response{}
 	}
-	d, err := tgcue.Evaluate(p, req.Gate, req.Evidence)
+	d, err := verdict.Evaluate(p, req.Gate, req.Evidence)
 	switch {
 	case errors.As(err, &perr):
 		return response{Problems: perr.Problems, Digest: perr.Digest}

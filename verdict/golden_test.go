@@ -1,4 +1,4 @@
-package cue
+package verdict
 
 import (
 	"bytes"
@@ -58,7 +58,7 @@ func subdirs(t testing.TB, dir string) []string {
 
 func checkGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	golden.Check(t, path, got, *update, "go test ./cue -update")
+	golden.Check(t, path, got, *update, "go test ./verdict -update")
 }
 
 // TestDefaultPolicyCopy keeps testdata/policies/default (which the CLI's tests and the docs use)
@@ -73,7 +73,7 @@ func TestDefaultPolicyCopy(t *testing.T) {
 	}
 	got := readPolicyDir(t, filepath.Join(policiesDir, "default"))
 	if len(got) != 1 || !bytes.Equal(got["policy.cue"], builtin["default.cue"]) {
-		t.Errorf("%s is not cue/policy/default.cue; run go test ./cue -update", copyPath)
+		t.Errorf("%s is not verdict/policy/default.cue; run go test ./verdict -update", copyPath)
 	}
 }
 
@@ -160,7 +160,7 @@ func checkNoStaleGolden(t *testing.T, dir string, written map[string]bool) {
 		if *update {
 			return os.Remove(path)
 		}
-		t.Errorf("%s is stale: no test case writes it (run go test ./cue -update)", path)
+		t.Errorf("%s is stale: no test case writes it (run go test ./verdict -update)", path)
 		return nil
 	})
 	if err != nil {

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	tgcue "github.com/tidegate/tidegate/cue"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // defaultPolicyAsTenant is the built-in policy's files, loaded as a tenant's policy would be.
-func defaultPolicyAsTenant(t *testing.T) *tgcue.Policy {
+func defaultPolicyAsTenant(t *testing.T) *verdict.Policy {
 	t.Helper()
-	p, err := tgcue.LoadPolicy(tgcue.DefaultPolicy().Sources())
+	p, err := verdict.LoadPolicy(verdict.DefaultPolicy().Sources())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,20 +24,20 @@ func defaultPolicyAsTenant(t *testing.T) *tgcue.Policy {
 // withGate adds a CUE snippet to the default policy's package.
 func withGate(t *testing.T, extra string) map[string][]byte {
 	t.Helper()
-	files := tgcue.DefaultPolicy().Sources()
+	files := verdict.DefaultPolicy().Sources()
 	files["zz-extra.cue"] = []byte("package policy\n\nimport \"list\"\n\n" + extra)
 	return files
 }
 
-func healthyWave() tgcue.NoDisruptionEvidence {
-	ev := tgcue.NoDisruptionEvidence{
-		Evidence: tgcue.Evidence{Rollout: "fleet/web", Wave: "canary", Targets: []string{"a"},
-			Candidate: tgcue.Revision{Revision: "main@sha1:" + strings.Repeat("1", 40), Digest: "sha256:" + strings.Repeat("c", 64)}, CollectedAt: time.Unix(1_000_000, 0).UTC()},
+func healthyWave() verdict.NoDisruptionEvidence {
+	ev := verdict.NoDisruptionEvidence{
+		Evidence: verdict.Evidence{Rollout: "fleet/web", Wave: "canary", Targets: []string{"a"},
+			Candidate: verdict.Revision{Revision: "main@sha1:" + strings.Repeat("1", 40), Digest: "sha256:" + strings.Repeat("c", 64)}, CollectedAt: time.Unix(1_000_000, 0).UTC()},
 		Soak: "1m0s", SampleInterval: "5s", ExpectedSamples: 12,
 	}
-	c := tgcue.ClusterContinuity{Name: "a", Ready: true, Revision: "main@sha1:" + strings.Repeat("1", 40), Samples: 12, ObservedSamples: 12, HealthChecks: tgcue.HealthChecksPassed}
+	c := verdict.ClusterContinuity{Name: "a", Ready: true, Revision: "main@sha1:" + strings.Repeat("1", 40), Samples: 12, ObservedSamples: 12, HealthChecks: verdict.HealthChecksPassed}
 	c.SetAvailability(true, 1, 0)
-	ev.Clusters = []tgcue.ClusterContinuity{c}
+	ev.Clusters = []verdict.ClusterContinuity{c}
 	return ev
 }
 
@@ -47,18 +47,18 @@ func TestAWorkerDecidesAsInProcess(t *testing.T) {
 	ctx := context.Background()
 	p := defaultPolicyAsTenant(t)
 	ev := healthyWave()
-	want, err := tgcue.Evaluate(p, tgcue.GateNoDisruption, ev)
+	want, err := verdict.Evaluate(p, verdict.GateNoDisruption, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.Evaluate(ctx, p, tgcue.GateNoDisruption, ev)
+	got, err := e.Evaluate(ctx, p, verdict.GateNoDisruption, ev)
 	if err != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) || !got.Pass {
 		t.Fatalf("worker decision %+v (%v), in-process %+v", got, err, want)
 	}
 	if err := e.Load(ctx, p.Sources()); err != nil {
 		t.Errorf("loading the default policy: %v", err)
 	}
-	var perr *tgcue.PolicyError
+	var perr *verdict.PolicyError
 	if err := e.Load(ctx, map[string][]byte{"a.cue": []byte("package policy\nsettings: {")}); !errors.As(err, &perr) || len(perr.Problems) == 0 {
 		t.Errorf("a policy that does not compile: %v, want a *PolicyError", err)
 	}
@@ -87,13 +87,13 @@ func TestAPolicyOverBudgetEndsItsWorker(t *testing.T) {
 	if err := small.Load(ctx, withGate(t, lazy)); err != nil {
 		t.Fatalf("a policy cheap to load: %v", err)
 	}
-	p, err := tgcue.LoadPolicy(withGate(t, lazy))
+	p, err := verdict.LoadPolicy(withGate(t, lazy))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := healthyWave()
 	ev.Rollout = "fleet/explode"
-	_, err = small.Evaluate(ctx, p, tgcue.GateNoDisruption, ev)
+	_, err = small.Evaluate(ctx, p, verdict.GateNoDisruption, ev)
 	if !errors.As(err, &be) || be.Exceeded != "memory" || !strings.HasPrefix(err.Error(), "evaluating the noDisruption gate exceeded") {
 		t.Errorf("evaluating a policy over the budget: %v", err)
 	}
