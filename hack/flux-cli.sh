@@ -4,8 +4,8 @@
 #
 # Release downloads cannot be reached from here, so, like hack/testbin.sh, it comes from the Go
 # module proxy: the flux2 module is downloaded, copied to a writable directory, and ./cmd/flux is
-# built there with the module's own go.mod and go.sum. The result is cached outside the work tree,
-# keyed by a hash of this script (the version is pinned here, not in hack/versions.env, so that
+# built there with the module's own go.mod and go.sum. The result is cached outside the work tree
+# (hack/lib.sh), keyed by a hash of this script (the version is pinned here, not in hack/versions.env, so that
 # changing it does not rebuild the other test binaries), and bin/flux-cli in the repo points at it.
 # A second run with the same key does nothing.
 #
@@ -23,39 +23,11 @@ FLUX_CLI_VERSION=v2.9.5
 # as hack/versions.env does for FLUX_PKG_ARTIFACT_VERSION.
 REPLACES=()
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-KEY="$(sha256sum <"$ROOT/hack/flux-cli.sh" | cut -c1-12)"
-CACHE="${TIDEGATE_FLUX_CLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-cli}"
-DIR="$CACHE/$KEY"
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-if [[ "${1:-}" == "--print-dir" ]]; then
-  echo "$DIR"
-  exit 0
-fi
-
-mkdir -p "$DIR/bin" "$ROOT/bin"
-ln -sfn "$DIR" "$ROOT/bin/flux-cli"
-
-log() { printf '[flux-cli %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-start=$(date +%s)
-if [[ -f "$DIR/.done-flux" && -x "$DIR/bin/flux" ]]; then
-  log "flux $FLUX_CLI_VERSION ready in $DIR/bin ($(( $(date +%s) - start ))s, cached)"
-  exit 0
-fi
-
-# Two builds at once (make -j, two checkouts) would share src/: the second waits for the first.
-exec 9>"$DIR/.lock"
-if command -v flock >/dev/null; then
-  flock 9
-  if [[ -f "$DIR/.done-flux" && -x "$DIR/bin/flux" ]]; then
-    log "flux $FLUX_CLI_VERSION ready in $DIR/bin ($(( $(date +%s) - start ))s, built by another run)"
-    exit 0
-  fi
-fi
-
-export GOFLAGS="-buildvcs=false"
-export CGO_ENABLED=0
+open_cache flux-cli "${1:-}" hack/flux-cli.sh
+ready flux "flux $FLUX_CLI_VERSION" && exit 0
 
 log "building the Flux CLI $FLUX_CLI_VERSION (about 3 minutes on 2 cores with the modules downloaded, 4 on a new machine; once)"
 mod="github.com/fluxcd/flux2/v2@$FLUX_CLI_VERSION"
@@ -86,5 +58,5 @@ done
 (cd "$src" && go build -mod=mod -trimpath -ldflags "-s -w -X main.VERSION=${FLUX_CLI_VERSION#v}" \
   -o "$DIR/bin/flux.tmp" ./cmd/flux)
 mv -f "$DIR/bin/flux.tmp" "$DIR/bin/flux"
-touch "$DIR/.done-flux"
-log "flux $FLUX_CLI_VERSION ready in $DIR/bin ($(( $(date +%s) - start ))s)"
+mark_built flux
+log "flux $FLUX_CLI_VERSION ready in $DIR/bin ($(elapsed))"

@@ -4,40 +4,24 @@
 # and controller-gen; and copies the Flux CRDs from the same module versions.
 #
 # Release downloads cannot be reached from here, so everything comes from the Go module proxy.
-# The result is cached outside the work tree, keyed by a hash of versions.env and this script,
-# and bin/testbin in the repo points at it. A second run with the same key does nothing.
+# The result is cached outside the work tree, keyed by a hash of versions.env and this script
+# (hack/lib.sh), and bin/testbin in the repo points at it. A second run with the same key does
+# nothing.
 #
 # Usage: hack/testbin.sh [--print-dir]
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck disable=SC1091
 source "$ROOT/hack/versions.env"
 
-KEY="$(cat "$ROOT/hack/versions.env" "$ROOT/hack/testbin.sh" | sha256sum | cut -c1-12)"
-CACHE="${TIDEGATE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/testbin}"
-DIR="$CACHE/$KEY"
-
-if [[ "${1:-}" == "--print-dir" ]]; then
-  echo "$DIR"
-  exit 0
-fi
-
-mkdir -p "$DIR/bin" "$DIR/crds" "$DIR/src"
-mkdir -p "$ROOT/bin"
-ln -sfn "$DIR" "$ROOT/bin/testbin"
-
-export GOFLAGS="-buildvcs=false"
-export CGO_ENABLED=0
-
-log() { printf '[testbin %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-# step NAME: true when the step's stamp exists (already built).
-done_already() { [[ -f "$DIR/.done-$1" ]]; }
-mark_done() { touch "$DIR/.done-$1"; }
+open_cache testbin "${1:-}" hack/versions.env hack/testbin.sh
+mkdir -p "$DIR/crds" "$DIR/src"
+lock_cache
 
 build_etcd() {
-  done_already etcd && return 0
+  built etcd && return 0
   log "building etcd $ETCD_VERSION (about 1-2 minutes)"
   local src="$DIR/src/etcd"
   rm -rf "$src" && mkdir -p "$src"
@@ -56,28 +40,15 @@ GO
   (cd "$src" && go mod init tidegate.dev/testbin/etcd >/dev/null 2>&1 &&
     go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null &&
     go build -mod=mod -trimpath -o "$DIR/bin/etcd" .)
-  mark_done etcd
+  mark_built etcd
 }
 
 build_kube_apiserver() {
-  done_already kube-apiserver && return 0
+  built kube-apiserver && return 0
   log "building kube-apiserver $KUBERNETES_VERSION (about 11 minutes on 2 cores)"
   local src="$DIR/src/kube-apiserver"
   rm -rf "$src" && mkdir -p "$src"
-  # k8s.io/kubernetes replaces its staging modules with ./staging/src/...; a module that requires
-  # it must replace each of them with the published version instead.
-  local gomod
-  gomod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
-  {
-    echo "module tidegate.dev/testbin/kube-apiserver"
-    echo
-    echo "go 1.26"
-    echo
-    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
-    echo
-    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" |
-      awk -v v="$K8S_STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
-  } >"$src/go.mod"
+  k8s_module_go_mod tidegate.dev/testbin/kube-apiserver >"$src/go.mod"
   cat >"$src/tools.go" <<'GO'
 //go:build tools
 
@@ -85,17 +56,14 @@ package tools
 
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
-  # Stamp the version as a release build would, so /version reports it (FleetCluster status and
-  # preflight checks read it); without this it reports v0.0.0-master.
-  local pkg=k8s.io/component-base/version
-  local ldflags="-X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${KUBERNETES_VERSION#v1.}"
-  ldflags="${ldflags%.*} -X $pkg.gitTreeState=clean"
+  local ldflags
+  ldflags="$(k8s_version_ldflags)"
   (cd "$src" && go build -mod=mod -trimpath -ldflags "$ldflags" -o "$DIR/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-  mark_done kube-apiserver
+  mark_built kube-apiserver
 }
 
 build_flux() {
-  done_already flux && return 0
+  built flux && return 0
   log "building Flux source-controller $SOURCE_CONTROLLER_VERSION and kustomize-controller $KUSTOMIZE_CONTROLLER_VERSION (about 5 minutes)"
   local src="$DIR/src/flux"
   rm -rf "$src" && mkdir -p "$src"
@@ -143,19 +111,18 @@ GO
     cp "$modcache/github.com/fluxcd/$c/config/crd/bases/"*.yaml "$DIR/crds/"
   done
   chmod u+w "$DIR/crds/"*.yaml
-  mark_done flux
+  mark_built flux
 }
 
 build_controller_gen() {
-  done_already controller-gen && return 0
+  built controller-gen && return 0
   log "building controller-gen $CONTROLLER_TOOLS_VERSION"
   GOBIN="$DIR/bin" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION"
-  mark_done controller-gen
+  mark_built controller-gen
 }
 
-start=$(date +%s)
 build_controller_gen
 build_etcd
 build_flux
 build_kube_apiserver
-log "test binaries ready in $DIR ($(( $(date +%s) - start ))s)"
+log "test binaries ready in $DIR ($(elapsed))"

@@ -151,38 +151,42 @@ func TestKubeControllerManagerFromTestbinTheEnvironmentOrTheCache(t *testing.T) 
 	}
 }
 
-// The lookups read what the scripts write: a change of the cache's place, of a build step's stamp
-// or of a binary's path in a script must change them too.
+// The lookups read what the scripts write: a change of the cache's place (hack/lib.sh, which every
+// script opens its cache with), of a build step's stamp or of a binary's path in a script must
+// change them too.
 func TestTheLookupsMatchTheScripts(t *testing.T) {
+	lib := readHack(t, "lib.sh")
+	for _, want := range []string{
+		`env="TIDEGATE_$(tr 'a-z-' 'A-Z_' <<<"$name")_CACHE"`,
+		`DIR="${!env:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/$name}/$key"`,
+		`touch "$DIR/.done-$1"`,
+	} {
+		if !strings.Contains(lib, want) {
+			t.Errorf("hack/lib.sh no longer has %s: update internal/testbin to find what the scripts build", want)
+		}
+	}
 	for _, tc := range []struct {
 		script string
 		c      cache
 		wants  []string
 	}{
 		{"testbin.sh", testbinCache, []string{
-			`CACHE="${TIDEGATE_TESTBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/testbin}"`, `DIR="$CACHE/$KEY"`,
 			`-o "$DIR/bin/etcd"`, `-o "$DIR/bin/kube-apiserver"`, `-o "$DIR/bin/source-controller"`, `-o "$DIR/bin/kustomize-controller"`,
 			`"$DIR/crds/"`,
 		}},
-		{"flux-cli.sh", fluxCLICache, []string{
-			`CACHE="${TIDEGATE_FLUX_CLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-cli}"`, `DIR="$CACHE/$KEY"`,
-			`mv -f "$DIR/bin/flux.tmp" "$DIR/bin/flux"`, `touch "$DIR/.done-flux"`,
-		}},
+		{"flux-cli.sh", fluxCLICache, []string{`mv -f "$DIR/bin/flux.tmp" "$DIR/bin/flux"`}},
 		{"kube-controller-manager.sh", kubeControllerManagerCache, []string{
-			`CACHE="${TIDEGATE_KUBE_CONTROLLER_MANAGER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/kube-controller-manager}"`, `DIR="$CACHE/$KEY"`,
-			`mv -f "$DIR/bin/kube-controller-manager.tmp" "$DIR/bin/kube-controller-manager"`, `touch "$DIR/.done-kube-controller-manager"`,
+			`mv -f "$DIR/bin/kube-controller-manager.tmp" "$DIR/bin/kube-controller-manager"`,
 		}},
 	} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "hack", tc.script))
-		if err != nil {
-			t.Fatal(err)
+		script := readHack(t, tc.script)
+		// The cache's name gives both its directory and its variable (TIDEGATE_<NAME>_CACHE).
+		wants := append(tc.wants, "open_cache "+tc.c.name+" ")
+		if env := "TIDEGATE_" + strings.ToUpper(strings.ReplaceAll(tc.c.name, "-", "_")) + "_CACHE"; env != tc.c.env {
+			t.Errorf("the %s cache's variable is %s, but hack/lib.sh derives %s from its name", tc.c.name, tc.c.env, env)
 		}
-		script := string(b)
-		wants := tc.wants
-		if tc.script == "testbin.sh" {
-			for _, s := range tc.c.stamps {
-				wants = append(wants, "mark_done "+s)
-			}
+		for _, s := range tc.c.stamps {
+			wants = append(wants, "mark_built "+s)
 		}
 		for _, want := range wants {
 			if !strings.Contains(script, want) {
@@ -190,4 +194,13 @@ func TestTheLookupsMatchTheScripts(t *testing.T) {
 			}
 		}
 	}
+}
+
+func readHack(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "hack", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
