@@ -8,9 +8,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// monitoringFiles are the shipped alerts and dashboard (config/monitoring).
+// monitoringFiles are the shipped alerts, dashboard and ServiceMonitor (config/monitoring).
 //
-//go:embed monitoring/prometheusrule.yaml monitoring/dashboard.json
+//go:embed monitoring/prometheusrule.yaml monitoring/dashboard.json monitoring/servicemonitor.yaml
 var monitoringFiles embed.FS
 
 // Query is a PromQL expression of the shipped monitoring, and where it is (an alert or a panel).
@@ -20,8 +20,10 @@ type Query struct {
 
 // Alert is an alerting rule of monitoring/prometheusrule.yaml, as far as tidegate's tests read it.
 type Alert struct {
-	Alert       string            `json:"alert"`
-	Expr        string            `json:"expr"`
+	Alert string `json:"alert"`
+	Expr  string `json:"expr"`
+	// For is how long the expression must hold before the alert fires ("" for at once).
+	For         string            `json:"for"`
 	Annotations map[string]string `json:"annotations"`
 }
 
@@ -76,4 +78,49 @@ func DashboardQueries() (queries []Query, panels int, err error) {
 		}
 	}
 	return queries, len(dash.Panels), nil
+}
+
+// HonorsLabels tells whether monitoring/servicemonitor.yaml keeps the labels of the controller's
+// series when they collide with the labels of the scrape target (the endpoint's honorLabels).
+func HonorsLabels() (bool, error) {
+	b, err := monitoringFiles.ReadFile("monitoring/servicemonitor.yaml")
+	if err != nil {
+		return false, err
+	}
+	var sm struct {
+		Kind string
+		Spec struct {
+			Endpoints []struct {
+				HonorLabels bool `json:"honorLabels"`
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &sm); err != nil {
+		return false, fmt.Errorf("servicemonitor.yaml: %w", err)
+	}
+	if sm.Kind != "ServiceMonitor" || len(sm.Spec.Endpoints) != 1 {
+		return false, fmt.Errorf("servicemonitor.yaml: kind %q with %d endpoints, want a ServiceMonitor with one", sm.Kind, len(sm.Spec.Endpoints))
+	}
+	return sm.Spec.Endpoints[0].HonorLabels, nil
+}
+
+// DashboardVariables returns the names of monitoring/dashboard.json's template variables.
+func DashboardVariables() ([]string, error) {
+	b, err := monitoringFiles.ReadFile("monitoring/dashboard.json")
+	if err != nil {
+		return nil, err
+	}
+	var dash struct {
+		Templating struct {
+			List []struct{ Name string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		return nil, fmt.Errorf("dashboard.json: %w", err)
+	}
+	var names []string
+	for _, v := range dash.Templating.List {
+		names = append(names, v.Name)
+	}
+	return names, nil
 }
