@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/tidegate/tidegate/internal/faultproxy"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
 )
@@ -49,22 +48,19 @@ type Options struct {
 	SourceControllerArgs []string
 	// Testbin is the directory of the binaries `make testbin` built; when empty, testbin.Dir finds it.
 	Testbin string
-	// FaultProxies names the API servers ("hub", "member-1", …, or AllMembers) to start behind a
-	// fault proxy (internal/faultproxy) that the test switches faults on. A proxied member's
-	// kubeconfig Secret, which its FleetCluster and Flux's Kustomizations use, points at its proxy
-	// (Member.Faults); a proxied hub is reached through its proxy (HubFaults) by the Flux
-	// controllers, by HubProxyConfig and by the users AddHubUser adds. Member.Config, Member.Client,
-	// HubConfig and Hub stay direct: what a test reads through them is the real state, whatever faults
-	// are set.
-	FaultProxies []string
+	// Front, when set, is asked once the API servers run, and before anything is given their
+	// addresses, what to put in front of each of them, by name ("hub", "member-1", …, with an admin
+	// config of it); nil leaves it direct. The tests put fault proxies there (test/faultproxy's
+	// StartFleet). A member's kubeconfig Secret, which its FleetCluster and Flux's Kustomizations
+	// use, then points at its front; the Flux controllers and the users AddHubUser adds reach the hub
+	// through the hub's. Member.Config, Member.Client, HubConfig and Hub stay direct: what a test
+	// reads through them is the real state, whatever faults are set.
+	Front func(name string, admin *rest.Config) (Front, error)
 	// MembersTrustHubTokens makes every member's API server authenticate the hub's ServiceAccount
 	// tokens (identity.go), for members reached through workload identity. The members then start
 	// after the hub, whose issuer they need.
 	MembersTrustHubTokens bool
 }
-
-// AllMembers in Options.FaultProxies puts every member behind a fault proxy.
-const AllMembers = "members"
 
 // Member is one member cluster.
 type Member struct {
@@ -75,13 +71,11 @@ type Member struct {
 	Client client.Client
 	// KubeConfigSecret is the name of the Secret on the hub, key "value", holding the member's kubeconfig.
 	KubeConfigSecret string
-	// Faults is the fault proxy the kubeconfig Secret points at, when Options.FaultProxies names the
-	// member; nil otherwise.
-	Faults *faultproxy.Proxy
 
 	env        *envtest.Environment
+	front      Front  // Options.Front's for the member; nil when direct
 	kubeConfig []byte // direct
-	secret     []byte // what the kubeconfig Secret holds: kubeConfig, or one through Faults
+	secret     []byte // what the kubeconfig Secret holds: kubeConfig, or one through front
 }
 
 // Fleet is a running local fleet.
@@ -100,11 +94,6 @@ type Fleet struct {
 	Namespace string
 	// Scheme has the Kubernetes, Flux and tidegate types.
 	Scheme *runtime.Scheme
-	// HubFaults is the hub's fault proxy when Options.FaultProxies names "hub"; nil otherwise.
-	HubFaults *faultproxy.Proxy
-	// HubProxyConfig reaches the hub through HubFaults as HubConfig's admin (nil without a hub
-	// proxy): the config to give the controller under test.
-	HubProxyConfig *rest.Config
 	// Registry is the fleet's OCI registry, for packages pushed as Flux OCI artifacts (oci.go).
 	Registry *Registry
 
@@ -113,7 +102,8 @@ type Fleet struct {
 	apiServerArgs  func(string, *envtest.Arguments)
 	trustHub       bool
 	git            *gittestserver.GitServer
-	fluxKubeConfig string // the kubeconfig the Flux controllers use: the hub's, or through HubFaults
+	hubFront       Front  // Options.Front's for the hub; nil when direct
+	fluxKubeConfig string // the kubeconfig the Flux controllers use: the hub's, or through hubFront
 	processes      []*process
 	reserved       []*portSet
 	reaper         *exec.Cmd
@@ -171,9 +161,6 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		name := fmt.Sprintf("member-%d", i)
 		f.Members = append(f.Members, &Member{Name: name, KubeConfigSecret: name + "-kubeconfig"})
 	}
-	if err := f.checkFaultProxies(opts.FaultProxies); err != nil {
-		return nil, err
-	}
 	// The API servers and the Git server start in parallel: each API server takes a few seconds.
 	var wg sync.WaitGroup
 	errs := make([]error, opts.Members+2)
@@ -208,10 +195,10 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return f, err
 	}
-	if err := f.startFaultProxies(opts.FaultProxies); err != nil {
+	if err := f.startFronts(opts.Front); err != nil {
 		return f, err
 	}
-	if err := f.writeMemberSecrets(ctx, opts.Namespace, nil); err != nil {
+	if err := f.WriteMemberSecrets(ctx, opts.Namespace); err != nil {
 		return f, err
 	}
 	if !opts.NoFlux {
@@ -349,10 +336,17 @@ func (f *Fleet) startMember(m *Member) error {
 	return err
 }
 
-// writeMemberSecrets writes every member's kubeconfig Secret into namespace ns on the hub, creating
-// ns: the kubeconfig through[member] when given, else the fleet's (direct, or through Member.Faults).
-// A Secret that exists is left as it is.
-func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string, through map[string][]byte) error {
+// WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the
+// hub, creating ns. A Secret that exists is left as it is.
+func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error {
+	return f.WriteMemberSecretsThrough(ctx, ns, nil)
+}
+
+// WriteMemberSecretsThrough is WriteMemberSecrets with the kubeconfig through[member] for each
+// member it names, in place of the fleet's own (direct, or through the member's Front): how a
+// namespace with fronts of its own, which its clients alone go through, is given its Secrets
+// (test/faultproxy's ProxyTenant).
+func (f *Fleet) WriteMemberSecretsThrough(ctx context.Context, ns string, through map[string][]byte) error {
 	if err := f.EnsureNamespace(ctx, ns); err != nil {
 		return err
 	}
@@ -372,11 +366,9 @@ func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string, through map[s
 	return nil
 }
 
-// WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the
-// hub. ProxyTenant writes them instead for a namespace with proxies of its own.
-func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error {
-	return f.writeMemberSecrets(ctx, ns, nil)
-}
+// KubeConfig returns a kubeconfig that reaches the member's API server directly as its admin,
+// whatever stands in front of it: for a caller that puts a front of its own before it.
+func (m *Member) KubeConfig() []byte { return m.kubeConfig }
 
 // EnsureNamespace creates namespace ns on the hub if it does not exist.
 func (f *Fleet) EnsureNamespace(ctx context.Context, ns string) error {
@@ -509,7 +501,7 @@ func (f *Fleet) Stop() {
 		for _, s := range f.reserved {
 			s.release()
 		}
-		f.closeFaultProxies()
+		f.closeFronts()
 		var wg sync.WaitGroup
 		stopEnv := func(e *envtest.Environment) {
 			if e == nil {
@@ -571,8 +563,8 @@ rm -rf -- "$1"`
 }
 
 // AddHubUser adds a user of the hub in groups and returns a REST config and a kubeconfig for it: a
-// process of its own identity, told apart from the others in the hub's audit log. With a hub fault
-// proxy both reach the hub through it, as that same user.
+// process of its own identity, told apart from the others in the hub's audit log. With a front
+// before the hub (Options.Front) both reach the hub through it, as that same user.
 func (f *Fleet) AddHubUser(name string, groups []string) (*rest.Config, []byte, error) {
 	user, err := f.hub.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 	if err != nil {
@@ -582,14 +574,14 @@ func (f *Fleet) AddHubUser(name string, groups []string) (*rest.Config, []byte, 
 	if err != nil {
 		return nil, nil, err
 	}
-	if f.HubFaults == nil {
+	if f.hubFront == nil {
 		return user.Config(), kc, nil
 	}
-	cfg, err := f.HubFaults.Config(user.Config())
+	cfg, err := f.hubFront.Config(user.Config())
 	if err != nil {
 		return nil, nil, err
 	}
-	if kc, err = f.HubFaults.KubeConfig(kc); err != nil {
+	if kc, err = f.hubFront.KubeConfig(kc); err != nil {
 		return nil, nil, err
 	}
 	return cfg, kc, nil
