@@ -26,7 +26,7 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/tidegate and bin/tidegate-controller.
+build: ## Build bin/tidegate, bin/tidegate-controller and bin/tidegate-sandbox (which `tidegate sandbox` runs).
 	go build -o bin/ ./cmd/...
 
 .PHONY: image
@@ -166,5 +166,5 @@ docs: ## Regenerate docs/cli.md from the tidegate command tree (a test fails whe
 demo: ## Start a local sandbox fleet and play the demo (builds the test binaries first: ~30 minutes the first time).
 	@test -x $(TESTBIN)/bin/kube-apiserver || echo "The sandbox runs kube-apiserver, kube-controller-manager, etcd and the Flux controllers built from pinned modules: building them once, about 30 minutes on 2 cores."
 	@$(MAKE) --no-print-directory testbin
-	go build -o bin/tidegate ./cmd/tidegate
+	go build -o bin/ ./cmd/tidegate ./cmd/tidegate-sandbox
 	bin/tidegate sandbox up --demo

@@ -28,7 +28,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tidegate/tidegate/internal/ops"
-	"github.com/tidegate/tidegate/internal/sandbox"
+	"github.com/tidegate/tidegate/internal/sandboxcmd"
 )
 
 // Exit codes.
@@ -99,6 +99,11 @@ func runContext(ctx context.Context, env *cliEnv, args []string, stdin io.Reader
 			}
 		}
 		return ee.code
+	}
+	// tidegate-sandbox, which the sandbox commands run, printed its own error: its code is passed on.
+	var exited *sandboxcmd.Exited
+	if errors.As(err, &exited) {
+		return exited.Code
 	}
 	// The sandbox's errors carry their own exit code (1: the story failed, 2: usage).
 	var coded interface{ ExitCode() int }
@@ -212,7 +217,7 @@ func newRootCommand(env *cliEnv) *cobra.Command {
 		newVersionCommand(k),
 		newCheckCommand(k),
 		newPolicyCommand(k),
-		sandbox.NewCommand(),
+		sandboxcmd.NewCommand(sandboxcmd.Exec{}),
 		newDocsCommand(),
 	)
 	addCompletions(root, k)

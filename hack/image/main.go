@@ -1,5 +1,5 @@
 // Command image builds tidegate-controller's container image (`make image`): a static binary for
-// Linux, built from this checkout with -trimpath, in one layer over an empty base (internal/image).
+// Linux, built from this checkout with -trimpath, in one layer over an empty base (hack/lib/image).
 // It writes into the output directory
 //
 //	tidegate-controller-linux-<arch>   the binary
@@ -19,7 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/tidegate/tidegate/internal/image"
+	"github.com/tidegate/tidegate/hack/lib/image"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tidegate/tidegate/internal/release"
+	"github.com/tidegate/tidegate/hack/lib/release"
 )
 
 func main() {

@@ -8,6 +8,6 @@
 // Everything listens on loopback ports the kernel picks, reserved against every other fleet and
 // envtest API server on the machine until they are bound (ports.go), so fleets started at the same
 // time, in one process or several, don't collide; and Stop leaves no process, port or temporary
-// directory behind. Options.FaultProxies puts chosen API servers behind fault proxies
-// (internal/faultproxy) that a test switches faults on.
+// directory behind. Options.Front puts something chosen in front of API servers: the tests' fault
+// proxies (test/faultproxy), which this package does not link, since the sandbox ships it.
 package localfleet

@@ -4,16 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/fluxcd/pkg/gittestserver"
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/tidegate/tidegate/internal/faultproxy"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
 )
@@ -49,22 +42,19 @@ type Options struct {
 	SourceControllerArgs []string
 	// Testbin is the directory of the binaries `make testbin` built; when empty, testbin.Dir finds it.
 	Testbin string
-	// FaultProxies names the API servers ("hub", "member-1", …, or AllMembers) to start behind a
-	// fault proxy (internal/faultproxy) that the test switches faults on. A proxied member's
-	// kubeconfig Secret, which its FleetCluster and Flux's Kustomizations use, points at its proxy
-	// (Member.Faults); a proxied hub is reached through its proxy (HubFaults) by the Flux
-	// controllers, by HubProxyConfig and by the users AddHubUser adds. Member.Config, Member.Client,
-	// HubConfig and Hub stay direct: what a test reads through them is the real state, whatever faults
-	// are set.
-	FaultProxies []string
+	// Front, when set, is asked once the API servers run, and before anything is given their
+	// addresses, what to put in front of each of them, by name ("hub", "member-1", …, with an admin
+	// config of it); nil leaves it direct. The tests put fault proxies there (test/faultproxy's
+	// StartFleet). A member's kubeconfig Secret, which its FleetCluster and Flux's Kustomizations
+	// use, then points at its front; the Flux controllers and the users AddHubUser adds reach the hub
+	// through the hub's. Member.Config, Member.Client, HubConfig and Hub stay direct: what a test
+	// reads through them is the real state, whatever faults are set.
+	Front func(name string, admin *rest.Config) (Front, error)
 	// MembersTrustHubTokens makes every member's API server authenticate the hub's ServiceAccount
 	// tokens (identity.go), for members reached through workload identity. The members then start
 	// after the hub, whose issuer they need.
 	MembersTrustHubTokens bool
 }
-
-// AllMembers in Options.FaultProxies puts every member behind a fault proxy.
-const AllMembers = "members"
 
 // Member is one member cluster.
 type Member struct {
@@ -75,13 +65,11 @@ type Member struct {
 	Client client.Client
 	// KubeConfigSecret is the name of the Secret on the hub, key "value", holding the member's kubeconfig.
 	KubeConfigSecret string
-	// Faults is the fault proxy the kubeconfig Secret points at, when Options.FaultProxies names the
-	// member; nil otherwise.
-	Faults *faultproxy.Proxy
 
 	env        *envtest.Environment
+	front      Front  // Options.Front's for the member; nil when direct
 	kubeConfig []byte // direct
-	secret     []byte // what the kubeconfig Secret holds: kubeConfig, or one through Faults
+	secret     []byte // what the kubeconfig Secret holds: kubeConfig, or one through front
 }
 
 // Fleet is a running local fleet.
@@ -100,11 +88,6 @@ type Fleet struct {
 	Namespace string
 	// Scheme has the Kubernetes, Flux and tidegate types.
 	Scheme *runtime.Scheme
-	// HubFaults is the hub's fault proxy when Options.FaultProxies names "hub"; nil otherwise.
-	HubFaults *faultproxy.Proxy
-	// HubProxyConfig reaches the hub through HubFaults as HubConfig's admin (nil without a hub
-	// proxy): the config to give the controller under test.
-	HubProxyConfig *rest.Config
 	// Registry is the fleet's OCI registry, for packages pushed as Flux OCI artifacts (oci.go).
 	Registry *Registry
 
@@ -113,7 +96,8 @@ type Fleet struct {
 	apiServerArgs  func(string, *envtest.Arguments)
 	trustHub       bool
 	git            *gittestserver.GitServer
-	fluxKubeConfig string // the kubeconfig the Flux controllers use: the hub's, or through HubFaults
+	hubFront       Front  // Options.Front's for the hub; nil when direct
+	fluxKubeConfig string // the kubeconfig the Flux controllers use: the hub's, or through hubFront
 	processes      []*process
 	reserved       []*portSet
 	reaper         *exec.Cmd
@@ -171,9 +155,6 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		name := fmt.Sprintf("member-%d", i)
 		f.Members = append(f.Members, &Member{Name: name, KubeConfigSecret: name + "-kubeconfig"})
 	}
-	if err := f.checkFaultProxies(opts.FaultProxies); err != nil {
-		return nil, err
-	}
 	// The API servers and the Git server start in parallel: each API server takes a few seconds.
 	var wg sync.WaitGroup
 	errs := make([]error, opts.Members+2)
@@ -208,10 +189,10 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return f, err
 	}
-	if err := f.startFaultProxies(opts.FaultProxies); err != nil {
+	if err := f.startFronts(opts.Front); err != nil {
 		return f, err
 	}
-	if err := f.writeMemberSecrets(ctx, opts.Namespace, nil); err != nil {
+	if err := f.WriteMemberSecrets(ctx, opts.Namespace); err != nil {
 		return f, err
 	}
 	if !opts.NoFlux {
@@ -222,137 +203,17 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	return f, nil
 }
 
-func (f *Fleet) logDir() string { return filepath.Join(f.Dir, "logs") }
-
-// startEnv starts the API server and etcd of name with crds into *env. When one of them could not
-// listen because its port was taken meanwhile (by a process that does not reserve ports as envtest
-// does), it starts them again on other ports.
-func (f *Fleet) startEnv(env **envtest.Environment, name string, crds testbin.CRDs) (*rest.Config, error) {
-	var err error
-	for attempt := 1; ; attempt++ {
-		if *env, err = f.newEnv(name, crds); err != nil {
-			return nil, err
-		}
-		cfg, err := (*env).Start()
-		if err == nil {
-			return cfg, nil
-		}
-		logs := []string{filepath.Join(f.logDir(), name+"-kube-apiserver.log"), filepath.Join(f.logDir(), name+"-etcd.log")}
-		if attempt == 3 || (!addressInUse(logs[0]) && !addressInUse(logs[1])) {
-			return nil, fmt.Errorf("starting %s API server: %w (logs in %s)", name, err, f.logDir())
-		}
-		_ = (*env).Stop()
-		for _, l := range logs {
-			_ = os.Rename(l, fmt.Sprintf("%s.%d", l, attempt))
-		}
-		_ = os.RemoveAll(filepath.Join(f.Dir, name))
-	}
+// WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the
+// hub, creating ns. A Secret that exists is left as it is.
+func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error {
+	return f.WriteMemberSecretsThrough(ctx, ns, nil)
 }
 
-func (f *Fleet) newEnv(name string, crds testbin.CRDs) (*envtest.Environment, error) {
-	env, err := testbin.NewEnvironment(f.testbinDir, crds)
-	if err != nil {
-		return nil, err
-	}
-	env.Scheme = f.Scheme
-	apiLog := f.openLog(name + "-kube-apiserver.log")
-	etcdLog := f.openLog(name + "-etcd.log")
-	// Data and certificate directories live under the fleet's directory, so the reaper can find every
-	// process of this fleet by its command line.
-	dataDir, certDir := filepath.Join(f.Dir, name, "etcd"), filepath.Join(f.Dir, name, "certs")
-	_ = os.MkdirAll(dataDir, 0o700)
-	_ = os.MkdirAll(certDir, 0o700)
-	// The start timeout is testbin.NewEnvironment's (ControlPlaneStartTimeout): envtest sets it on
-	// both processes when it starts them.
-	env.ControlPlane.APIServer = &envtest.APIServer{Out: apiLog, Err: apiLog, CertDir: certDir}
-	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog, DataDir: dataDir}
-	switch {
-	case f.trustHub && name == "hub":
-		// The issuer's discovery document names its keys at the advertised address, by default the
-		// machine's, where the hub does not listen. A loopback address cannot be the kubernetes
-		// Service's endpoint, which nothing on a test hub uses.
-		env.ControlPlane.APIServer.Configure().Set("advertise-address", "127.0.0.1").Set("endpoint-reconciler-type", "none")
-	case f.trustHub:
-		path, err := f.writeMemberAuthentication(name)
-		if err != nil {
-			return nil, err
-		}
-		env.ControlPlane.APIServer.Configure().Set("authentication-config", path)
-	}
-	if f.apiServerArgs != nil {
-		f.apiServerArgs(name, env.ControlPlane.APIServer.Configure())
-	}
-	return env, nil
-}
-
-// OpenLog creates a log file in the fleet's log directory that DumpLogs prints with the others.
-func (f *Fleet) OpenLog(name string) io.Writer { return f.openLog(name) }
-
-func (f *Fleet) openLog(name string) io.Writer {
-	path := filepath.Join(f.logDir(), name)
-	file, err := os.Create(path)
-	if err != nil {
-		return io.Discard
-	}
-	f.addLogFile(path)
-	return file
-}
-
-// addLogFile adds path to the logs DumpLogs prints, once.
-func (f *Fleet) addLogFile(path string) {
-	f.logMu.Lock()
-	defer f.logMu.Unlock()
-	if !slices.Contains(f.logFiles, path) {
-		f.logFiles = append(f.logFiles, path)
-	}
-}
-
-// startHub starts the hub's API server and, beside it, its garbage collector (gc.go).
-func (f *Fleet) startHub(kubeControllerManager string) error {
-	if _, err := f.startEnv(&f.hub, "hub", testbin.TidegateCRDs|testbin.FluxCRDs); err != nil {
-		return err
-	}
-	user, err := f.hub.AddUser(envtest.User{Name: "fleet-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fmt.Errorf("adding hub admin user: %w", err)
-	}
-	f.HubConfig = user.Config()
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	f.HubKubeConfigPath = filepath.Join(f.Dir, "hub.kubeconfig")
-	if err := os.WriteFile(f.HubKubeConfigPath, kc, 0o600); err != nil {
-		return err
-	}
-	f.fluxKubeConfig = f.HubKubeConfigPath
-	if f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme}); err != nil {
-		return err
-	}
-	return f.startGarbageCollector(kubeControllerManager)
-}
-
-func (f *Fleet) startMember(m *Member) error {
-	if _, err := f.startEnv(&m.env, m.Name, 0); err != nil {
-		return err
-	}
-	user, err := m.env.AddUser(envtest.User{Name: "fleet-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fmt.Errorf("adding %s admin user: %w", m.Name, err)
-	}
-	m.Config = user.Config()
-	if m.kubeConfig, err = user.KubeConfig(); err != nil {
-		return err
-	}
-	m.secret = m.kubeConfig
-	m.Client, err = client.New(m.Config, client.Options{Scheme: f.Scheme})
-	return err
-}
-
-// writeMemberSecrets writes every member's kubeconfig Secret into namespace ns on the hub, creating
-// ns: the kubeconfig through[member] when given, else the fleet's (direct, or through Member.Faults).
-// A Secret that exists is left as it is.
-func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string, through map[string][]byte) error {
+// WriteMemberSecretsThrough is WriteMemberSecrets with the kubeconfig through[member] for each
+// member it names, in place of the fleet's own (direct, or through the member's Front): how a
+// namespace with fronts of its own, which its clients alone go through, is given its Secrets
+// (test/faultproxy's ProxyTenant).
+func (f *Fleet) WriteMemberSecretsThrough(ctx context.Context, ns string, through map[string][]byte) error {
 	if err := f.EnsureNamespace(ctx, ns); err != nil {
 		return err
 	}
@@ -372,11 +233,9 @@ func (f *Fleet) writeMemberSecrets(ctx context.Context, ns string, through map[s
 	return nil
 }
 
-// WriteMemberSecrets writes every member's kubeconfig Secret (key "value") into namespace ns on the
-// hub. ProxyTenant writes them instead for a namespace with proxies of its own.
-func (f *Fleet) WriteMemberSecrets(ctx context.Context, ns string) error {
-	return f.writeMemberSecrets(ctx, ns, nil)
-}
+// KubeConfig returns a kubeconfig that reaches the member's API server directly as its admin,
+// whatever stands in front of it: for a caller that puts a front of its own before it.
+func (m *Member) KubeConfig() []byte { return m.kubeConfig }
 
 // EnsureNamespace creates namespace ns on the hub if it does not exist.
 func (f *Fleet) EnsureNamespace(ctx context.Context, ns string) error {
@@ -385,227 +244,6 @@ func (f *Fleet) EnsureNamespace(ctx context.Context, ns string) error {
 		return fmt.Errorf("creating namespace %s on the hub: %w", ns, err)
 	}
 	return nil
-}
-
-func (f *Fleet) sourceStorage() string { return filepath.Join(f.Dir, "source-storage") }
-
-func (f *Fleet) startFlux(ctx context.Context, bin string, opts Options) error {
-	storage := f.sourceStorage()
-	if err := os.MkdirAll(storage, 0o755); err != nil {
-		return err
-	}
-	env := []string{"KUBECONFIG=" + f.fluxKubeConfig, "RUNTIME_NAMESPACE=flux-system"}
-	// ports[0] and ports[1] are every controller's metrics and health ports.
-	common := func(ports []int) []string {
-		return []string{
-			"--metrics-addr=" + addr(ports[0]), "--health-addr=" + addr(ports[1]),
-			"--enable-leader-election=false", "--log-level=debug", "--log-encoding=console", "--events-addr=",
-		}
-	}
-	type controller struct {
-		name  string
-		ports int
-		args  func(ports []int) []string
-	}
-	controllers := []controller{{"source-controller", 3, func(ports []int) []string {
-		args := append(common(ports), "--storage-path="+storage, "--storage-addr="+addr(ports[2]), "--storage-adv-addr="+addr(ports[2]))
-		return append(args, opts.SourceControllerArgs...)
-	}}}
-	if !opts.NoKustomizeController {
-		controllers = append(controllers, controller{"kustomize-controller", 2, func(ports []int) []string {
-			args := append(common(ports), "--concurrent=10", "--requeue-dependency=2s")
-			return append(args, opts.KustomizeControllerArgs...)
-		}})
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for _, c := range controllers {
-		if err := f.startController(ctx, c.name, filepath.Join(bin, c.name), env, c.ports, c.args); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// startController starts a Flux controller on n newly reserved ports and waits until it is ready.
-// When a port it was given was taken before it could listen, it starts it again on other ports.
-func (f *Fleet) startController(ctx context.Context, name, bin string, env []string, n int, args func(ports []int) []string) error {
-	logPath := filepath.Join(f.logDir(), name+".log")
-	f.addLogFile(logPath)
-	// A temporary directory of its own: kustomize-controller removes every kustomization-* directory
-	// of its TMPDIR when it starts (the leftovers of an earlier process of its own), and with one
-	// /tmp for every fleet on the machine, a fleet starting deleted the builds in flight of the
-	// others' kustomize-controllers (BuildFailed: "evalsymlink failure on /tmp/kustomization-…").
-	tmp := filepath.Join(f.Dir, name+"-tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return err
-	}
-	env = append(slices.Clip(env), "TMPDIR="+tmp)
-	for attempt := 1; ; attempt++ {
-		ports, err := reserve(n)
-		if err != nil {
-			return err
-		}
-		f.reserved = append(f.reserved, ports)
-		proc, err := startProcess(name, logPath, env, bin, args(ports.ports)...)
-		if err != nil {
-			return err
-		}
-		proc.ports = ports.ports
-		if err = proc.waitReady(ctx); err == nil {
-			f.processes = append(f.processes, proc)
-			return nil
-		}
-		proc.stop()
-		if attempt == 3 || !addressInUse(logPath) {
-			return err
-		}
-		_ = os.Rename(logPath, fmt.Sprintf("%s.%d", logPath, attempt))
-	}
-}
-
-// RestartSourceController stops source-controller and starts it again with the same flags and
-// ports, as a restarted pod would be. With loseStorage its storage directory is emptied in between,
-// as a pod without a persistent volume comes back: every artifact it served is gone until it
-// builds them again. The log of the first run is kept as source-controller.log.before-restart.
-func (f *Fleet) RestartSourceController(ctx context.Context, loseStorage bool) error {
-	i := slices.IndexFunc(f.processes, func(p *process) bool { return p.name == "source-controller" })
-	if i < 0 {
-		return errors.New("localfleet: this fleet runs no source-controller")
-	}
-	old := f.processes[i]
-	old.stop()
-	if loseStorage {
-		if err := os.RemoveAll(f.sourceStorage()); err != nil {
-			return fmt.Errorf("emptying source-controller's storage: %w", err)
-		}
-		if err := os.MkdirAll(f.sourceStorage(), 0o755); err != nil {
-			return err
-		}
-	}
-	_ = os.Rename(old.logPath, old.logPath+".before-restart")
-	f.addLogFile(old.logPath + ".before-restart")
-	proc, err := startProcess(old.name, old.logPath, old.env, old.bin, old.args...)
-	if err != nil {
-		return err
-	}
-	proc.ports = old.ports
-	f.processes[i] = proc
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	return proc.waitReady(ctx)
-}
-
-// Stop stops every process and API server and removes the fleet's directory. Safe to call twice.
-func (f *Fleet) Stop() {
-	f.stopOnce.Do(func() {
-		if f.reaper != nil {
-			_ = f.reaper.Process.Kill()
-			_, _ = f.reaper.Process.Wait()
-		}
-		for i := len(f.processes) - 1; i >= 0; i-- {
-			f.processes[i].stop()
-		}
-		for _, s := range f.reserved {
-			s.release()
-		}
-		f.closeFaultProxies()
-		var wg sync.WaitGroup
-		stopEnv := func(e *envtest.Environment) {
-			if e == nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); _ = e.Stop() }()
-		}
-		stopEnv(f.hub)
-		for _, m := range f.Members {
-			stopEnv(m.env)
-		}
-		wg.Wait()
-		// envtest retries a control plane that did not come up in time, and the API server of a
-		// failed try (slow to answer on a loaded machine) is not stopped with the last: end whatever
-		// still names the fleet's directory, as the reaper would.
-		killLeftovers(f.Dir)
-		f.Registry.Stop()
-		if f.git != nil {
-			f.git.StopHTTP()
-			os.RemoveAll(f.git.Root())
-		}
-		if os.Getenv("TIDEGATE_KEEP_FLEET") == "" {
-			os.RemoveAll(f.Dir)
-		}
-	})
-}
-
-// DumpLogs writes the last lines of every log of the fleet (API servers, etcd, Flux controllers) to w.
-func (f *Fleet) DumpLogs(w io.Writer, lines int) {
-	for _, path := range f.logFiles {
-		b, err := os.ReadFile(path)
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if len(all) > lines {
-			all = all[len(all)-lines:]
-		}
-		fmt.Fprintf(w, "===== %s (last %d lines) =====\n%s\n", filepath.Base(path), len(all), strings.Join(all, "\n"))
-	}
-}
-
-// startReaper starts a watchdog, outside this process's group, that kills every process of the fleet
-// and removes its directory once this process is gone. Stop ends it first; it matters only when the
-// test binary dies without cleaning up (a `go test -timeout` panic, a kill): envtest's API servers and
-// etcd would otherwise outlive it.
-func (f *Fleet) startReaper() error {
-	const script = `while kill -0 "$0" 2>/dev/null; do sleep 1; done
-for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; grep -qsaF -- "$1" "$p/cmdline" && kill -9 "${p#/proc/}" 2>/dev/null; done
-rm -rf -- "$1"`
-	cmd := exec.Command("/bin/sh", "-c", script, strconv.Itoa(os.Getpid()), f.Dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the fleet reaper: %w", err)
-	}
-	f.reaper = cmd
-	return nil
-}
-
-// AddHubUser adds a user of the hub in groups and returns a REST config and a kubeconfig for it: a
-// process of its own identity, told apart from the others in the hub's audit log. With a hub fault
-// proxy both reach the hub through it, as that same user.
-func (f *Fleet) AddHubUser(name string, groups []string) (*rest.Config, []byte, error) {
-	user, err := f.hub.AddUser(envtest.User{Name: name, Groups: groups}, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("adding hub user %s: %w", name, err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return nil, nil, err
-	}
-	if f.HubFaults == nil {
-		return user.Config(), kc, nil
-	}
-	cfg, err := f.HubFaults.Config(user.Config())
-	if err != nil {
-		return nil, nil, err
-	}
-	if kc, err = f.HubFaults.KubeConfig(kc); err != nil {
-		return nil, nil, err
-	}
-	return cfg, kc, nil
-}
-
-// PID returns the process id of the fleet's Flux controller named name ("source-controller",
-// "kustomize-controller"), or 0 when it does not run.
-func (f *Fleet) PID(name string) int {
-	for _, p := range f.processes {
-		if p.name == name {
-			if ended, _ := p.exited(); !ended {
-				return p.cmd.Process.Pid
-			}
-		}
-	}
-	return 0
 }
 
 // Member returns the member named name, or nil.

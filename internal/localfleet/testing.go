@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// TB is the part of testing.TB that StartForTest uses. localfleet ships in the tidegate binary (the
-// sandbox runs it), and the binary must not link the testing package, so it names the methods
-// instead of importing testing; a *testing.T satisfies it.
+// TB is the part of testing.TB that StartForTest uses. localfleet ships in the tidegate-sandbox
+// binary (the sandbox runs it), and the binary must not link the testing package, so it names the
+// methods instead of importing testing; a *testing.T satisfies it.
 type TB interface {
 	Helper()
 	Cleanup(func())

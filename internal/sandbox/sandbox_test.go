@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,21 +46,9 @@ func TestMain(m *testing.M) {
 // executeTo runs the sandbox command under a root command, as cmd/tidegate wires it, and returns
 // the exit code.
 func executeTo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := &cobra.Command{Use: "tidegate", SilenceUsage: true, SilenceErrors: true}
+	root := &cobra.Command{Use: "tidegate"}
 	root.AddCommand(NewCommand())
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return 0
-	}
-	fmt.Fprintf(stderr, "error: %v\n", err)
-	var ec interface{ ExitCode() int }
-	if errors.As(err, &ec) {
-		return ec.ExitCode()
-	}
-	return 2
+	return Execute(ctx, root, args, stdout, stderr)
 }
 
 // lineLogger writes each line to the test's log as it comes, so a slow or stuck run shows where it is.
@@ -116,15 +103,10 @@ func playDemo(t *testing.T, oci bool) {
 	})
 
 	log := &lineLogger{t: t}
-	root := &cobra.Command{Use: "tidegate"}
-	sb := NewCommand()
-	root.AddCommand(sb)
-	run, _, err := root.Find([]string{"sandbox", "run"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// What NewCommand under the root command executeTo makes gives up (TestCommandTree).
+	runArgs := []string{"sandbox", "run"}
 	start := time.Now()
-	res, err := up(ctx, log, upOptions{clusters: 3, demo: true, oci: oci, dir: dir, runArgs: commandArgs(run), cli: "tidegate"})
+	res, err := up(ctx, log, upOptions{clusters: 3, demo: true, oci: oci, dir: dir, runArgs: runArgs, cli: "tidegate"})
 	t.Logf("up --demo took %s", time.Since(start).Round(time.Second))
 	if st, serr := readState(dir); serr == nil {
 		fleetDir, pid = st.FleetDir, st.PID
@@ -295,7 +277,7 @@ func playDemo(t *testing.T, oci bool) {
 
 	// A second sandbox in the same directory is refused while this one runs.
 	var again bytes.Buffer
-	if _, err := up(ctx, &again, upOptions{clusters: 1, dir: dir, runArgs: commandArgs(run), cli: "tidegate"}); err == nil || !strings.Contains(err.Error(), "already runs") {
+	if _, err := up(ctx, &again, upOptions{clusters: 1, dir: dir, runArgs: runArgs, cli: "tidegate"}); err == nil || !strings.Contains(err.Error(), "already runs") {
 		t.Errorf("a second up in %s: %v", dir, err)
 	}
 

@@ -9,7 +9,6 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
-	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -65,38 +64,5 @@ func TestUpWithoutTestBinariesSaysHowToBuildThem(t *testing.T) {
 	}
 	if running(dir) {
 		t.Errorf("nothing should run")
-	}
-}
-
-// The command line: usage errors exit 2, run is hidden and is what up re-executes.
-func TestCommandLine(t *testing.T) {
-	for _, args := range [][]string{
-		{"sandbox", "up", "--clusters", "0"},
-		{"sandbox", "up", "--clusters", "11"},
-		{"sandbox", "up", "--dir", ""},
-	} {
-		var out bytes.Buffer
-		if code := executeTo(context.Background(), args, &out, &out); code != 2 {
-			t.Errorf("%v exited %d, want 2:\n%s", args, code, out.String())
-		}
-	}
-	root := &cobra.Command{Use: "flux-fleet"}
-	root.AddCommand(NewCommand())
-	run, _, err := root.Find([]string{"sandbox", "run"})
-	if err != nil || !run.Hidden {
-		t.Fatalf("sandbox run: %v, hidden %v", err, run != nil && run.Hidden)
-	}
-	if got := commandArgs(run); strings.Join(got, " ") != "sandbox run" {
-		t.Errorf("up would re-execute %v", got)
-	}
-	var help bytes.Buffer
-	executeTo(context.Background(), []string{"sandbox", "--help"}, &help, &help)
-	for _, sub := range []string{"up", "status", "down"} {
-		if !strings.Contains(help.String(), "  "+sub+" ") {
-			t.Errorf("sandbox --help should list %s:\n%s", sub, help.String())
-		}
-	}
-	if strings.Contains(help.String(), "  run ") {
-		t.Errorf("sandbox --help should not list the hidden run:\n%s", help.String())
 	}
 }

@@ -8,7 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"strconv"
+	"slices"
+
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +24,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/sandboxcmd"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
 )
@@ -35,7 +37,7 @@ type upOptions struct {
 	dir string
 	// runArgs run the background process from the root command (["sandbox", "run"]).
 	runArgs []string
-	// cli is the root command's name, for the hints printed.
+	// cli is how the user's shell runs the tidegate CLI, for the hints printed (sandboxcmd.CLI).
 	cli string
 	// exe is the binary to start as the background process; the running one when empty.
 	exe string
@@ -154,10 +156,8 @@ func spawn(o upOptions) (*child, error) {
 		return nil, err
 	}
 	defer logFile.Close()
-	args := append(append([]string{}, o.runArgs...), "--clusters", strconv.Itoa(o.clusters), "--dir", o.dir, "--testbin", o.testbin)
-	if o.oci {
-		args = append(args, "--oci")
-	}
+	run := sandboxcmd.RunOptions{Clusters: o.clusters, OCI: o.oci, Dir: o.dir, Testbin: o.testbin}
+	args := append(slices.Clone(o.runArgs), run.Args()...)
 	cmd := exec.Command(exe, args...)
 	cmd.Dir = o.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -17,8 +17,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tgimage "github.com/tidegate/tidegate/internal/image"
-	"github.com/tidegate/tidegate/internal/release"
+	tgimage "github.com/tidegate/tidegate/hack/lib/image"
+	"github.com/tidegate/tidegate/hack/lib/release"
 	"github.com/tidegate/tidegate/test/testenv"
 )
 

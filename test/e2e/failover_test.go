@@ -13,7 +13,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/faultproxy"
+	"github.com/tidegate/tidegate/test/faultproxy"
 )
 
 // Two controllers run with leader election on the same hub, as two replicas would; the leader is

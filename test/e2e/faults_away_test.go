@@ -11,8 +11,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/faultproxy"
-	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/test/faultproxy"
 )
 
 // waveGate is wave wv's latest outcome of gate, or nil.
@@ -35,7 +34,7 @@ func waveGate(wv v1alpha1.WaveStatus, gate string) *v1alpha1.GateOutcome {
 func TestE2EFaultMembersAwayWhenAReleaseStarts(t *testing.T) {
 	parallel(t)
 	// Proxies of its own in front of the shared fleet's members.
-	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{faultproxy.AllMembers})
 	policies := s.policyRepo(t, map[string]string{"policy/policy.cue": defaultPolicy(t)})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 14*time.Minute)

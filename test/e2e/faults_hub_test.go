@@ -20,9 +20,9 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/faultproxy"
 	"github.com/tidegate/tidegate/internal/localfleet"
 	"github.com/tidegate/tidegate/internal/simulator"
+	"github.com/tidegate/tidegate/test/faultproxy"
 )
 
 // controllerAgent is the User-Agent of the controller under test when it reaches the hub through

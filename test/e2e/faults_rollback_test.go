@@ -12,9 +12,8 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/faultproxy"
-	"github.com/tidegate/tidegate/internal/localfleet"
 	"github.com/tidegate/tidegate/internal/simulator"
+	"github.com/tidegate/tidegate/test/faultproxy"
 )
 
 // A member is blackholed while its wave runs, and the wave fails on another member (v2 never
@@ -26,7 +25,7 @@ import (
 // was switched once each way, and the receipts are those status names.
 func TestE2EFaultMemberBlackholedDuringRollback(t *testing.T) {
 	parallel(t)
-	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{faultproxy.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()

@@ -12,8 +12,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/faultproxy"
-	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/test/faultproxy"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -24,7 +23,7 @@ import (
 // soak, and the rollout completes. No receipt of the revision failed.
 func TestE2EFaultMemberBlackholedDuringSoak(t *testing.T) {
 	parallel(t)
-	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{faultproxy.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 10*time.Minute)
 	defer cancel()

@@ -14,8 +14,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/internal/faultproxy"
-	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/test/faultproxy"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -35,7 +34,7 @@ import (
 // (the template's retryInterval) applies v3, and the rollout completes with no receipt failed.
 func TestE2EFaultMemberBlackholedDuringPreflight(t *testing.T) {
 	parallel(t)
-	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{localfleet.AllMembers})
+	s, first := newFleetSetupProxied(t, 3, demoPackage("v1"), []string{faultproxy.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
@@ -192,7 +191,7 @@ func findConditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
 // gates, member-2 converges, and the rollout completes with nothing lagging.
 func TestE2EFaultMemberUnreachableMidWaveKeepsItsPlace(t *testing.T) {
 	parallel(t)
-	s, first := newFleetSetupProxied(t, 5, demoPackage("v1"), []string{localfleet.AllMembers})
+	s, first := newFleetSetupProxied(t, 5, demoPackage("v1"), []string{faultproxy.AllMembers})
 	startTidegate(t, s, controllers.Options{})
 	ctx, cancel := testContext(t, 12*time.Minute)
 	defer cancel()

@@ -24,6 +24,7 @@ import (
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/internal/localfleet"
 	"github.com/tidegate/tidegate/internal/simulator"
+	"github.com/tidegate/tidegate/test/faultproxy"
 )
 
 // controllerHandle is a running tidegate manager that a test can stop and replace, as a crash and a
@@ -60,7 +61,7 @@ func startTidegate(t *testing.T, s *fleetSetup, opts controllers.Options) *contr
 }
 
 // startTidegateOn is startTidegate with the controller reaching the hub through cfg, such as the
-// hub's fault proxy (f.HubProxyConfig).
+// hub's fault proxy (s.proxies.HubConfig).
 func startTidegateOn(t *testing.T, s *fleetSetup, cfg *rest.Config, opts controllers.Options) *controllerHandle {
 	t.Helper()
 	return startTidegateWith(t, s, cfg, controllers.ManagerConfig{}, opts)
@@ -120,7 +121,7 @@ type fleetSetup struct {
 	shared bool
 	// proxies are the scenario's own fault proxies in front of the shared fleet's API servers
 	// (newFleetSetupProxied); nil without.
-	proxies *localfleet.TenantFaults
+	proxies *faultproxy.Proxies
 }
 
 // newFleetSetup sets a scenario up on the shared fleet (shared_test.go) with members FleetClusters
@@ -131,8 +132,8 @@ func newFleetSetup(t *testing.T, members int, files map[string]string) (*fleetSe
 }
 
 // newFleetSetupProxied is newFleetSetup with fault proxies of the scenario's own in front of the
-// shared fleet's API servers that proxies names (localfleet.ProxyTenant: "hub", member-N or
-// localfleet.AllMembers): its kubeconfig Secrets of those members point at them (s.proxies.Member),
+// shared fleet's API servers that proxies names (faultproxy.ProxyTenant: "hub", member-N or
+// faultproxy.AllMembers): its kubeconfig Secrets of those members point at them (s.proxies.Member),
 // and a controller it starts with startTidegateThroughHubProxy reaches the hub through s.proxies.Hub.
 // A fault set on them meets the scenario's FleetClusters, Kustomizations and controller alone.
 func newFleetSetupProxied(t *testing.T, members int, files map[string]string, proxies []string) (*fleetSetup, string) {
@@ -144,7 +145,7 @@ func newFleetSetupProxied(t *testing.T, members int, files map[string]string, pr
 	ns := testNamespace(t)
 	s := &fleetSetup{f: f, ns: ns, members: f.Members[:members], shared: true, faults: &faults{sim: sim, ns: ns}}
 	if len(proxies) > 0 {
-		tf, err := f.ProxyTenant(context.Background(), ns, proxies)
+		tf, err := faultproxy.ProxyTenant(context.Background(), f, ns, proxies)
 		if err != nil {
 			t.Fatal(err)
 		}

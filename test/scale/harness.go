@@ -25,17 +25,17 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/internal/fluxstandin"
 	"github.com/tidegate/tidegate/internal/localfleet"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/simulator"
+	"github.com/tidegate/tidegate/test/fluxstandin"
 )
 
 // Flux says what plays kustomize-controller.
 type Flux string
 
 const (
-	// StandIn is internal/fluxstandin: simulated Flux. Every figure measured with it says so.
+	// StandIn is test/fluxstandin: simulated Flux. Every figure measured with it says so.
 	StandIn Flux = "simulated Flux"
 	// RealFlux is kustomize-controller v1.9 applying to the members.
 	RealFlux Flux = "real Flux"

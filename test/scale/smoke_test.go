@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/internal/fluxstandin"
+	"github.com/tidegate/tidegate/test/fluxstandin"
 )
 
 // smokeClusters is how many FleetClusters the smoke test rolls out to: enough that a cost per

@@ -1,5 +1,5 @@
 // Package shipped checks the tidegate binaries as they ship, apart from the source tree: they link
-// no test code, and `tidegate sandbox`, built with -trimpath and run away from the checkout, finds
-// the test binaries in the cache of `make testbin` and installs the CRDs it embeds. It has tests
-// only.
+// no test code, the CLI links neither the controller nor the sandbox, and `tidegate sandbox`, built
+// with -trimpath beside tidegate-sandbox and run away from the checkout, finds the test binaries in
+// the cache of `make testbin` and installs the CRDs it embeds. It has tests only.
 package shipped

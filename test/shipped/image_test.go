@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"github.com/tidegate/tidegate/internal/image"
+	"github.com/tidegate/tidegate/hack/lib/image"
 	"github.com/tidegate/tidegate/test/testenv"
 )
 

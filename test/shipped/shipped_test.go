@@ -22,7 +22,7 @@ const module = "github.com/tidegate/tidegate"
 
 // The binaries link neither the testing package nor any package under test/.
 func TestBinariesLinkNoTestCode(t *testing.T) {
-	for _, cmd := range []string{"./cmd/tidegate", "./cmd/tidegate-controller"} {
+	for _, cmd := range []string{"./cmd/tidegate", "./cmd/tidegate-controller", "./cmd/tidegate-sandbox"} {
 		c := exec.Command("go", "list", "-deps", cmd)
 		c.Dir = testenv.RepoRoot()
 		out, err := c.Output()
@@ -32,6 +32,28 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 		for _, pkg := range strings.Fields(string(out)) {
 			if pkg == "testing" || strings.HasPrefix(pkg, module+"/test/") {
 				t.Errorf("%s links %s: test code must live in test/ and _test.go files, and shipped code must not import it", cmd, pkg)
+			}
+		}
+	}
+}
+
+// The CLI (also the flux fleet plugin and tidegate mcp) links none of the controller, the sandbox
+// and its fleet, nor the cloud providers' SDKs: tidegate sandbox runs the binary tidegate-sandbox,
+// which links them.
+func TestTheCLILinksNeitherTheControllerNorTheSandbox(t *testing.T) {
+	c := exec.Command("go", "list", "-deps", "./cmd/tidegate")
+	c.Dir = testenv.RepoRoot()
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/tidegate: %v", err)
+	}
+	forbidden := []string{module + "/controllers", module + "/internal/localfleet", module + "/internal/sandbox",
+		module + "/internal/simulator", module + "/internal/testbin", module + "/test/",
+		"github.com/aws/", "github.com/Azure/", "cloud.google.com/"}
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, f := range forbidden {
+			if pkg == f || strings.HasPrefix(pkg, strings.TrimSuffix(f, "/")+"/") {
+				t.Errorf("./cmd/tidegate links %s: the CLI must not link the controller, the sandbox or the cloud SDKs", pkg)
 			}
 		}
 	}
@@ -86,18 +108,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildOnce builds cmd/tidegate with -trimpath and without cgo, as a release would, into binDir. A
-// -trimpath build shares no compiled package with the others, so the tests build it once, with
-// the flags `make image` builds the controller with (TestImage), so that the two share theirs.
+// buildOnce builds cmd/tidegate and cmd/tidegate-sandbox, which tidegate sandbox runs, with
+// -trimpath and without cgo, as a release would, side by side into binDir, and returns tidegate's
+// path. A -trimpath build shares no compiled package with the others, so the tests build it once,
+// with the flags `make image` builds the controller with (TestImage), so that the two share theirs.
 var buildOnce = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "tidegate")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/tidegate")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", binDir+string(filepath.Separator), "./cmd/tidegate", "./cmd/tidegate-sandbox")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Dir = testenv.RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -trimpath ./cmd/tidegate: %w\n%s", err, out)
+		return "", fmt.Errorf("go build -trimpath ./cmd/tidegate ./cmd/tidegate-sandbox: %w\n%s", err, out)
 	}
-	return bin, nil
+	return filepath.Join(binDir, "tidegate"), nil
 })
 
 func buildCLI(t *testing.T) string {
@@ -131,6 +153,22 @@ func cli(ctx context.Context, t *testing.T, bin string, env []string, args ...st
 		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out.String())
 	}
 	return out.String(), 0
+}
+
+// tidegate sandbox without tidegate-sandbox beside the CLI or on PATH says how to build it.
+func TestSandboxWithoutItsBinaryNamesTheFix(t *testing.T) {
+	b, err := os.ReadFile(buildCLI(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := filepath.Join(t.TempDir(), "tidegate")
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code := cli(context.Background(), t, alone, []string{"PATH=" + t.TempDir()}, "sandbox", "status")
+	if code != 1 || !strings.Contains(out, "tidegate-sandbox") || !strings.Contains(out, "make build") {
+		t.Errorf("tidegate sandbox status without tidegate-sandbox exited %d, want 1 and how to build it:\n%s", code, out)
+	}
 }
 
 // Without test binaries in its cache, the shipped binary says how to build them, and where it looked.

@@ -1,7 +1,7 @@
 // Command scale is the scale bench (`make bench-scale`): for each run it starts a real hub
 // kube-apiserver and a few member API servers, N FleetClusters sharing the members' kubeconfig
 // Secrets, source-controller and either real kustomize-controller or its stand-in
-// (internal/fluxstandin, "simulated Flux"), and bin/tidegate-controller as a child process with its
+// (test/fluxstandin, "simulated Flux"), and bin/tidegate-controller as a child process with its
 // production flags; it plays a first install, a healthy release, an idle window, a hold, a restart
 // and a failed wave, and prints what it measured (test/scale). docs/benchmarks.md describes it.
 package main
@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidegate/tidegate/internal/fluxstandin"
+	"github.com/tidegate/tidegate/test/fluxstandin"
 	"github.com/tidegate/tidegate/test/scale"
 )
 
@@ -73,7 +73,7 @@ func main() {
 		}
 	}
 	fmt.Fprintf(w, "# tidegate scale bench, %s\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "\nMachine: %s. Figures marked simulated Flux come from the kustomize-controller stand-in (internal/fluxstandin), not from Flux.\n", machine())
+	fmt.Fprintf(w, "\nMachine: %s. Figures marked simulated Flux come from the kustomize-controller stand-in (test/fluxstandin), not from Flux.\n", machine())
 	var done []*scale.Run
 	for _, spec := range strings.Split(*runs, ",") {
 		mode, n, err := parseRun(spec)

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/tidegate/tidegate/internal/image"
+	"github.com/tidegate/tidegate/hack/lib/image"
 )
 
 // The files of a release, and the config/ kustomization each is built from.

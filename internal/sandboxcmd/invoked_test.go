@@ -1,4 +1,4 @@
-package sandbox
+package sandboxcmd
 
 import (
 	"os"
@@ -15,14 +15,14 @@ func TestInvokedAs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	t.Setenv("PATH", dir)
-	if got := invokedAs("tidegate"); got != os.Args[0] {
+	if got := InvokedAs("tidegate"); got != os.Args[0] {
 		t.Errorf("not on PATH: %q, want the path it was started by, %q", got, os.Args[0])
 	}
 	other := filepath.Join(dir, "tidegate")
 	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := invokedAs("tidegate"); got != os.Args[0] {
+	if got := InvokedAs("tidegate"); got != os.Args[0] {
 		t.Errorf("another tidegate on PATH: %q, want %q", got, os.Args[0])
 	}
 	if err := os.Remove(other); err != nil {
@@ -31,7 +31,7 @@ func TestInvokedAs(t *testing.T) {
 	if err := os.Symlink(self, other); err != nil {
 		t.Fatal(err)
 	}
-	if got := invokedAs("tidegate"); got != "tidegate" {
+	if got := InvokedAs("tidegate"); got != "tidegate" {
 		t.Errorf("this binary on PATH: %q, want tidegate", got)
 	}
 }

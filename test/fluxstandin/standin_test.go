@@ -24,9 +24,9 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/evidence/collector"
-	"github.com/tidegate/tidegate/internal/fluxstandin"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
+	"github.com/tidegate/tidegate/test/fluxstandin"
 	"github.com/tidegate/tidegate/test/testenv"
 )
 

@@ -1,4 +1,4 @@
-// Command hello stands in for tidegate-controller in internal/image's tests: a small binary with
+// Command hello stands in for tidegate-controller in hack/lib/image's tests: a small binary with
 // the same build stamp.
 package main
 
