@@ -2,8 +2,8 @@
 // (https://github.com/secure-systems-lab/dsse) over in-toto Statements v1
 // (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md), with ECDSA P-256 or Ed25519
 // keys named by their key id. It holds the predicates of gate receipts and ledger entries, the
-// rollout ledger's chain, and the bundle a rollout's record is exported as and verified from,
-// with no cluster at all.
+// rollout ledger's chain, the checks of one receipt against what it records (CheckReceipt), and
+// the bundle a rollout's record is exported as and verified from, with no cluster at all.
 package attest
 
 import (
