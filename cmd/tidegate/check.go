@@ -108,10 +108,7 @@ kubeconfig that cannot be read.`,
   tidegate check -o json`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkKubeOutput(output); err != nil {
-				return err
-			}
-			c, _, err := k.client()
+			c, _, err := k.clientFor(output, checkKubeOutput)
 			if err != nil {
 				return err
 			}
@@ -124,18 +121,7 @@ kubeconfig that cannot be read.`,
 				return &exitError{code: exitUsage, err: fmt.Errorf("connecting to %s: %w", cfg.Host, err)}
 			}
 			v := runChecks(cmd, c, disc, cfg.Host, pre)
-			out := cmd.OutOrStdout()
-			if output != outputTable {
-				if err := writeData(out, output, v); err != nil {
-					return err
-				}
-			} else {
-				printChecks(out, v)
-			}
-			if !v.Passed {
-				return &exitError{code: exitNo}
-			}
-			return nil
+			return printAnswer(cmd, output, v, func(w io.Writer) error { printChecks(w, v); return nil }, !v.Passed)
 		},
 	}
 	addOutputFlag(cmd, &output)

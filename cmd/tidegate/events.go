@@ -40,10 +40,7 @@ default; the receipts (tidegate get receipts) keep the gate decisions.`,
 		Example: `  tidegate events web -n fleet`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkKubeOutput(output); err != nil {
-				return err
-			}
-			c, ns, err := k.client()
+			c, ns, err := k.clientFor(output, checkKubeOutput)
 			if err != nil {
 				return err
 			}

@@ -110,7 +110,7 @@ func receipt(ns string, spec v1alpha1.GateReceiptSpec, evidence map[string]any) 
 			Name:        v1alpha1.ReceiptName(spec.Rollout, spec.Gate, d),
 			Namespace:   ns,
 			Labels:      map[string]string{v1alpha1.RolloutLabel: spec.Rollout},
-			Annotations: map[string]string{receiptDigestAnnotation: d},
+			Annotations: map[string]string{v1alpha1.ContentDigestAnnotation: d},
 		},
 		Spec: spec,
 	}

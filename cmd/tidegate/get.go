@@ -196,10 +196,7 @@ builtin), SUSPENDED and LAST TRANSITION (since Ready last changed).`,
   tidegate get rollouts web -o wide --watch`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkListOutput(o.output); err != nil {
-				return err
-			}
-			c, ns, err := o.k.client()
+			c, ns, err := o.k.clientFor(o.output, checkListOutput)
 			if err != nil {
 				return err
 			}
@@ -273,10 +270,7 @@ status is written only when the cluster changes) and MESSAGE (Ready's message). 
 SUSPENDED and LABELS (which wave selectors match).`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkListOutput(o.output); err != nil {
-				return err
-			}
-			c, ns, err := o.k.client()
+			c, ns, err := o.k.clientFor(o.output, checkListOutput)
 			if err != nil {
 				return err
 			}
@@ -342,10 +336,7 @@ EVIDENCE-DIGEST; -o json and -o yaml add the targets, policy digest and reasons.
   tidegate get receipts --rollout web -o json | jq '.items[] | select(.result == "Fail")'`,
 		Args: maxOneArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkListOutput(o.output); err != nil {
-				return err
-			}
-			c, ns, err := o.k.client()
+			c, ns, err := o.k.clientFor(o.output, checkListOutput)
 			if err != nil {
 				return err
 			}

@@ -75,6 +75,17 @@ func (k *kubeOptions) client() (client.Client, string, error) {
 	return c, ns, nil
 }
 
+// clientFor is the opening of every command that reads the hub and prints in -o's format: output
+// is checked first (check is checkKubeOutput, or checkListOutput for get), so a format the command
+// does not print is a usage error even when the kubeconfig cannot be read; then the client and
+// the namespace, as client returns them.
+func (k *kubeOptions) clientFor(output string, check func(string) error) (client.Client, string, error) {
+	if err := check(output); err != nil {
+		return nil, "", err
+	}
+	return k.client()
+}
+
 // silenceClientLogs keeps client-go and controller-runtime from logging on stderr: the command
 // line reports errors itself. The loggers are global: main calls it once, before any client exists.
 func silenceClientLogs() {

@@ -121,7 +121,7 @@ func withLimits(t *testing.T, raw []byte, n int) []byte {
 // strictPolicy writes the built-in policy with provenanceCUE into a directory and returns it.
 func strictPolicy(t *testing.T) (dir string, files map[string]string) {
 	t.Helper()
-	def, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "cue", "policy", "default.cue"))
+	def, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "verdict", "policy", "default.cue"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ var webDecisions = []decided{
 func TestReplay(t *testing.T) {
 	ctx := hub(t)
 	receipts := recordDecisions(ctx, t, "replay-web", webDecisions)
-	builtin := filepath.Join(testenv.RepoRoot(), "cue", "policy")
+	builtin := filepath.Join(testenv.RepoRoot(), "verdict", "policy")
 	strictDir, _ := strictPolicy(t)
 
 	same := tidegate(ctx, "-n", replayNS, "policy", "replay", "--rollout", "replay-web", "--policy", builtin)
@@ -218,7 +218,7 @@ func TestReplayMCP(t *testing.T) {
 	}
 	expectReplay(t, r, receipts["ring-1/deploySafe"].Name, "deploySafe.source.verified: the candidate's source is not verified")
 	var same ops.Replay
-	if call(ctx, t, s, "replay_policy", map[string]any{"rollout": "replay-mcp", "namespace": replayNS, "policyDir": filepath.Join(testenv.RepoRoot(), "cue", "policy")}, &same) ||
+	if call(ctx, t, s, "replay_policy", map[string]any{"rollout": "replay-mcp", "namespace": replayNS, "policyDir": filepath.Join(testenv.RepoRoot(), "verdict", "policy")}, &same) ||
 		same.Replayed != 5 || !same.OK() || len(same.Changes) != 0 {
 		t.Errorf("replay_policy under the built-in policy: %+v, want 5 replayed and nothing changed", same)
 	}

@@ -18,10 +18,6 @@ import (
 	"github.com/tidegate/tidegate/internal/attest"
 )
 
-// receiptDigestAnnotation is the annotation the controller (controllers.ReceiptDigestAnnotation)
-// writes the content digest a receipt was named after in (a test checks that the two are the same).
-const receiptDigestAnnotation = v1alpha1.ContentDigestAnnotation
-
 // Results of a verification check. missing, like mismatch, fails the verification.
 const (
 	checkMatch    = "match"
@@ -323,64 +319,40 @@ func loadEvidence(ctx context.Context, c client.Client, rc *v1alpha1.GateReceipt
 	return se, nil
 }
 
-// verifyReceipt recomputes what a receipt's name, annotation and evidenceDigest say of its content,
-// over the evidence read from where it is kept.
+// verifyReceipt checks a receipt against the evidence read from where it is kept
+// (attest.CheckReceipt), and each of its parts.
 func verifyReceipt(rc *v1alpha1.GateReceipt, se storedEvidence) receiptVerification {
 	v := receiptVerification{Namespace: rc.Namespace, Name: rc.Name, Verified: true}
-	add := func(ch receiptCheck) {
+	for _, ch := range attest.CheckReceipt(rc, se.raw, se.err) {
+		v.Checks = append(v.Checks, receiptCheckOf(ch, se))
+	}
+	v.Checks = append(v.Checks, se.parts...)
+	for _, ch := range v.Checks {
 		if ch.Result == checkMismatch || ch.Result == checkMissing {
 			v.Verified = false
 		}
-		v.Checks = append(v.Checks, ch)
-	}
-	if se.err != nil {
-		add(receiptCheck{Check: "content-digest", Result: checkMismatch, Detail: "cannot recompute: the evidence cannot be read: " + se.err.Error()})
-		add(receiptCheck{Check: "evidence-digest", Result: checkMismatch, Expected: rc.Spec.EvidenceDigest, Detail: "cannot recompute: the evidence cannot be read"})
-		for _, ch := range se.parts {
-			add(ch)
-		}
-		return v
-	}
-	digest, err := rc.Spec.ContentDigestOf(se.raw)
-	if err != nil {
-		add(receiptCheck{Check: "content-digest", Result: checkMismatch, Detail: "cannot recompute: " + err.Error()})
-		return v
-	}
-	recorded, ok := rc.Annotations[receiptDigestAnnotation]
-	switch {
-	case !ok:
-		add(receiptCheck{Check: "content-digest", Result: checkMismatch, Actual: digest, Detail: "no " + receiptDigestAnnotation + " annotation; recomputed " + digest})
-	case recorded == digest:
-		add(receiptCheck{Check: "content-digest", Result: checkMatch, Expected: recorded, Actual: digest})
-	default:
-		add(receiptCheck{Check: "content-digest", Result: checkMismatch, Expected: recorded, Actual: digest})
-	}
-	name := v1alpha1.ReceiptName(rc.Spec.Rollout, rc.Spec.Gate, digest)
-	if name == rc.Name {
-		add(receiptCheck{Check: "name", Result: checkMatch, Expected: rc.Name, Actual: name})
-	} else {
-		add(receiptCheck{Check: "name", Result: checkMismatch, Expected: rc.Name, Actual: name})
-	}
-	if se.raw == nil {
-		add(receiptCheck{Check: "evidence-digest", Result: checkMissing, Expected: rc.Spec.EvidenceDigest,
-			Detail: "the receipt keeps no evidence, only its digest: it cannot be checked (older versions did not keep evidence over 64 KiB)"})
-		return v
-	}
-	ed, err := v1alpha1.EvidenceDigest(se.raw)
-	ch := receiptCheck{Check: "evidence-digest", Result: checkMatch, Expected: rc.Spec.EvidenceDigest, Actual: ed}
-	switch {
-	case err != nil:
-		ch = receiptCheck{Check: "evidence-digest", Result: checkMismatch, Expected: rc.Spec.EvidenceDigest, Detail: "cannot recompute: " + err.Error()}
-	case ed != rc.Spec.EvidenceDigest:
-		ch.Result = checkMismatch
-	case se.form != "":
-		ch.Detail = fmt.Sprintf("%s over %d bytes of evidence, %s", ed, len(se.raw), se.form)
-	}
-	add(ch)
-	for _, ch := range se.parts {
-		add(ch)
 	}
 	return v
+}
+
+// receiptCheckOf is a check of attest.CheckReceipt as receipts verify prints it: what the receipt
+// records (expected) beside what was recomputed (actual), and a detail where that is not all.
+func receiptCheckOf(ch attest.ReceiptCheck, se storedEvidence) receiptCheck {
+	out := receiptCheck{Check: ch.Check, Result: checkMatch, Expected: ch.Recorded, Actual: ch.Recomputed}
+	switch {
+	case ch.Result == attest.CheckMissing:
+		out.Result = checkMissing
+		out.Detail = "the receipt keeps no evidence, only its digest: it cannot be checked (older versions did not keep evidence over 64 KiB)"
+	case ch.Cause != nil:
+		out.Result, out.Detail = checkMismatch, "cannot recompute: "+ch.Cause.Error()
+	case ch.Result == attest.CheckFail && ch.Check == attest.CheckContentDigest && ch.Recorded == "":
+		out.Result, out.Detail = checkMismatch, "no "+v1alpha1.ContentDigestAnnotation+" annotation; recomputed "+ch.Recomputed
+	case ch.Result == attest.CheckFail:
+		out.Result = checkMismatch
+	case ch.Check == attest.CheckEvidenceDigest && se.form != "":
+		out.Detail = fmt.Sprintf("%s over %d bytes of evidence, %s", ch.Recomputed, len(se.raw), se.form)
+	}
+	return out
 }
 
 func newReceiptsEvidenceCommand(k *kubeOptions) *cobra.Command {

@@ -33,10 +33,7 @@ API error or a cluster nothing refers to.`,
   tidegate revision eu-1 --rollout web -o json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkKubeOutput(output); err != nil {
-				return err
-			}
-			c, ns, err := k.client()
+			c, ns, err := k.clientFor(output, checkKubeOutput)
 			if err != nil {
 				return err
 			}

@@ -99,10 +99,7 @@ is held or rolled back, the policy is invalid), else 0; with --watch, that of th
   tidegate status web -o json | jq '.waves[] | {name, waiting}'`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkKubeOutput(output); err != nil {
-				return err
-			}
-			c, ns, err := k.client()
+			c, ns, err := k.clientFor(output, checkKubeOutput)
 			if err != nil {
 				return err
 			}

@@ -51,10 +51,7 @@ objects of its inventory (status.inventory), as Kind/namespace/name.`,
 		Example: `  tidegate tree web -n fleet`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkKubeOutput(output); err != nil {
-				return err
-			}
-			c, ns, err := k.client()
+			c, ns, err := k.clientFor(output, checkKubeOutput)
 			if err != nil {
 				return err
 			}
@@ -62,11 +59,7 @@ objects of its inventory (status.inventory), as Kind/namespace/name.`,
 			if err != nil {
 				return err
 			}
-			if output != outputTable {
-				return writeData(cmd.OutOrStdout(), output, root)
-			}
-			printTree(cmd.OutOrStdout(), root)
-			return nil
+			return printAnswer(cmd, output, root, func(w io.Writer) error { printTree(w, root); return nil }, false)
 		},
 	}
 	addOutputFlag(cmd, &output)

@@ -502,10 +502,34 @@ func TestStatusWatch(t *testing.T) {
 	}
 }
 
-// TestReceiptDigestAnnotation checks that the command line reads the annotation the controller writes.
+// TestReceiptDigestAnnotation checks that receipts verify reads the content digest where the
+// controller writes it: a receipt the controller builds (controllers.BuildReceipt) verifies, each
+// check a match, and the same receipt without the annotation the controller wrote does not.
 func TestReceiptDigestAnnotation(t *testing.T) {
-	if receiptDigestAnnotation != controllers.ReceiptDigestAnnotation {
-		t.Fatalf("receiptDigestAnnotation is %q, the controller writes %q", receiptDigestAnnotation, controllers.ReceiptDigestAnnotation)
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	fr.Status.Candidate = revision("web", "web v2")
+	d := controllers.GateDecision{Result: v1alpha1.ResultPass, Evidence: map[string]any{"targets": []string{"eu-1"}}, PolicyDigest: "builtin:" + digest("policy")}
+	ro, err := controllers.BuildReceipt(fr, &v1alpha1.WaveStatus{Name: "canary"}, []string{"eu-1"}, v1alpha1.GateNoDisruption, d, nil, at(9, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := ro.Spec.StoredEvidence(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := verifyReceipt(ro.GateReceipt, storedEvidence{raw: raw})
+	if !v.Verified || len(v.Checks) != 3 {
+		t.Fatalf("the receipt the controller built: %+v; want three matches", v)
+	}
+	for _, ch := range v.Checks {
+		if ch.Result != checkMatch {
+			t.Errorf("the receipt the controller built: %+v", ch)
+		}
+	}
+	delete(ro.Annotations, controllers.ReceiptDigestAnnotation)
+	v = verifyReceipt(ro.GateReceipt, storedEvidence{raw: raw})
+	if ch := v.Checks[0]; v.Verified || ch.Check != "content-digest" || ch.Result != checkMismatch || !strings.HasPrefix(ch.Detail, "no "+v1alpha1.ContentDigestAnnotation+" annotation") {
+		t.Errorf("without the controller's annotation: %+v; want a content-digest mismatch naming the annotation", v)
 	}
 }
 

@@ -1,9 +1,14 @@
 package attest_test
 
 import (
+	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -378,5 +383,64 @@ func TestReceiptOfARefusedCandidateNamesItsDigest(t *testing.T) {
 	other.Spec.Candidate.Revision = "v3@sha256:" + strings.Repeat("ef", 32)
 	if _, err := attest.VerifyReceiptSignature(other, keys); !errors.Is(err, attest.ErrStatementSubject) {
 		t.Fatalf("the receipt claimed for another digest: %v, want %v", err, attest.ErrStatementSubject)
+	}
+}
+
+// TestStoredEnvelopes verifies envelopes signed before tidegate used go-securesystemslib's dsse
+// (testdata/*.envelope.json, one Ed25519 and one ECDSA P-256): records already written keep
+// verifying. Ed25519 signatures are deterministic, so signing the same payload with the same key
+// again must give the stored envelope byte for byte: the encoding did not change either.
+func TestStoredEnvelopes(t *testing.T) {
+	const payload = `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"main@sha1:2222","digest":{"sha256":"22"}}]}`
+	for _, kind := range []string{"ed25519", "ecdsa-p256"} {
+		t.Run(kind, func(t *testing.T) {
+			stored, err := os.ReadFile(filepath.Join("testdata", kind+".envelope.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pubPEM, err := os.ReadFile(filepath.Join("testdata", kind+".pub"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := attest.ParsePublicKey(pubPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, err := attest.DecodeEnvelope(strings.TrimSpace(string(stored)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, got, err := attest.VerifyEnvelope(env, attest.NewKeySet(pub))
+			if err != nil || id != pub.KeyID() || string(got) != payload {
+				t.Fatalf("the stored envelope: key %q, payload %q, %v; want key %s", id, got, err, pub.KeyID())
+			}
+			if kind != "ed25519" {
+				return
+			}
+			// The Ed25519 key of the stored envelope is the one of seed 0, 1, ..., 31.
+			seed := make([]byte, ed25519.SeedSize)
+			for i := range seed {
+				seed[i] = byte(i)
+			}
+			der, err := x509.MarshalPKCS8PrivateKey(ed25519.NewKeyFromSeed(seed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := attest.ParsePrivateKey(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := attest.SignEnvelope(s, attest.PayloadTypeInToto, []byte(payload))
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc, err := json.Marshal(again)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(enc) != strings.TrimSpace(string(stored)) {
+				t.Errorf("signed again:\n%s\nstored:\n%s", enc, stored)
+			}
+		})
 	}
 }

@@ -241,41 +241,42 @@ func (v *Verification) verifyEntries(l *v1alpha1.RolloutLedger, k int, prev stri
 	return prev
 }
 
+// verifyReceipt checks one receipt of the bundle (CheckReceipt over the evidence the bundle holds
+// for it) and its signature.
 func (v *Verification) verifyReceipt(rec string, rc *v1alpha1.GateReceipt, evidence json.RawMessage, keys *KeySet, signed bool) {
 	var ev []byte
 	if len(evidence) > 0 && string(evidence) != "null" {
 		ev = evidence
 	}
-	digest, err := rc.Spec.ContentDigestOf(ev)
-	if err == nil && digest != rc.Annotations[v1alpha1.ContentDigestAnnotation] {
-		err = fmt.Errorf("content digests to %s, the receipt was named after %s: its content or evidence was changed", digest, orNone(rc.Annotations[v1alpha1.ContentDigestAnnotation]))
+	for _, ch := range CheckReceipt(rc, ev, nil) {
+		v.add(rec, ch.Check, receiptFailure(ch), "")
 	}
-	v.add(rec, "content-digest", err, "")
-	err = nil
-	if digest != "" && rc.Name != v1alpha1.ReceiptName(rc.Spec.Rollout, rc.Spec.Gate, digest) {
-		err = fmt.Errorf("its name is not %s, the name of its content", v1alpha1.ReceiptName(rc.Spec.Rollout, rc.Spec.Gate, digest))
-	}
-	v.add(rec, "name", err, "")
-	err = nil
-	switch {
-	case ev == nil && rc.Spec.EvidenceDigest != "":
-		err = fmt.Errorf("records evidence digest %s and the bundle holds no evidence for it", rc.Spec.EvidenceDigest)
-	case ev != nil:
-		d, derr := v1alpha1.EvidenceDigest(ev)
-		switch {
-		case derr != nil:
-			err = fmt.Errorf("the evidence is not JSON: %w", derr)
-		case d != rc.Spec.EvidenceDigest:
-			err = fmt.Errorf("the evidence digests to %s, the receipt records %s: the evidence was changed", d, orNone(rc.Spec.EvidenceDigest))
-		}
-	}
-	v.add(rec, "evidence-digest", err, "")
 	if signed {
 		id, err := VerifyReceiptSignature(rc, keys)
 		v.addSignature(rec, "signature", id, err)
 	} else {
 		v.skip(rec, "signature", rc.Spec.Signature)
 	}
+}
+
+// receiptFailure says why a check of CheckReceipt failed, as a bundle's verification reports it;
+// nil when it passed.
+func receiptFailure(ch ReceiptCheck) error {
+	switch {
+	case ch.Result == CheckPass:
+		return nil
+	case ch.Check == CheckContentDigest && ch.Cause != nil:
+		return ch.Cause
+	case ch.Check == CheckContentDigest:
+		return fmt.Errorf("content digests to %s, the receipt was named after %s: its content or evidence was changed", ch.Recomputed, orNone(ch.Recorded))
+	case ch.Check == CheckName:
+		return fmt.Errorf("its name is not %s, the name of its content", ch.Recomputed)
+	case ch.Result == CheckMissing:
+		return fmt.Errorf("records evidence digest %s and the bundle holds no evidence for it", ch.Recorded)
+	case ch.Cause != nil:
+		return fmt.Errorf("the evidence is not JSON: %w", ch.Cause)
+	}
+	return fmt.Errorf("the evidence digests to %s, the receipt records %s: the evidence was changed", ch.Recomputed, orNone(ch.Recorded))
 }
 
 // skip records a signature check made without keys.

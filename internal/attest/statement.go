@@ -3,7 +3,6 @@ package attest
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -115,11 +114,11 @@ func signed(s *Signer, payload []byte) (*v1alpha1.RecordSignature, error) {
 	if err != nil {
 		return nil, err
 	}
-	enc, err := EncodeEnvelope(env)
+	enc, err := json.Marshal(env)
 	if err != nil {
 		return nil, err
 	}
-	return &v1alpha1.RecordSignature{KeyID: s.KeyID(), Envelope: enc}, nil
+	return &v1alpha1.RecordSignature{KeyID: s.KeyID(), Envelope: string(enc)}, nil
 }
 
 // SignedStatement is the in-toto statement a record's envelope carries, read without checking the
@@ -133,7 +132,7 @@ func SignedStatement(sig *v1alpha1.RecordSignature) (Statement, error) {
 	if err != nil {
 		return st, err
 	}
-	payload, err := base64.StdEncoding.DecodeString(env.Payload)
+	payload, err := env.DecodeB64Payload()
 	if err != nil {
 		return st, fmt.Errorf("the envelope's payload is not base64: %w", err)
 	}
