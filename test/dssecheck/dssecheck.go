@@ -1,7 +1,8 @@
-// Package dssecheck verifies DSSE envelopes with an implementation other than tidegate's own:
-// go-securesystemslib's dsse and signerverifier packages, which parse the PEM public key, compute
-// the pre-authentication encoding and check the signature themselves. Tests use it to show that
-// what tidegate signs is DSSE as others read it.
+// Package dssecheck verifies DSSE envelopes as a reader other than tidegate would: with
+// go-securesystemslib's envelope verifier and its own key loading (signerverifier), not tidegate's
+// key set and choice of key by key id. tidegate signs through the same library's dsse package, so
+// the encoding is shared; what this shows is that tidegate's key ids, keys and signatures are ones
+// another reader of DSSE accepts.
 package dssecheck
 
 import (
