@@ -55,11 +55,13 @@ kube-controller-manager: ## Build and cache kube-controller-manager, the local f
 	@hack/kube-controller-manager.sh
 
 .PHONY: install-plugin
-install-plugin: ## Build bin/tidegate and install it as the Flux CLI plugin flux-fleet (`flux fleet ...`).
+install-plugin: ## Build bin/tidegate and install it as the Flux CLI plugin flux-fleet (`flux fleet ...`), with tidegate-sandbox beside it.
 	go build -o bin/tidegate ./cmd/tidegate
+	go build -o bin/tidegate-sandbox ./cmd/tidegate-sandbox
 	@dir="$${FLUXCD_PLUGINS:-$$HOME/.fluxcd/plugins}"; \
 		mkdir -p "$$dir" && install -m 0755 bin/tidegate "$$dir/flux-fleet" && \
-		echo "installed $$dir/flux-fleet: run it as 'flux fleet status ROLLOUT' (Flux CLI 2.9 or later finds it there)"
+		install -m 0755 bin/tidegate-sandbox "$$dir/tidegate-sandbox" && \
+		echo "installed $$dir/flux-fleet: run it as 'flux fleet status ROLLOUT' (Flux CLI 2.9 or later finds it there); 'flux fleet sandbox' runs tidegate-sandbox beside it"
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
