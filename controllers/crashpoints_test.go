@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/fleets"
 )
 
@@ -132,7 +133,7 @@ func TestStatusPointsNameWhatThePatchRecords(t *testing.T) {
 	fr := &v1alpha1.FleetRollout{}
 	fr.Status.Phase = v1alpha1.PhaseCompleted
 	before := r.statusMarks(fr)
-	newCandidate(fr, &world{Rollout: fr, Target: "main@sha1:2", Plan: fleets.WavePlan{Waves: []fleets.PlannedWave{{Name: "canary"}, {Name: "rest"}}}}, fr.SpecBuild(), v1alpha1.HashBuild(fr.SpecBuild()))
+	engine.Step(&engine.World{Rollout: fr, Target: "main@sha1:2", Plan: fleets.WavePlan{Waves: []fleets.PlannedWave{{Name: "canary"}, {Name: "rest"}}}})
 	if got, want := statusPoints(before, fr), []string{"status:candidate", "status:phase:Progressing", "status"}; !slices.Equal(got, want) {
 		t.Errorf("a new candidate: %q, want %q", got, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -35,7 +36,7 @@ func TestKnownGoodNotServedIsObservedAndUnreachableIsNot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dec := w.decision(t, clk.Now())
 			dec.Rollout.Status.LastKnownGood = &v1alpha1.RevisionStatus{Revision: "main@sha1:old", Digest: digest, Source: "web-old"}
-			dec.KnownGood = SourceState{Name: "web-old", Exists: true, Ready: true, Revision: "main@sha1:old", Digest: digest, URL: tc.url}
+			dec.KnownGood = engine.SourceState{Name: "web-old", Exists: true, Ready: true, Revision: "main@sha1:old", Digest: digest, URL: tc.url}
 			out, err := c.Collect(context.Background(), dec, v1alpha1.GateRollbackSucceeds, 1)
 			if err != nil {
 				t.Fatal(err)
