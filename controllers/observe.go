@@ -2,6 +2,9 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
@@ -14,19 +17,28 @@ func (r *FleetRolloutReconciler) observe(ctx context.Context, p *pass) outcome {
 	fr := p.Rollout
 	p.Observe(p.Objects)
 	notOurSpec(p)
-	kind := fr.Spec.SourceRef.Kind
 	if c := fr.Status.Candidate; c != nil {
-		if _, s, err := collector.GetSource(ctx, r.Client, fr.Namespace, kind, c.Source); err == nil {
-			p.Candidate = s
-		}
+		p.Candidate = r.readPinned(ctx, fr, c.Source)
 	}
 	if kg := fr.Status.LastKnownGood; kg != nil {
-		if _, s, err := collector.GetSource(ctx, r.Client, fr.Namespace, kind, kg.Source); err == nil {
-			p.KnownGood = s
-		}
+		p.KnownGood = r.readPinned(ctx, fr, kg.Source)
 	}
 	r.renderDigests(ctx, p)
 	return proceeding()
+}
+
+// readPinned reads the state of the rollout's pinned source name. A source that is not there is a
+// state (it does not exist); a read that failed otherwise is recorded as failed (ReadError), not
+// taken for a missing source: a gate judges the absence of a source, never a read that failed.
+func (r *FleetRolloutReconciler) readPinned(ctx context.Context, fr *v1alpha1.FleetRollout, name string) engine.SourceState {
+	_, s, err := collector.GetSource(ctx, r.Client, fr.Namespace, fr.Spec.SourceRef.Kind, name)
+	switch {
+	case err == nil:
+		return s
+	case apierrors.IsNotFound(err):
+		return engine.SourceState{Name: name}
+	}
+	return engine.SourceState{Name: name, ReadError: fmt.Sprintf("reading pinned source %s/%s: %v", fr.Namespace, name, err)}
 }
 
 // renderDigests fills, when a completed rollout's tracked source serves a revision it has not

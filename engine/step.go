@@ -209,7 +209,9 @@ func waitForPinnedSource(w *World, res *StepResult) bool {
 		return false
 	}
 	msg := fmt.Sprintf("waiting for pinned source %s to fetch revision %s", st.Candidate.Source, st.Candidate.Revision)
-	if w.Candidate.Message != "" {
+	if w.Candidate.ReadError != "" {
+		msg += ": reading it failed: " + w.Candidate.ReadError
+	} else if w.Candidate.Message != "" {
 		msg += ": " + w.Candidate.Message
 	}
 	res.waitFor(v1alpha1.WaitingForPinnedSource, "", nil, nil, "%s", msg)

@@ -60,7 +60,8 @@ func (w *World) Observe(objects map[string]*kustomizev1.Kustomization) {
 	}
 }
 
-// SourceState is what the engine knows of a Flux source: the tracked one or a pinned one.
+// SourceState is what the engine knows of a Flux source: the tracked one or a pinned one. Its zero
+// value with a Name is a source that is not there (NotFound); ReadError tells a read that failed.
 type SourceState struct {
 	Name     string
 	Exists   bool
@@ -78,4 +79,8 @@ type SourceState struct {
 	// could not (SourceVerified=False at its generation). It then stores no artifact: a pinned
 	// source so refused never serves its revision, and deploySafe decides on the refusal.
 	VerifyFailed bool
+	// ReadError says why the source could not be read, when reading it failed for another reason
+	// than its absence (the hub did not answer, access was denied): nothing is known of it, and
+	// Exists false then does not say it is gone. A gate that needs it is Inconclusive, never Fail.
+	ReadError string
 }

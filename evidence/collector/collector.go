@@ -117,6 +117,9 @@ func (c *Collector) collect(ctx context.Context, sc *engine.World, gate string, 
 		out Collected
 		err error
 	)
+	if err := unread(sc, gate); err != nil {
+		return out, err
+	}
 	switch gate {
 	case v1alpha1.GateDeploySafe:
 		out.Evidence, err = c.deploySafe(ctx, sc, wv, evidenceKey(sc, gate, i))
@@ -133,6 +136,28 @@ func (c *Collector) collect(ctx context.Context, sc *engine.World, gate string, 
 		err = fmt.Errorf("%w: collecting the evidence took longer than %s", ErrUnobserved, Timeout)
 	}
 	return out, err
+}
+
+// unread says, wrapping ErrUnobserved, that a pinned source gate's evidence is about could not be
+// read (engine.SourceState.ReadError): deploySafe and rollbackSafe are about the candidate,
+// rollbackSafe and rollbackSucceeds about the known-good. A source that could not be read is not
+// a source that is gone: the gate is Inconclusive, and decided again when it can be read.
+func unread(sc *engine.World, gate string) error {
+	var sources []engine.SourceState
+	switch gate {
+	case v1alpha1.GateDeploySafe:
+		sources = []engine.SourceState{sc.Candidate}
+	case v1alpha1.GateRollbackSafe:
+		sources = []engine.SourceState{sc.Candidate, sc.KnownGood}
+	case v1alpha1.GateRollbackSucceeds:
+		sources = []engine.SourceState{sc.KnownGood}
+	}
+	for _, s := range sources {
+		if s.ReadError != "" {
+			return fmt.Errorf("%w: %s", ErrUnobserved, s.ReadError)
+		}
+	}
+	return nil
 }
 
 // ErrUnobserved marks a collection error that is about evidence that could not be gathered (a
