@@ -30,7 +30,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *World, i int, spec v1alpha1.Wa
 	}
 	total := int32(len(wv.Clusters))
 	soak := WaveSoak(spec, w.Settings)
-	res.Gates = []string{v1alpha1.GateNoDisruption}
+	res.Gates = postSoakGates()
 
 	switch {
 	case t.failed > budget:
@@ -52,7 +52,7 @@ func stepActiveWave(fr *v1alpha1.FleetRollout, w *World, i int, spec v1alpha1.Wa
 			return res
 		}
 	}
-	if res.GateWave == i && awaitEvidence(fr, w, wv, v1alpha1.GateNoDisruption, &res) {
+	if res.GateWave == i && awaitAnyEvidence(fr, w, wv, res.Gates, &res) {
 		res.GateWave = -1
 	}
 	return res

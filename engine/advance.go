@@ -27,7 +27,7 @@ func Advance(w *World, res StepResult, decided []DecidedGate) StepResult {
 		case v1alpha1.WaveSucceeded, v1alpha1.WaveFailed:
 			res.Decided = i
 		case v1alpha1.WaveSoaking, v1alpha1.WaveProgressing:
-			awaitEvidence(fr, w, wv, v1alpha1.GateNoDisruption, &res)
+			awaitAnyEvidence(fr, w, wv, postSoakGates(), &res)
 		case v1alpha1.WaveRehearsing:
 			awaitEvidence(fr, w, wv, v1alpha1.GateRollbackSucceeds, &res)
 		}

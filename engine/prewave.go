@@ -19,10 +19,7 @@ import (
 // or after an interval (a cluster is fixed, a policy is relaxed). When every one passes, the wave starts.
 func stepPreWave(fr *v1alpha1.FleetRollout, w *World, i int, now metav1.Time, res StepResult) StepResult {
 	wv := &fr.Status.Waves[i]
-	gates := []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSucceeds}
-	if i == 0 {
-		gates = []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds}
-	}
+	gates := PreWaveGates(i)
 	var undecided, failed, inconclusive []string
 	var recheck time.Duration
 	var decided, since *metav1.Time
@@ -150,6 +147,16 @@ func awaitEvidence(fr *v1alpha1.FleetRollout, w *World, wv *v1alpha1.WaveStatus,
 	return true
 }
 
+// awaitAnyEvidence is awaitEvidence for the first of gates that awaits its evidence.
+func awaitAnyEvidence(fr *v1alpha1.FleetRollout, w *World, wv *v1alpha1.WaveStatus, gates []string, res *StepResult) bool {
+	for _, g := range gates {
+		if awaitEvidence(fr, w, wv, g, res) {
+			return true
+		}
+	}
+	return false
+}
+
 // GateOutcome returns the wave's latest outcome of gate, or nil.
 func GateOutcome(wv *v1alpha1.WaveStatus, gate string) *v1alpha1.GateOutcome {
 	for i := range wv.Gates {
@@ -162,9 +169,26 @@ func GateOutcome(wv *v1alpha1.WaveStatus, gate string) *v1alpha1.GateOutcome {
 
 // PreWaveGates lists the gates decided before wave i switches anything, as stepPreWave decides
 // them: the collector gathers their evidence ahead while the wave before i soaks.
+// They are the registry's (v1alpha1.GatePhaseOf) gates decided before a wave, and before the
+// first wave those decided before the first wave only, in the registry's order.
 func PreWaveGates(i int) []string {
-	if i == 0 {
-		return []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds}
+	return gatesWhen(func(p v1alpha1.GatePhase) bool {
+		return p == v1alpha1.GateBeforeWave || (i == 0 && p == v1alpha1.GateBeforeFirstWave)
+	})
+}
+
+// postSoakGates are the gates decided once a wave has soaked (v1alpha1.GateAfterSoak).
+func postSoakGates() []string {
+	return gatesWhen(func(p v1alpha1.GatePhase) bool { return p == v1alpha1.GateAfterSoak })
+}
+
+// gatesWhen lists, in the registry's order, the gates whose phase is one of those asked for.
+func gatesWhen(phase func(v1alpha1.GatePhase) bool) []string {
+	var out []string
+	for _, g := range v1alpha1.Gates {
+		if phase(v1alpha1.GatePhaseOf[g]) {
+			out = append(out, g)
+		}
 	}
-	return []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSucceeds}
+	return out
 }

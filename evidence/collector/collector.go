@@ -120,22 +120,38 @@ func (c *Collector) collect(ctx context.Context, sc *engine.World, gate string, 
 	if err := unread(sc, gate); err != nil {
 		return out, err
 	}
-	switch gate {
-	case v1alpha1.GateDeploySafe:
-		out.Evidence, err = c.deploySafe(ctx, sc, wv, evidenceKey(sc, gate, i))
-	case v1alpha1.GateRollbackSafe:
-		out.Evidence, out.Approvals, err = c.rollbackSafe(ctx, sc, wv)
-	case v1alpha1.GateRollbackSucceeds:
-		out.Evidence = c.rollbackSucceeds(ctx, sc, wv)
-	case v1alpha1.GateNoDisruption:
-		out.Evidence = c.noDisruption(sc, wv)
-	default:
+	collect, ok := collectors[gate]
+	if !ok {
 		return out, fmt.Errorf("no collector for gate %q", gate)
 	}
+	out, err = collect(c, ctx, sc, wv, evidenceKey(sc, gate, i))
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("%w: collecting the evidence took longer than %s", ErrUnobserved, Timeout)
 	}
 	return out, err
+}
+
+// collectFunc collects one gate's evidence for wave wv of the world's rollout; key is what the
+// evidence is about (evidenceKey).
+type collectFunc func(c *Collector, ctx context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, key string) (Collected, error)
+
+// collectors are the collectors of the gates, by the gate's name in the registry (v1alpha1.Gates);
+// TestEveryGateHasACollector fails for a gate without one.
+var collectors = map[string]collectFunc{
+	v1alpha1.GateDeploySafe: func(c *Collector, ctx context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, key string) (Collected, error) {
+		ev, err := c.deploySafe(ctx, sc, wv, key)
+		return Collected{Evidence: ev}, err
+	},
+	v1alpha1.GateRollbackSafe: func(c *Collector, ctx context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, _ string) (Collected, error) {
+		ev, approvals, err := c.rollbackSafe(ctx, sc, wv)
+		return Collected{Evidence: ev, Approvals: approvals}, err
+	},
+	v1alpha1.GateRollbackSucceeds: func(c *Collector, ctx context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, _ string) (Collected, error) {
+		return Collected{Evidence: c.rollbackSucceeds(ctx, sc, wv)}, nil
+	},
+	v1alpha1.GateNoDisruption: func(c *Collector, _ context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, _ string) (Collected, error) {
+		return Collected{Evidence: c.noDisruption(sc, wv)}, nil
+	},
 }
 
 // unread says, wrapping ErrUnobserved, that a pinned source gate's evidence is about could not be
