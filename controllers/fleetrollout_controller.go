@@ -92,7 +92,7 @@ type pass struct {
 	res       engine.StepResult
 	// progress is the rollout's progress before the step (engine.Progress): a pass that moves it
 	// recorded an intent.
-	progress string
+	progress engine.Progress
 	// retryWritesAfter is when a Kustomization write that failed is due again; zero when none is.
 	retryWritesAfter time.Duration
 	// afterStatus runs once the status this pass leaves is written, and only then: what may be
@@ -136,20 +136,18 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		out outcome
 		p   *pass
 	)
-	before := r.statusMarks(fr)
-	wasPhase := fr.Status.Phase
-	wasCandidate := fr.Status.Candidate.DeepCopy()
-	wasUnchanged := fr.Status.Unchanged.DeepCopy()
+	// The status as read: what the pass's writes are measured against (crash points, ledgers).
+	read := fr.Status.DeepCopy()
 	defer func() {
 		setConditions(fr, out, p.Settings.OnFail)
 		result, retErr = out.result()
-		if err := r.writePass(ctx, fr, patcher, before, wasCandidate, wasUnchanged, p.TrackedState, p.receipts); err != nil {
+		if err := r.writePass(ctx, fr, patcher, read, p.TrackedState, p.receipts); err != nil {
 			retErr = errors.Join(retErr, err)
 		} else {
 			for _, f := range p.afterStatus {
 				f()
 			}
-			domain().recordRollout(fr, wasPhase)
+			domain().recordRollout(fr, read.Phase)
 		}
 		if r.Metrics != nil {
 			r.Metrics.RecordDuration(ctx, fr, start)
@@ -163,16 +161,16 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 // the marks before the pass read), the ledger of an unchanged revision, the ledgers (recordLedger:
 // what status is about to record, and a superseded candidate's outcome), then the status patch.
 // The first error stops it: nothing after it is written.
-func (r *FleetRolloutReconciler) writePass(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *statusPatch, before *progressMarks,
-	wasCandidate *v1alpha1.RevisionStatus, wasUnchanged *v1alpha1.UnchangedRevision, tracked engine.SourceState, receipts map[string]*v1alpha1.GateReceipt) error {
-	if err := r.hooks(statusPoints(before, fr)); err != nil {
+func (r *FleetRolloutReconciler) writePass(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *statusPatch, read *v1alpha1.FleetRolloutStatus,
+	tracked engine.SourceState, receipts map[string]*v1alpha1.GateReceipt) error {
+	if err := r.hooks(r.statusPoints(engine.ProgressOf(read), &fr.Status)); err != nil {
 		return err
 	}
-	if err := r.recordUnchanged(ctx, fr, wasUnchanged, tracked); err != nil {
+	if err := r.recordUnchanged(ctx, fr, read.Unchanged, tracked); err != nil {
 		r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
 		return err
 	}
-	if err := r.recordLedger(ctx, fr, wasCandidate, receipts); err != nil {
+	if err := r.recordLedger(ctx, fr, read.Candidate, receipts); err != nil {
 		// The ledger lists a decision before status records it: a pass that could not append
 		// its entries does not record its decisions, and the next one takes them up.
 		r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
@@ -282,7 +280,7 @@ func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, p *pass) outcom
 // step moves the status one decision forward (pure), and says what it asked for.
 func (r *FleetRolloutReconciler) step(_ context.Context, p *pass) outcome {
 	fr := p.Rollout
-	p.progress = engine.Progress(&fr.Status)
+	p.progress = engine.ProgressOf(&fr.Status)
 	p.res = engine.Step(p.World)
 	if p.res.Refused != "" {
 		r.event(fr, corev1.EventTypeWarning, "RequestRefused", "%s", p.res.Refused)
@@ -331,7 +329,7 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 	}
 	setGateConditions(p.Rollout, p.res.GateWave, decided)
 	p.res = engine.Advance(p.World, p.res, decided)
-	p.res.Next = p.res.Next || engine.Progress(&p.Rollout.Status) != p.progress
+	p.res.Next = p.res.Next || p.progress.Moved(engine.ProgressOf(&p.Rollout.Status))
 	if i := p.res.Decided; i >= 0 {
 		// The wave's samples go once the decision is recorded: a status write that fails (a
 		// conflict, an unavailable hub) leaves the wave soaking, and the next pass decides it again

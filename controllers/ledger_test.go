@@ -165,14 +165,14 @@ func runPass(ctx context.Context, t *testing.T, r *FleetRolloutReconciler, key c
 		t.Fatal(err)
 	}
 	patcher := newStatusPatch(fr)
-	before := r.statusMarks(fr)
-	was := fr.Status.Candidate.DeepCopy()
+	read := fr.Status.DeepCopy()
 	change(fr)
 	byName := map[string]*v1alpha1.GateReceipt{}
 	for _, rc := range receipts {
 		byName[rc.Name] = rc
 	}
-	return r.writePass(ctx, fr, patcher, before, was, fr.Status.Unchanged.DeepCopy(), engine.SourceState{}, byName)
+	read.Unchanged = fr.Status.Unchanged.DeepCopy()
+	return r.writePass(ctx, fr, patcher, read, engine.SourceState{}, byName)
 }
 
 // writeTestReceipt writes the decision of gate on the rollout's first wave, over its candidate, as

@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"strings"
+	"maps"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,24 +36,37 @@ func Advance(w *World, res StepResult, decided []DecidedGate) StepResult {
 	return res
 }
 
-// Progress sums up where the rollout is: its phase, candidate and the phase of each wave and
-// rehearsal. A step that changes it recorded an intent to act on.
-func Progress(st *v1alpha1.FleetRolloutStatus) string {
-	var b strings.Builder
-	b.WriteString(st.Phase)
+// Progress is where a rollout is: its phase, its candidate and known-good, and the phase of each
+// wave and of its rehearsal. A step that changes it recorded an intent to act on (the controller
+// acts at once), and the controller's crash points name what of it a status patch records.
+type Progress struct {
+	Phase, Candidate, KnownGood string
+	// Waves and Rehearsals are the phase of each wave and of its rehearsal, by wave name.
+	Waves, Rehearsals map[string]string
+}
+
+// ProgressOf is the progress status records.
+func ProgressOf(st *v1alpha1.FleetRolloutStatus) Progress {
+	p := Progress{Phase: st.Phase, Waves: map[string]string{}, Rehearsals: map[string]string{}}
 	if st.Candidate != nil {
-		b.WriteString(" " + st.Candidate.Key())
+		p.Candidate = st.Candidate.Key()
 	}
 	if st.LastKnownGood != nil {
-		b.WriteString(" " + st.LastKnownGood.Key())
+		p.KnownGood = st.LastKnownGood.Key()
 	}
 	for _, wv := range st.Waves {
-		b.WriteString(" " + wv.Name + "=" + wv.Phase)
+		p.Waves[wv.Name] = wv.Phase
 		if wv.Rehearsal != nil {
-			b.WriteString("/" + wv.Rehearsal.Phase)
+			p.Rehearsals[wv.Name] = wv.Rehearsal.Phase
 		}
 	}
-	return b.String()
+	return p
+}
+
+// Moved tells whether the rollout progressed from p to q: an intent was recorded.
+func (p Progress) Moved(q Progress) bool {
+	return p.Phase != q.Phase || p.Candidate != q.Candidate || p.KnownGood != q.KnownGood ||
+		!maps.Equal(p.Waves, q.Waves) || !maps.Equal(p.Rehearsals, q.Rehearsals)
 }
 
 // applyGates records the decisions of the gates a step asked for on wave i and moves the wave: a

@@ -13,9 +13,11 @@ import (
 // World is what one reconcile of a FleetRollout observed: the rollout, its FleetClusters, its
 // Kustomizations, the pinned sources of its candidate and known-good, and the wave plan over today's
 // inventory. The controller's sub-steps fill it in turn before the step reads it (the target and the
-// plan first, the Kustomizations as they are after the pass's writes, then the pinned sources); the
-// state machine only reads it, and writes only Rollout's status. The evidence collector reads the
-// same World, so a gate judges what the step saw.
+// plan first, the Kustomizations as they are after the pass's writes, then the pinned sources). The
+// state machine writes Rollout's status, and of the World only Target: the revision wanted, when
+// status says it is not what the source serves (a going back, a revision that builds what the
+// known-good does). The evidence collector reads the same World after the step, so a gate judges
+// what the step saw.
 type World struct {
 	// Rollout is the FleetRollout; its status is what the step moves.
 	Rollout *v1alpha1.FleetRollout
