@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // staleApprovals lists, in order, the indexes in spec.approvals of the approvals that can count for
@@ -34,7 +34,7 @@ func staleApprovals(fr *v1alpha1.FleetRollout, target string) []int {
 	}
 	var stale []int
 	for i, a := range fr.Spec.Approvals {
-		if !slices.ContainsFunc(keep, func(rev string) bool { return collector.SameRevision(rev, a.Revision) }) {
+		if !slices.ContainsFunc(keep, func(rev string) bool { return engine.SameRevision(rev, a.Revision) }) {
 			stale = append(stale, i)
 		}
 	}
@@ -69,6 +69,6 @@ func (r *FleetRolloutReconciler) pruneApprovals(ctx context.Context, fr *v1alpha
 	}
 	slices.Reverse(revisions)
 	r.event(fr, corev1.EventTypeNormal, "ApprovalsPruned", "removed from spec.approvals %s of revisions that are neither the candidate nor the known-good (what decisions counted is in their receipts and ledgers): %s",
-		plural(len(stale), "approval", "approvals"), strings.Join(slices.Compact(revisions), ", "))
+		engine.Plural(len(stale), "approval", "approvals"), strings.Join(slices.Compact(revisions), ", "))
 	return nil
 }

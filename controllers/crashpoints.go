@@ -1,58 +1,34 @@
 package controllers
 
-import "github.com/tidegate/tidegate/api/v1alpha1"
+import (
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
+)
 
 // The crash points of the state machine (FleetRolloutReconciler.TestHook lists them). Only the
 // status patch needs more than a name at its call: which of its changes it records.
 
-// progressMarks is what the status points compare: the candidate, the rollout's phase and the phase
-// of each wave and rehearsal, by wave name.
-type progressMarks struct {
-	candidate, phase string
-	waves            map[string]string
-	rehearsals       map[string]string
-}
-
-// statusMarks snapshots the status's marks when a test hook is set; nil otherwise.
-func (r *FleetRolloutReconciler) statusMarks(fr *v1alpha1.FleetRollout) *progressMarks {
+// statusPoints names what the status patch of a pass records beyond the progress before it
+// (engine.Progress), then "status"; nil when no test hook is set.
+func (r *FleetRolloutReconciler) statusPoints(before engine.Progress, st *v1alpha1.FleetRolloutStatus) []string {
 	if r.TestHook == nil {
 		return nil
 	}
-	st := &fr.Status
-	m := &progressMarks{phase: st.Phase, waves: map[string]string{}, rehearsals: map[string]string{}}
-	if st.Candidate != nil {
-		m.candidate = st.Candidate.Key()
-	}
-	for _, wv := range st.Waves {
-		m.waves[wv.Name] = wv.Phase
-		if wv.Rehearsal != nil {
-			m.rehearsals[wv.Name] = wv.Rehearsal.Phase
-		}
-	}
-	return m
-}
-
-// statusPoints names what the status patch of a pass records beyond before, then "status"; nil
-// when before is (no test hook).
-func statusPoints(before *progressMarks, fr *v1alpha1.FleetRollout) []string {
-	if before == nil {
-		return nil
-	}
 	var out []string
-	st := &fr.Status
-	if st.Candidate != nil && st.Candidate.Key() != before.candidate {
+	now := engine.ProgressOf(st)
+	if now.Candidate != "" && now.Candidate != before.Candidate {
 		out = append(out, "status:candidate")
 		// A new candidate's waves are all new: their phases are not changes to name.
-		before = &progressMarks{candidate: st.Candidate.Key(), phase: before.phase}
+		before = engine.Progress{Candidate: now.Candidate, Phase: before.Phase}
 	}
-	if st.Phase != before.phase {
-		out = append(out, "status:phase:"+st.Phase)
+	if now.Phase != before.Phase {
+		out = append(out, "status:phase:"+now.Phase)
 	}
 	for _, wv := range st.Waves {
-		if was, ok := before.waves[wv.Name]; ok && was != wv.Phase {
+		if was, ok := before.Waves[wv.Name]; ok && was != wv.Phase {
 			out = append(out, "status:wave:"+wv.Name+":"+wv.Phase)
 		}
-		if wv.Rehearsal != nil && before.rehearsals[wv.Name] != wv.Rehearsal.Phase {
+		if wv.Rehearsal != nil && before.Rehearsals[wv.Name] != wv.Rehearsal.Phase {
 			out = append(out, "status:rehearsal:"+wv.Name+":"+wv.Rehearsal.Phase)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/fleets"
 )
 
@@ -131,19 +132,19 @@ func TestStatusPointsNameWhatThePatchRecords(t *testing.T) {
 	r := &FleetRolloutReconciler{TestHook: func(string) error { return nil }}
 	fr := &v1alpha1.FleetRollout{}
 	fr.Status.Phase = v1alpha1.PhaseCompleted
-	before := r.statusMarks(fr)
-	newCandidate(fr, &world{Rollout: fr, Target: "main@sha1:2", Plan: fleets.WavePlan{Waves: []fleets.PlannedWave{{Name: "canary"}, {Name: "rest"}}}}, fr.SpecBuild(), v1alpha1.HashBuild(fr.SpecBuild()))
-	if got, want := statusPoints(before, fr), []string{"status:candidate", "status:phase:Progressing", "status"}; !slices.Equal(got, want) {
+	before := engine.ProgressOf(&fr.Status)
+	engine.Step(&engine.World{Rollout: fr, Target: "main@sha1:2", Plan: fleets.WavePlan{Waves: []fleets.PlannedWave{{Name: "canary"}, {Name: "rest"}}}})
+	if got, want := r.statusPoints(before, &fr.Status), []string{"status:candidate", "status:phase:Progressing", "status"}; !slices.Equal(got, want) {
 		t.Errorf("a new candidate: %q, want %q", got, want)
 	}
-	before = r.statusMarks(fr)
+	before = engine.ProgressOf(&fr.Status)
 	fr.Status.Waves[0].Phase = v1alpha1.WaveSoaking
 	fr.Status.Waves[1].Phase = v1alpha1.WaveAwaiting
 	fr.Status.Waves[0].Rehearsal = &v1alpha1.RehearsalStatus{Phase: v1alpha1.RehearsalRollingBack}
-	if got, want := statusPoints(before, fr), []string{"status:wave:canary:Soaking", "status:rehearsal:canary:RollingBack", "status:wave:rest:AwaitingApproval", "status"}; !slices.Equal(got, want) {
+	if got, want := r.statusPoints(before, &fr.Status), []string{"status:wave:canary:Soaking", "status:rehearsal:canary:RollingBack", "status:wave:rest:AwaitingApproval", "status"}; !slices.Equal(got, want) {
 		t.Errorf("wave changes: %q, want %q", got, want)
 	}
-	if got := statusPoints((&FleetRolloutReconciler{}).statusMarks(fr), fr); got != nil {
+	if got := (&FleetRolloutReconciler{}).statusPoints(before, &fr.Status); got != nil {
 		t.Errorf("without a hook: %q, want none", got)
 	}
 }

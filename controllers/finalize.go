@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // Deleting a FleetRollout. Its per-cluster Kustomizations and pinned sources carry it as their
@@ -33,7 +34,7 @@ import (
 //     (a member that cannot be reached keeps the rollout until it can, or until the policy is
 //     changed to Orphan).
 //
-// desiredKustomization writes the same deletionPolicy on every Kustomization all along, so a
+// engine.DesiredKustomization writes the same deletionPolicy on every Kustomization all along, so a
 // deletion that does not wait for the finalizer (a foreground cascade, the namespace deleted)
 // does the same; the finalizer covers Kustomizations written before a policy change that was not
 // acted on yet (a suspended rollout writes nothing). GateReceipts carry no owner reference and
@@ -95,7 +96,7 @@ func (r *FleetRolloutReconciler) finalize(ctx context.Context, fr *v1alpha1.Flee
 				return reconcile.Result{}, fmt.Errorf("deleting kustomization %s/%s of fleetrollout %s (deletionPolicy Delete): %w", ks.Namespace, ks.Name, fr.Name, err)
 			}
 		}
-		r.event(fr, corev1.EventTypeNormal, "Pruning", "deletionPolicy Delete: waiting for kustomize-controller to prune the package and delete %s", firstNames(left, 10))
+		r.event(fr, corev1.EventTypeNormal, "Pruning", "deletionPolicy Delete: waiting for kustomize-controller to prune the package and delete %s", engine.FirstNames(left, 10))
 		return reconcile.Result{RequeueAfter: deletionRequeue}, nil
 	}
 

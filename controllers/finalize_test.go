@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // The finalizer carries out spec.deletionPolicy on the rollout's Kustomizations before the rollout
@@ -37,7 +38,7 @@ func TestFinalizerCarriesOutTheDeletionPolicy(t *testing.T) {
 		var out []*kustomizev1.Kustomization
 		for i := range 2 {
 			fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: fr.Namespace}}
-			ks := desiredKustomization(fr, fc, target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
+			ks := engine.DesiredKustomization(fr, fc, engine.Target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
 			if i == 1 {
 				ks.Spec.DeletionPolicy = ""
 			}

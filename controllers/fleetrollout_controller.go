@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -19,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/fleets"
 	"github.com/tidegate/tidegate/internal/attest"
@@ -85,13 +84,15 @@ type FleetRolloutReconciler struct {
 
 // pass is one reconcile of one rollout: the scope it read and what its sub-steps leave for the next.
 type pass struct {
-	*world
+	*engine.World
+	// tracked is the source spec.sourceRef names, as read; pinned sources are copies of it.
+	tracked   client.Object
 	policy    *collector.RolloutPolicy
 	policyErr error
-	res       stepResult
-	// progress is the rollout's progress before the step (progressOf): a pass that moves it
+	res       engine.StepResult
+	// progress is the rollout's progress before the step (engine.Progress): a pass that moves it
 	// recorded an intent.
-	progress string
+	progress engine.Progress
 	// retryWritesAfter is when a Kustomization write that failed is due again; zero when none is.
 	retryWritesAfter time.Duration
 	// afterStatus runs once the status this pass leaves is written, and only then: what may be
@@ -135,20 +136,18 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		out outcome
 		p   *pass
 	)
-	before := r.statusMarks(fr)
-	wasPhase := fr.Status.Phase
-	wasCandidate := fr.Status.Candidate.DeepCopy()
-	wasUnchanged := fr.Status.Unchanged.DeepCopy()
+	// The status as read: what the pass's writes are measured against (crash points, ledgers).
+	read := fr.Status.DeepCopy()
 	defer func() {
 		setConditions(fr, out, p.Settings.OnFail)
 		result, retErr = out.result()
-		if err := r.writePass(ctx, fr, patcher, before, wasCandidate, wasUnchanged, p.TrackedState, p.receipts); err != nil {
+		if err := r.writePass(ctx, fr, patcher, read, p.TrackedState, p.receipts); err != nil {
 			retErr = errors.Join(retErr, err)
 		} else {
 			for _, f := range p.afterStatus {
 				f()
 			}
-			domain().recordRollout(fr, wasPhase)
+			domain().recordRollout(fr, read.Phase)
 		}
 		if r.Metrics != nil {
 			r.Metrics.RecordDuration(ctx, fr, start)
@@ -162,16 +161,16 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 // the marks before the pass read), the ledger of an unchanged revision, the ledgers (recordLedger:
 // what status is about to record, and a superseded candidate's outcome), then the status patch.
 // The first error stops it: nothing after it is written.
-func (r *FleetRolloutReconciler) writePass(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *statusPatch, before *progressMarks,
-	wasCandidate *v1alpha1.RevisionStatus, wasUnchanged *v1alpha1.UnchangedRevision, tracked collector.SourceState, receipts map[string]*v1alpha1.GateReceipt) error {
-	if err := r.hooks(statusPoints(before, fr)); err != nil {
+func (r *FleetRolloutReconciler) writePass(ctx context.Context, fr *v1alpha1.FleetRollout, patcher *statusPatch, read *v1alpha1.FleetRolloutStatus,
+	tracked engine.SourceState, receipts map[string]*v1alpha1.GateReceipt) error {
+	if err := r.hooks(r.statusPoints(engine.ProgressOf(read), &fr.Status)); err != nil {
 		return err
 	}
-	if err := r.recordUnchanged(ctx, fr, wasUnchanged, tracked); err != nil {
+	if err := r.recordUnchanged(ctx, fr, read.Unchanged, tracked); err != nil {
 		r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
 		return err
 	}
-	if err := r.recordLedger(ctx, fr, wasCandidate, receipts); err != nil {
+	if err := r.recordLedger(ctx, fr, read.Candidate, receipts); err != nil {
 		// The ledger lists a decision before status records it: a pass that could not append
 		// its entries does not record its decisions, and the next one takes them up.
 		r.event(fr, corev1.EventTypeWarning, v1alpha1.LedgerFailedReason, "%s", capMessage(err.Error()))
@@ -185,7 +184,7 @@ func (r *FleetRolloutReconciler) writePass(ctx context.Context, fr *v1alpha1.Fle
 // It also returns the pass: the policy's settings (onFail, which Ready's message mentions), what
 // to do once the status is written (afterStatus) and the receipts to list in the ledger first.
 func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.FleetRollout) (outcome, *pass) {
-	p := &pass{world: &world{Rollout: fr, Now: r.now()}, receipts: map[string]*v1alpha1.GateReceipt{}}
+	p := &pass{World: &engine.World{Rollout: fr, Now: r.now()}, receipts: map[string]*v1alpha1.GateReceipt{}}
 	for _, sub := range []func(context.Context, *pass) outcome{
 		r.resolveTarget,
 		r.plan,
@@ -216,10 +215,10 @@ func (r *FleetRolloutReconciler) resolveTarget(ctx context.Context, p *pass) out
 	case err != nil:
 		return retryable(fmt.Errorf("reading source of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err))
 	}
-	p.Tracked, p.TrackedState = tracked, state
+	p.tracked, p.TrackedState = tracked, state
 	switch {
 	case fr.Spec.Revision != "":
-		if _, _, err := collector.SplitRevision(fr.Spec.Revision); err != nil {
+		if _, _, err := engine.SplitRevision(fr.Spec.Revision); err != nil {
 			return stalled(v1alpha1.InvalidSpecReason, fmt.Errorf("spec.revision of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err), 0)
 		}
 		p.Target = fr.Spec.Revision
@@ -256,7 +255,7 @@ func (r *FleetRolloutReconciler) plan(ctx context.Context, p *pass) outcome {
 		return retryable(err)
 	}
 	p.Plan = plan
-	setSkipped(fr, plan)
+	engine.SetSkipped(fr, plan)
 	if len(plan.Eligible) == 0 && fr.Status.Candidate == nil {
 		return waitingOn(v1alpha1.NoClustersSelectedReason, fmt.Sprintf(
 			"spec.clusterSelector selects no eligible FleetCluster in namespace %s (%d skipped): add FleetClusters or fix the selector",
@@ -278,172 +277,11 @@ func (r *FleetRolloutReconciler) loadPolicy(ctx context.Context, p *pass) outcom
 	return proceeding()
 }
 
-// act makes the Flux objects match the recorded status: the candidate's and the known-good's pinned
-// sources exist, and every cluster's Kustomization points at the revision the status gives it.
-func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
-	fr := p.Rollout
-	st := &fr.Status
-	existing, err := r.listKustomizations(ctx, fr)
-	if err != nil {
-		return retryable(err)
-	}
-	r.writes.overlay(fr, existing)
-	p.Objects = existing
-	for _, rev := range []*v1alpha1.RevisionStatus{st.Candidate, st.LastKnownGood} {
-		if rev == nil {
-			continue
-		}
-		pin := func() error { return r.hook("pin:" + rev.Revision) }
-		if err := ensurePinnedSource(ctx, r.Client, fr, p.Tracked, rev, pin); err != nil {
-			return retryable(err)
-		}
-	}
-	if err := r.orphanDeparted(ctx, p); err != nil {
-		return retryable(err)
-	}
-	targets := desiredTargets(fr, p.Plan, existing)
-	names := make([]string, 0, len(targets))
-	for c := range targets {
-		names = append(names, c)
-	}
-	sort.Strings(names)
-	point := "switch:"
-	if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
-		point = "rollback:"
-	}
-	failures := map[string]v1alpha1.WriteFailure{}
-	for _, f := range st.WriteFailures {
-		failures[f.Cluster] = f
-	}
-	isMoving := moving(st)
-	for _, c := range names {
-		t := targets[c]
-		fc := clusterFor(p.Clusters, st, c, existing[c])
-		if fc == nil {
-			continue // the FleetCluster is gone: only a rollback writes its Kustomization; its wave reports it missing
-		}
-		if !r.writes.due(fr, c, p.Now) {
-			continue // its last write failed: it is tried again after its backoff
-		}
-		desired := desiredKustomization(fr, fc, t)
-		if !mayWrite(isMoving, c, desired, existing[c]) {
-			// Not in a wave being switched, and what it would get is not what tidegate wrote
-			// before (its values or credentials changed, or its Kustomization is
-			// gone): it lags, and a catch-up wave brings it there through the gates.
-			continue
-		}
-		wrote, err := r.writeKustomization(ctx, fr, desired, existing[c], func() error { return r.hook(point + c) })
-		var werr *writeError
-		switch {
-		case errors.As(err, &werr):
-			// One cluster's Kustomization that cannot be written stops no other: it is recorded,
-			// counted in its wave, and tried again with backoff.
-			f := werr.failure(c, p.Now)
-			if prev, ok := failures[c]; ok && prev.Reason == f.Reason && prev.Message == f.Message {
-				f.Since = prev.Since
-			} else {
-				r.event(fr, corev1.EventTypeWarning, "WriteFailed", "%s", f.Message)
-			}
-			failures[c] = f
-			r.writes.failed(fr, c, p.Now)
-			continue
-		case err != nil:
-			return retryable(err) // the crash-point hook, or a Kustomization that cannot be encoded
-		}
-		delete(failures, c)
-		r.writes.succeeded(fr, c)
-		if wrote {
-			r.event(fr, corev1.EventTypeNormal, "Switched", "cluster %s switched to %s (wave %s)", c, t.Revision, t.Wave)
-			// The cached copy is older than the write: observe what was written, with no status yet,
-			// so this pass, and the next ones until the cache shows the write, count the cluster as
-			// switched and not yet healthy, and do not write it again.
-			r.writes.wrote(fr, c, existing[c], desired)
-			existing[c] = desired
-		}
-	}
-	for c := range failures {
-		if _, ok := targets[c]; !ok || p.Clusters[c] == nil {
-			delete(failures, c) // nothing is to be written to it any more
-			r.writes.succeeded(fr, c)
-		}
-	}
-	setWriteFailures(st, failures)
-	if retry := r.writes.nextRetry(fr, p.Now); retry > 0 {
-		p.retryWritesAfter = retry
-	}
-	return proceeding()
-}
-
-// observe reads what the Kustomizations say and the states of the candidate's and the known-good's
-// pinned sources.
-func (r *FleetRolloutReconciler) observe(ctx context.Context, p *pass) outcome {
-	fr := p.Rollout
-	p.Observe(p.Objects)
-	notOurSpec(p)
-	kind := fr.Spec.SourceRef.Kind
-	if c := fr.Status.Candidate; c != nil {
-		if _, s, err := collector.GetSource(ctx, r.Client, fr.Namespace, kind, c.Source); err == nil {
-			p.Candidate = s
-		}
-	}
-	if kg := fr.Status.LastKnownGood; kg != nil {
-		if _, s, err := collector.GetSource(ctx, r.Client, fr.Namespace, kind, kg.Source); err == nil {
-			p.KnownGood = s
-		}
-	}
-	r.renderDigests(ctx, p)
-	return proceeding()
-}
-
-// renderDigests fills, when a completed rollout's tracked source serves a revision it has not
-// rolled out (unchangedCandidate), the digests of what that revision and the known-good build to:
-// the step does not roll out a revision that builds what the known-good does. A digest that cannot
-// be had stays "": the revision is then rolled out, through the gates, as any other.
-func (r *FleetRolloutReconciler) renderDigests(ctx context.Context, p *pass) {
-	fr := p.Rollout
-	if !unchangedCandidate(fr, p.world) || r.Evidence == nil {
-		return
-	}
-	kg := fr.Status.LastKnownGood
-	target, err := r.Evidence.RenderDigest(ctx, fr, p.TrackedState, "")
-	if err != nil {
-		return
-	}
-	known, err := r.Evidence.RenderDigest(ctx, fr.Built(kg.Build), p.KnownGood, kg.Digest)
-	if err != nil {
-		return
-	}
-	p.TargetRender, p.KnownGoodRender = target, known
-}
-
-// notOurSpec marks as not current the observation of every Kustomization whose spec no longer has
-// what tidegate gives it (a field tidegate sets, changed by someone else: its path, its interval):
-// what kustomize-controller says of that spec is not about what tidegate applies, so it neither
-// passes nor fails the cluster; the writes of this pass put tidegate's spec back
-// (applyKustomization), and the cluster is judged on it.
-func notOurSpec(p *pass) {
-	for c, ks := range p.Objects {
-		fc := p.Clusters[c]
-		if ks == nil || fc == nil {
-			continue
-		}
-		source := ks.Spec.SourceRef.Name
-		want := desiredKustomization(p.Rollout, fc, target{Source: source, Revision: ks.Annotations[v1alpha1.RevisionAnnotation],
-			Wave: ks.Labels[v1alpha1.WaveLabel], Build: buildOfSource(&p.Rollout.Status, source)})
-		if kept, err := specKept(want, ks); err == nil && !kept {
-			o := p.Kustomizations[c]
-			o.Current, o.ReadyCurrent = false, false
-			p.Kustomizations[c] = o
-		}
-	}
-}
-
 // step moves the status one decision forward (pure), and says what it asked for.
 func (r *FleetRolloutReconciler) step(_ context.Context, p *pass) outcome {
 	fr := p.Rollout
-	p.progress = progressOf(&fr.Status)
-	p.res = step(p.world)
-	setLateJoiners(fr, p.Plan)
+	p.progress = engine.ProgressOf(&fr.Status)
+	p.res = engine.Step(p.World)
 	if p.res.Refused != "" {
 		r.event(fr, corev1.EventTypeWarning, "RequestRefused", "%s", p.res.Refused)
 	}
@@ -457,38 +295,20 @@ func (r *FleetRolloutReconciler) step(_ context.Context, p *pass) outcome {
 // wave's members are sampled on the collector's own ticker, every sample interval, and the next
 // wave's pre-wave evidence is gathered ahead while it soaks. The pass itself samples nothing.
 func (r *FleetRolloutReconciler) sample(_ context.Context, p *pass) outcome {
-	r.Evidence.Follow(p.world, preWaveGatesOf)
+	r.Evidence.Follow(p.World, engine.PreWaveGates)
 	st := &p.Rollout.Status
 	for i := range st.Waves {
-		if wv := &st.Waves[i]; wv.Phase == v1alpha1.WaveSoaking && soakRecordDue(wv, p.Now, p.Settings) {
-			wv.Soaked = keepLongerSoaks(wv.Soaked, r.Evidence.Soaked(p.world, i))
+		if wv := &st.Waves[i]; wv.Phase == v1alpha1.WaveSoaking && engine.SoakRecordDue(wv, p.Now, p.Settings) {
+			wv.Soaked = engine.KeepLongerSoaks(wv.Soaked, r.Evidence.Soaked(p.World, i))
 		}
 	}
 	return proceeding()
 }
 
-// keepLongerSoaks is the soak record to write: each cluster's summary as sampled now, except where
-// the record kept holds more samples of that cluster than the samples now do (the collector
-// restarted its count, a loop ended and started again): a record is never replaced by one that
-// knows less, so a disruption once recorded stays recorded until the wave is decided.
-func keepLongerSoaks(kept, now []v1alpha1.SoakSamples) []v1alpha1.SoakSamples {
-	out := slices.Clone(now)
-	for _, k := range kept {
-		i := slices.IndexFunc(out, func(e v1alpha1.SoakSamples) bool { return e.Cluster == k.Cluster })
-		switch {
-		case i < 0:
-			out = append(out, k)
-		case out[i].Samples < k.Samples:
-			out[i] = k
-		}
-	}
-	return out
-}
-
 // decideGates decides the gates the step asked for (collect, evaluate, write the receipt) and
 // advances the status by the decisions. A policy that cannot decide records nothing.
 func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outcome {
-	var decided []decidedGate
+	var decided []engine.DecidedGate
 	if i := p.res.GateWave; i >= 0 && p.policyErr == nil {
 		var err error
 		if decided, err = r.decide(ctx, p, i, p.res.Gates); err != nil {
@@ -507,13 +327,14 @@ func (r *FleetRolloutReconciler) decideGates(ctx context.Context, p *pass) outco
 			return retryable(err)
 		}
 	}
-	p.res = advance(p.world, p.res, decided)
-	p.res.Next = p.res.Next || progressOf(&p.Rollout.Status) != p.progress
+	setGateConditions(p.Rollout, p.res.GateWave, decided)
+	p.res = engine.Advance(p.World, p.res, decided)
+	p.res.Next = p.res.Next || p.progress.Moved(engine.ProgressOf(&p.Rollout.Status))
 	if i := p.res.Decided; i >= 0 {
 		// The wave's samples go once the decision is recorded: a status write that fails (a
 		// conflict, an unavailable hub) leaves the wave soaking, and the next pass decides it again
 		// over the same samples, not over none. Its soak record goes with the decision.
-		w := p.world
+		w := p.World
 		p.afterStatus = append(p.afterStatus, func() { r.Evidence.Forget(w, i) })
 		p.Rollout.Status.Waves[i].Soaked = nil
 	}

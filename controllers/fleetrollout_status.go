@@ -10,11 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/fleets"
+	"github.com/tidegate/tidegate/engine"
 )
-
-// maxSkippedInStatus bounds status.skipped; status.skippedCount has the total.
-const maxSkippedInStatus = 100
 
 // maxConditionMessage caps condition messages; receipts hold the whole story.
 const maxConditionMessage = 1024
@@ -90,7 +87,7 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 	}
 	switch st.Phase {
 	case v1alpha1.PhaseCompleted:
-		msg := fmt.Sprintf("revision %s runs on %s", st.LastKnownGood.Revision, plural(int(st.RunningCount), "cluster", "clusters"))
+		msg := fmt.Sprintf("revision %s runs on %s", st.LastKnownGood.Revision, engine.Plural(int(st.RunningCount), "cluster", "clusters"))
 		if st.LaggingCount > 0 {
 			msg += "; " + laggingMessage(st)
 		}
@@ -146,7 +143,7 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 		if waiting == "" {
 			waiting = "rolling out"
 			if st.Candidate != nil {
-				waiting = "rolling out " + strings.TrimPrefix(candidateName(st.Candidate.Revision, st.Candidate.BuildHash, st), "revision ")
+				waiting = "rolling out " + strings.TrimPrefix(engine.CandidateName(st.Candidate.Revision, st.Candidate.BuildHash, st), "revision ")
 			}
 		}
 		conditions.MarkUnknown(fr, meta.ReadyCondition, v1alpha1.ProgressingReason, "%s", capMessage(waiting))
@@ -158,8 +155,8 @@ func setReadyByPhase(fr *v1alpha1.FleetRollout, policyOnFail string) {
 func rollbackMessage(rb *v1alpha1.RollbackStatus) string {
 	msg := fmt.Sprintf("%d confirmed", len(rb.Confirmed))
 	if n := len(rb.Unconfirmed); n > 0 {
-		msg += fmt.Sprintf(", %d unconfirmed: %s (%s at %s: Flux converges %s when %s back)", n, firstNames(rb.Unconfirmed, 5),
-			plural(n, "Kustomization points", "Kustomizations point"), rb.To, pick(n, "it", "them"), pick(n, "it is", "they are"))
+		msg += fmt.Sprintf(", %d unconfirmed: %s (%s at %s: Flux converges %s when %s back)", n, engine.FirstNames(rb.Unconfirmed, 5),
+			engine.Plural(n, "Kustomization points", "Kustomizations point"), rb.To, pick(n, "it", "them"), pick(n, "it is", "they are"))
 	}
 	return msg
 }
@@ -177,7 +174,7 @@ func laggingMessage(st *v1alpha1.FleetRolloutStatus) string {
 	if more := int(st.LaggingCount) - len(names); more > 0 {
 		list += fmt.Sprintf(" and %d more", more)
 	}
-	return fmt.Sprintf("%s behind %s: %s (status.lagging)", plural(int(st.LaggingCount), "cluster lags", "clusters lag"), st.LastKnownGood.Revision, list)
+	return fmt.Sprintf("%s behind %s: %s (status.lagging)", engine.Plural(int(st.LaggingCount), "cluster lags", "clusters lag"), st.LastKnownGood.Revision, list)
 }
 
 // writeFailuresMessage names the clusters whose Kustomization could not be written.
@@ -190,7 +187,7 @@ func writeFailuresMessage(st *v1alpha1.FleetRolloutStatus) string {
 		names = append(names, f.Cluster)
 	}
 	return fmt.Sprintf("%s could not be written, retried with backoff: %s (status.writeFailures)",
-		plural(int(st.WriteFailureCount), "cluster's Kustomization", "clusters' Kustomizations"), firstNames(names, 3))
+		engine.Plural(int(st.WriteFailureCount), "cluster's Kustomization", "clusters' Kustomizations"), engine.FirstNames(names, 3))
 }
 
 func pick(n int, one, many string) string {
@@ -228,7 +225,7 @@ func setRollingOut(fr *v1alpha1.FleetRollout) {
 	case st.Candidate != nil && st.Phase == v1alpha1.PhaseRollingBack:
 		conditions.MarkTrue(fr, v1alpha1.RollingOutCondition, v1alpha1.RollingBackReason, "rolling %s back to %s", st.Candidate.Revision, st.LastKnownGood.Revision)
 	case st.Candidate != nil && (st.Phase == v1alpha1.PhaseProgressing || st.Phase == v1alpha1.PhaseHeld):
-		msg := "rolling out " + strings.TrimPrefix(candidateName(st.Candidate.Revision, st.Candidate.BuildHash, st), "revision ")
+		msg := "rolling out " + strings.TrimPrefix(engine.CandidateName(st.Candidate.Revision, st.Candidate.BuildHash, st), "revision ")
 		if st.CurrentWave != "" {
 			msg += " in wave " + st.CurrentWave
 		}
@@ -270,31 +267,19 @@ func failedWaveMessage(fr *v1alpha1.FleetRollout) string {
 	return ""
 }
 
-// setSkipped records the clusters the plan skips, bounded.
-func setSkipped(fr *v1alpha1.FleetRollout, p fleets.WavePlan) {
-	fr.Status.SkippedCount = int32(len(p.Skipped))
-	fr.Status.Skipped = nil
-	for i, s := range p.Skipped {
-		if i == maxSkippedInStatus {
-			break
-		}
-		fr.Status.Skipped = append(fr.Status.Skipped, v1alpha1.SkippedCluster{Name: s.Cluster, Reason: s.Reason})
+// setGateConditions sets the condition of each gate decided for wave i, before the engine applies
+// the decisions to status (engine.Advance): the condition says the gate's latest decision, its
+// summary and its receipt.
+func setGateConditions(fr *v1alpha1.FleetRollout, i int, decided []engine.DecidedGate) {
+	if i < 0 || len(decided) == 0 {
+		return
 	}
-}
-
-// setLateJoiners records the eligible clusters whose wave started without them.
-func setLateJoiners(fr *v1alpha1.FleetRollout, p fleets.WavePlan) {
-	var started []v1alpha1.WaveStatus
-	for _, w := range fr.Status.Waves {
-		if w.StartedAt != nil {
-			started = append(started, w)
-		}
+	wv := &fr.Status.Waves[i]
+	for _, g := range decided {
+		status, reason := metav1ConditionFor(g.Decision.Result)
+		conditions.Set(fr, &metav1.Condition{Type: g.Gate, Status: status, Reason: reason,
+			Message: capMessage(fmt.Sprintf("wave %s: %s (receipt %s)", wv.Name, summarize(g.Decision), g.Receipt))})
 	}
-	joined := fleets.Joined(started, p)
-	if len(joined) > maxSkippedInStatus {
-		joined = joined[:maxSkippedInStatus]
-	}
-	fr.Status.LateJoiners = joined
 }
 
 func metav1ConditionFor(result string) (metav1.ConditionStatus, string) {

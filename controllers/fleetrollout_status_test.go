@@ -1,15 +1,20 @@
 package controllers
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
+	"github.com/tidegate/tidegate/fleets"
 )
 
 // TestSetConditions is the truth table of the one function that sets Ready, Reconciling, Stalled,
@@ -115,6 +120,53 @@ func TestSetConditions(t *testing.T) {
 			out:  doneAfter(0),
 			want: want{ready: "True/Succeeded", rollingOut: "False/NotRollingOut", readyMessage: "runs on 2 clusters; revision main@sha1:3 was rejected"},
 		},
+		{
+			name: "rolled back, with a member not seen Ready at the known-good",
+			edit: func(fr *v1alpha1.FleetRollout) {
+				fr.Status.Phase, fr.Status.Candidate, fr.Status.LastKnownGood = v1alpha1.PhaseRolledBack, cand, good
+				fr.Status.Rollback = &v1alpha1.RollbackStatus{To: good.Revision, Confirmed: []string{"b", "c"}, Unconfirmed: []string{"a"}}
+			},
+			out:  doneAfter(0),
+			want: want{ready: "False/RolledBack", rollingOut: "False/NotRollingOut", readyMessage: "rolled back to main@sha1:1: 2 confirmed, 1 unconfirmed: a"},
+		},
+		{
+			name: "rolled back, every member confirmed",
+			edit: func(fr *v1alpha1.FleetRollout) {
+				fr.Status.Phase, fr.Status.Candidate, fr.Status.LastKnownGood = v1alpha1.PhaseRolledBack, cand, good
+				fr.Status.Rollback = &v1alpha1.RollbackStatus{To: good.Revision, Confirmed: []string{"a", "b", "c"}}
+			},
+			out:  doneAfter(0),
+			want: want{ready: "False/RolledBack", rollingOut: "False/NotRollingOut", readyMessage: "rolled back to main@sha1:1: 3 confirmed"},
+		},
+		{
+			name: "completed, counting the clusters that run it",
+			edit: func(fr *v1alpha1.FleetRollout) {
+				fr.Status.Phase, fr.Status.Candidate, fr.Status.LastKnownGood = v1alpha1.PhaseCompleted, cand, cand
+				fr.Status.RunningCount = 3
+			},
+			out:  doneAfter(0),
+			want: want{ready: "True/Succeeded", rollingOut: "False/NotRollingOut", readyMessage: "runs on 3 clusters"},
+		},
+		{
+			name: "held on a wave plan that cannot be judged",
+			edit: func(fr *v1alpha1.FleetRollout) {
+				fr.Status.Phase, fr.Status.Candidate, fr.Status.CurrentWave = v1alpha1.PhaseHeld, cand, "canary"
+				fr.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForWavePlan, Wave: "canary",
+					Message: `wave canary does not start, and nothing of it is applied: wave "gpu": spec.waves[1]: the wave has no clusters`}
+			},
+			out:  doneAfter(0),
+			want: want{ready: "False/InvalidWave", held: "True/InvalidWave", rollingOut: "True/Held", readyMessage: `wave "gpu"`},
+		},
+		{
+			name: "held on a candidate no cluster is Ready at",
+			edit: func(fr *v1alpha1.FleetRollout) {
+				fr.Status.Phase, fr.Status.Candidate, fr.Status.LastKnownGood = v1alpha1.PhaseHeld, cand, good
+				fr.Status.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForMembers,
+					Message: "every wave of main@sha1:2 passed or was skipped, but no cluster is Ready at it"}
+			},
+			out:  doneAfter(0),
+			want: want{ready: "False/Held", held: "True/Held", rollingOut: "True/Held", readyMessage: "no cluster is Ready at it"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
@@ -146,41 +198,40 @@ func cond(fr *v1alpha1.FleetRollout, typ string) string {
 	return string(c.Status) + "/" + c.Reason
 }
 
-// TestNewCandidateClearsGateConditions: the gate conditions of the previous revision are not shown
-// as the new candidate's.
-func TestNewCandidateClearsGateConditions(t *testing.T) {
-	s := newSim(t, "a", "b")
-	s.run("r1", v1alpha1.PhaseCompleted)
-	for _, g := range v1alpha1.Gates {
-		conditions.MarkTrue(s.fr, g, v1alpha1.GatePassedReason, "wave rest: Pass (receipt x)")
-	}
-	s.turn("r2")
-	if s.fr.Status.Candidate == nil || s.fr.Status.Candidate.Revision != "r2" {
-		t.Fatalf("r2 is not the candidate: %+v", s.fr.Status.Candidate)
-	}
-	for _, g := range v1alpha1.Gates {
-		if c := conditions.Get(s.fr, g); c != nil {
-			t.Errorf("%s of r1 still shown for r2: %+v", g, c)
+// A rollback of 1,000 clusters whose names are as long as they may be keeps both lists in status,
+// well within what an object may hold, and Ready names a few of the unconfirmed.
+func TestARollbackOfAThousandClustersFitsInStatus(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	kg := &v1alpha1.RevisionStatus{Revision: "main@sha1:1", Source: "web-1"}
+	now := time.Unix(1_000_000, 0)
+	start, deadline := metav1.NewTime(now.Add(-time.Hour)), metav1.NewTime(now.Add(-time.Minute))
+	fr.Status = v1alpha1.FleetRolloutStatus{Phase: v1alpha1.PhaseRollingBack, LastKnownGood: kg,
+		Candidate: &v1alpha1.RevisionStatus{Revision: "main@sha1:2", Source: "web-2"},
+		Rollback:  &v1alpha1.RollbackStatus{To: kg.Revision, StartedAt: &start, Deadline: &deadline}}
+	w := &engine.World{Rollout: fr, Now: now, Kustomizations: map[string]engine.Observation{}}
+	for i := range 1000 {
+		c := fmt.Sprintf("%s-%04d", strings.Repeat("c", 58), i)
+		w.Inventory = append(w.Inventory, fleets.Cluster{Name: c})
+		o := engine.Observation{Exists: true, Source: kg.Source, Current: true, ReadyCurrent: true, Ready: metav1.ConditionTrue, LastApplied: kg.Revision}
+		if i%100 == 0 {
+			o.Ready, o.Reason = metav1.ConditionFalse, "ReconciliationFailed"
 		}
+		w.Kustomizations[c] = o
 	}
-}
-
-// TestPlanChangeIsReported: an edit of the waves mid-rollout is noticed by status.planHash and said
-// once, as a note the reconciler emits as an event.
-func TestPlanChangeIsReported(t *testing.T) {
-	s := newSim(t, "a", "b", "c")
-	res, _ := s.turn("r1")
-	if len(res.Notes) != len(mustPlan(t, s).Notes) {
-		t.Errorf("a new candidate's plan notes are not passed on: %v", res.Notes)
+	engine.Step(w)
+	rb := fr.Status.Rollback
+	if fr.Status.Phase != v1alpha1.PhaseRolledBack || len(rb.Confirmed) != 990 || len(rb.Unconfirmed) != 10 {
+		t.Fatalf("phase %s, %d confirmed, %d unconfirmed", fr.Status.Phase, len(rb.Confirmed), len(rb.Unconfirmed))
 	}
-	s.turn("r1")
-	two := int32(2)
-	s.fr.Spec.Waves[0].Count = &two
-	res, _ = s.turn("r1")
-	if len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "waves of spec changed") {
-		t.Fatalf("notes after an edit of the waves = %v", res.Notes)
+	b, err := json.Marshal(fr.Status)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if res, _ = s.turn("r1"); len(res.Notes) != 0 {
-		t.Errorf("the edit is reported again: %v", res.Notes)
+	if len(b) > 128<<10 {
+		t.Errorf("the status of a 1,000-cluster rollback is %d bytes", len(b))
+	}
+	setConditions(fr, outcome{kind: done}, "")
+	if msg := conditions.Get(fr, meta.ReadyCondition).Message; len(msg) > maxConditionMessage || !strings.Contains(msg, "990 confirmed, 10 unconfirmed") || !strings.Contains(msg, "and 5 more") {
+		t.Errorf("Ready = %q", msg)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/verdict"
 	"github.com/tidegate/tidegate/verdict/bounded"
@@ -29,22 +29,9 @@ type GateRequest struct {
 	Evidence any
 }
 
-// GateDecision is a gate's outcome with what it was based on.
-type GateDecision struct {
-	// Result is v1alpha1.ResultPass, ResultFail or ResultInconclusive.
-	Result string
-	// Unobserved names, when Inconclusive, the targets whose evidence could not be collected
-	// (verdict.WholeGate for evidence about no one target).
-	Unobserved []string
-	// Reasons explain the result; sorted and de-duplicated by the engine.
-	Reasons []string
-	// Limits say what the evidence does not establish.
-	Limits []string
-	// Evidence is the evidence document the decision was made over (JSON-encodable).
-	Evidence any
-	// PolicyDigest identifies the policy that decided.
-	PolicyDigest string
-}
+// GateDecision is a gate's outcome with what it was based on (engine.GateDecision): the engine
+// applies it to status, and a GateEvaluator returns it.
+type GateDecision = engine.GateDecision
 
 // GateEvaluator decides gates. The engine treats an error as a failed gate: gates fail closed.
 type GateEvaluator interface {
@@ -88,15 +75,6 @@ func (g CUEGates) Evaluate(ctx context.Context, req GateRequest) (GateDecision, 
 	return out, nil
 }
 
-// preWaveGatesOf lists the gates decided before wave i switches anything, as preWaveGates decides
-// them: the collector gathers their evidence ahead while the wave before i soaks.
-func preWaveGatesOf(i int) []string {
-	if i == 0 {
-		return []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds}
-	}
-	return []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSucceeds}
-}
-
 func waveName(w *v1alpha1.WaveStatus) string {
 	if w == nil {
 		return ""
@@ -111,10 +89,9 @@ func waveName(w *v1alpha1.WaveStatus) string {
 // decision about the same unobserved targets as the one before it is the same decision: it keeps
 // that receipt rather than writing one per sample interval. A policy that cannot decide returns a
 // *verdict.PolicyError (wrapped) and nothing is decided.
-func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gates []string) ([]decidedGate, error) {
+func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gates []string) ([]engine.DecidedGate, error) {
 	fr := p.Rollout
 	wv := &fr.Status.Waves[i]
-	pol := p.policy
 	evaluator := r.Gates
 	if evaluator == nil {
 		evaluator = CUEGates{}
@@ -123,7 +100,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 	if err != nil {
 		return nil, err
 	}
-	decided := make([]decidedGate, 0, len(gates))
+	decided := make([]engine.DecidedGate, 0, len(gates))
 	for _, gate := range gates {
 		// A decision whose receipt was written but that status never recorded (the controller
 		// stopped in between) is recorded as it was made, not made again.
@@ -134,35 +111,16 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 				gate, prior.Decision.Result, wv.Name, fr.Status.Candidate.Revision, prior.Receipt)
 			continue
 		}
-		collectStart := time.Now()
-		ev, err := r.Evidence.Collect(ctx, p.world, gate, i)
-		domain().recordEvidence(gate, time.Since(collectStart), err)
-		var d GateDecision
-		switch {
-		case errors.Is(err, collector.ErrUnobserved):
-			d = GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{verdict.WholeGate},
-				Reasons:  []string{gate + ": inconclusive: collecting the evidence failed: " + err.Error()},
-				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
-		case err != nil:
-			d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": collecting the evidence failed: " + err.Error()},
-				Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
-		default:
-			d, err = safeEvaluate(ctx, evaluator, GateRequest{Gate: gate, Rollout: fr, Wave: wv, Policy: pol.Policy, Evidence: ev.Evidence})
-			var perr *verdict.PolicyError
-			if errors.As(err, &perr) {
-				return nil, fmt.Errorf("deciding %s with the policy from %s: %w", gate, pol.From, err)
-			}
-			if err != nil {
-				d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": evaluation failed: " + err.Error()},
-					Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
-			}
+		d, ev, err := r.collectAndEvaluate(ctx, p, i, gate, evaluator)
+		if err != nil {
+			return nil, err
 		}
-		prev := gateOutcome(wv, gate)
-		d = inconclusiveUntil(gate, d, prev, p.Settings, p.Now)
+		prev := engine.GateOutcome(wv, gate)
+		d = engine.InconclusiveUntil(gate, d, prev, p.Settings, p.Now)
 		if d.Result == v1alpha1.ResultInconclusive && prev != nil && prev.Result == v1alpha1.ResultInconclusive &&
-			prev.Receipt != "" && slices.Equal(prev.Unobserved, capUnobserved(d.Unobserved)) {
+			prev.Receipt != "" && slices.Equal(prev.Unobserved, engine.CapUnobserved(d.Unobserved)) {
 			// Still inconclusive about the same targets: the decision recorded stands.
-			decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: prev.Receipt, Evidence: ev.Evidence})
+			decided = append(decided, engine.DecidedGate{Gate: gate, Decision: d, Receipt: prev.Receipt, Evidence: ev.Evidence})
 			continue
 		}
 		rc, err := BuildReceipt(fr, wv, wv.Clusters, gate, d, countedApprovals(fr, p.Settings, wv, gate, ev.Approvals), metav1.NewTime(p.Now))
@@ -185,7 +143,7 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 			return nil, err
 		}
 		p.receipts[rc.Name] = rc.GateReceipt
-		decided = append(decided, decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: ev.Evidence})
+		decided = append(decided, engine.DecidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: ev.Evidence})
 		eventType := corev1.EventTypeNormal
 		if d.Result != v1alpha1.ResultPass {
 			eventType = corev1.EventTypeWarning
@@ -196,12 +154,42 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 	return decided, nil
 }
 
+// collectAndEvaluate collects gate's evidence for wave i and evaluates it with the rollout's
+// policy. Evidence that could not be observed makes the gate Inconclusive; evidence that could not
+// be collected otherwise, or an evaluation that failed, fails it. A policy that cannot decide is an
+// error wrapping *verdict.PolicyError.
+func (r *FleetRolloutReconciler) collectAndEvaluate(ctx context.Context, p *pass, i int, gate string, evaluator GateEvaluator) (GateDecision, collector.Collected, error) {
+	fr, pol := p.Rollout, p.policy
+	collectStart := time.Now()
+	ev, err := r.Evidence.Collect(ctx, p.World, gate, i)
+	domain().recordEvidence(gate, time.Since(collectStart), err)
+	switch {
+	case errors.Is(err, collector.ErrUnobserved):
+		return GateDecision{Result: v1alpha1.ResultInconclusive, Unobserved: []string{verdict.WholeGate},
+			Reasons:  []string{gate + ": inconclusive: collecting the evidence failed: " + err.Error()},
+			Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}, ev, nil
+	case err != nil:
+		return GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": collecting the evidence failed: " + err.Error()},
+			Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}, ev, nil
+	}
+	d, err := safeEvaluate(ctx, evaluator, GateRequest{Gate: gate, Rollout: fr, Wave: &fr.Status.Waves[i], Policy: pol.Policy, Evidence: ev.Evidence})
+	var perr *verdict.PolicyError
+	if errors.As(err, &perr) {
+		return GateDecision{}, ev, fmt.Errorf("deciding %s with the policy from %s: %w", gate, pol.From, err)
+	}
+	if err != nil {
+		d = GateDecision{Result: v1alpha1.ResultFail, Reasons: []string{gate + ": evaluation failed: " + err.Error()},
+			Evidence: ev.Evidence, PolicyDigest: pol.Policy.Digest()}
+	}
+	return d, ev, nil
+}
+
 // countedApprovals are the approvals the receipt of gate for wave wv records: those its evidence
 // counted (rollbackSafe's approval of irreversible changes), and, on deploySafe, the first gate a
 // wave decides, the approval that let a wave needing one start. So every approval a decision rested
 // on is in a receipt, and so in the revision's ledger.
 func countedApprovals(fr *v1alpha1.FleetRollout, s verdict.Settings, wv *v1alpha1.WaveStatus, gate string, counted []v1alpha1.Approval) []v1alpha1.Approval {
-	if gate != v1alpha1.GateDeploySafe || !waveNeedsApproval(fr, s, wv.Name) {
+	if gate != v1alpha1.GateDeploySafe || !engine.WaveNeedsApproval(fr, s, wv.Name) {
 		return counted
 	}
 	a := fr.ApprovalOfCandidate(fr.Status.Candidate, wv.Name, false)
@@ -209,84 +197,6 @@ func countedApprovals(fr *v1alpha1.FleetRollout, s verdict.Settings, wv *v1alpha
 		return counted
 	}
 	return append(slices.Clone(counted), *a)
-}
-
-// inconclusiveUntil decides an Inconclusive decision once the gate has been Inconclusive (prev, its
-// latest recorded outcome on the wave) for longer than the policy's settings.inconclusiveAfter, as
-// its settings.onInconclusive says: Fail, or Excuse. Excuse applies to deploySafe only, where the
-// clusters it could not observe have not been switched, and only when each thing it could not
-// observe is a named cluster: it passes the gate on what was observed (Inconclusive means that
-// passes), and the wave goes on without them (excusedBy, applyGates). Anything else fails.
-func inconclusiveUntil(gate string, d GateDecision, prev *v1alpha1.GateOutcome, s verdict.Settings, now time.Time) GateDecision {
-	if d.Result != v1alpha1.ResultInconclusive || prev == nil || prev.Result != v1alpha1.ResultInconclusive || prev.InconclusiveSince == nil {
-		return d
-	}
-	after := s.InconclusiveAfter
-	if after <= 0 || now.Sub(prev.InconclusiveSince.Time) < after {
-		return d
-	}
-	since := prev.InconclusiveSince.UTC().Format(time.RFC3339)
-	if s.OnInconclusive == verdict.OnInconclusiveExcuse && gate == v1alpha1.GateDeploySafe && len(d.Unobserved) > 0 &&
-		!slices.Contains(d.Unobserved, verdict.WholeGate) {
-		d.Result = v1alpha1.ResultPass
-		d.Reasons = append([]string{fmt.Sprintf("%s since %s, longer than the policy's settings.inconclusiveAfter of %s; settings.onInconclusive is Excuse: the wave goes on without %s, not switched: %s",
-			excusedReason, since, after, plural(len(d.Unobserved), "cluster", "clusters"), firstNames(d.Unobserved, 10))}, d.Reasons...)
-		return d
-	}
-	d.Result = v1alpha1.ResultFail
-	d.Reasons = append([]string{fmt.Sprintf("inconclusive since %s, longer than the policy's settings.inconclusiveAfter of %s: what could not be observed fails the gate",
-		since, after)}, d.Reasons...)
-	return d
-}
-
-// excusedReason opens the reason of a deploySafe decision that excused the clusters it could not
-// observe (inconclusiveUntil): a receipt taken up after a restart is read the same way (excusedBy).
-const excusedReason = "excused: inconclusive"
-
-// excusedBy lists the members of wave wv that deploySafe decision d excused: when it passed with
-// the excuse (excusedReason), the targets of the wave its evidence could not observe. It reads only
-// the decision and its evidence, so a decision taken up from its receipt excuses the same clusters.
-func excusedBy(wv *v1alpha1.WaveStatus, d GateDecision) []string {
-	if d.Result != v1alpha1.ResultPass || !slices.ContainsFunc(d.Reasons, func(r string) bool { return strings.HasPrefix(r, excusedReason) }) {
-		return nil
-	}
-	ds, ok := deploySafeOf(d.Evidence)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, u := range ds.Unobserved {
-		if u.Name != "" && slices.Contains(wv.Clusters, u.Name) && !slices.Contains(out, u.Name) {
-			out = append(out, u.Name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// maxUnobserved bounds GateOutcome.unobserved; the receipt names them all.
-const maxUnobserved = 20
-
-// capUnobserved is the unobserved targets as status keeps them: the first maxUnobserved, then how
-// many more.
-func capUnobserved(names []string) []string {
-	if len(names) <= maxUnobserved {
-		return names
-	}
-	return append(slices.Clone(names[:maxUnobserved]), fmt.Sprintf("and %d more", len(names)-maxUnobserved))
-}
-
-// deploySafeOf is deploySafe's evidence, when ev is it.
-func deploySafeOf(ev any) (verdict.DeploySafeEvidence, bool) {
-	switch e := ev.(type) {
-	case verdict.DeploySafeEvidence:
-		return e, true
-	case *verdict.DeploySafeEvidence:
-		if e != nil {
-			return *e, true
-		}
-	}
-	return verdict.DeploySafeEvidence{}, false
 }
 
 // safeEvaluate runs an evaluator and turns a panic into an error, so a broken evaluator fails the gate

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/verdict"
 	"github.com/tidegate/tidegate/verdict/bounded"
 )
@@ -61,7 +62,7 @@ noDisruption: { if noDisruption.rollout == "fleet/explode" { _huge: len([for i i
 	since := metav1.NewTime(time.Unix(1_000_000, 0))
 	prev := &v1alpha1.GateOutcome{Gate: v1alpha1.GateNoDisruption, Result: v1alpha1.ResultInconclusive, InconclusiveSince: &since}
 	s := verdict.Settings{InconclusiveAfter: 10 * time.Minute, OnInconclusive: "Fail"}
-	if got := inconclusiveUntil(v1alpha1.GateNoDisruption, d, prev, s, since.Add(11*time.Minute)); got.Result != v1alpha1.ResultFail ||
+	if got := engine.InconclusiveUntil(v1alpha1.GateNoDisruption, d, prev, s, since.Add(11*time.Minute)); got.Result != v1alpha1.ResultFail ||
 		!strings.Contains(strings.Join(got.Reasons, "\n"), "64 MiB memory") {
 		t.Errorf("past inconclusiveAfter, it fails naming the budget: %+v", got)
 	}

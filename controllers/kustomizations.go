@@ -2,9 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,7 +9,6 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,83 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 )
-
-// specHashAnnotation records a hash of what tidegate last wrote to a Kustomization, so a reconcile
-// that would write the same thing again makes no API call at all.
-const specHashAnnotation = "tidegate.dev/spec-hash"
-
-// buildHashAnnotation records a hash of the fields of what tidegate last wrote to a Kustomization
-// that shape what Flux applies (buildHash): a change of them reaches the cluster only through a
-// wave.
-const buildHashAnnotation = "tidegate.dev/build-hash"
-
-// Template defaults, as documented on KustomizationTemplate.
-const (
-	defaultKustomizationInterval = 10 * time.Minute
-	defaultKustomizationTimeout  = 5 * time.Minute
-)
-
-// desiredKustomization is the Kustomization that makes cluster fc run t: the revision pinned by
-// t.Source, built with t.Build (the candidate's or the known-good's: spec.path and the template's
-// build fields as they were when it started; nil, the spec's), with the cluster's own install-time
-// values (spec.values) merged over the build's postBuild substitutions. The template's other
-// fields (interval, timeout, wait, prune, force, healthChecks) are the spec's: they change how
-// Flux applies, not what.
-func desiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg target) *kustomizev1.Kustomization {
-	fr = fr.Built(tg.Build)
-	source, revision, wave := tg.Source, tg.Revision, tg.Wave
-	t := fr.Spec.Template
-	ks := &kustomizev1.Kustomization{
-		TypeMeta: metav1.TypeMeta{APIVersion: kustomizev1.GroupVersion.String(), Kind: kustomizev1.KustomizationKind},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      v1alpha1.KustomizationName(fr.Name, fc.Name),
-			Namespace: fr.Namespace,
-			Labels: map[string]string{
-				v1alpha1.RolloutLabel: fr.Name,
-				v1alpha1.ClusterLabel: fc.Name,
-				v1alpha1.WaveLabel:    wave,
-			},
-			Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
-		},
-		Spec: kustomizev1.KustomizationSpec{
-			Interval:        durationOr(t.Interval, defaultKustomizationInterval),
-			RetryInterval:   retryInterval(t),
-			Timeout:         &metav1.Duration{Duration: durationOr(t.Timeout, defaultKustomizationTimeout).Duration},
-			Path:            fr.Spec.Path,
-			Prune:           boolOr(t.Prune, true),
-			Wait:            boolOr(t.Wait, true),
-			Force:           t.Force,
-			TargetNamespace: t.TargetNamespace,
-			HealthChecks:    t.HealthChecks,
-			Patches:         t.Patches,
-			Images:          t.Images,
-			PostBuild:       fr.PostBuild(fc),
-			SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
-			KubeConfig:      fc.Spec.KubeConfig,
-			// What deleting this Kustomization does to its member, however it is deleted (finalize.go).
-			DeletionPolicy: fr.GetDeletionPolicy(),
-		},
-	}
-	if fc.Spec.KubeConfig != nil {
-		ks.Spec.KubeConfig = fc.Spec.KubeConfig.DeepCopy()
-	}
-	return ks
-}
-
-// defaultRetryInterval is how soon kustomize-controller retries a failed apply when the template
-// sets no retryInterval: a member's 503 or a webhook's timeout at the moment of a switch is
-// retried within the wave's deadline, not an interval (10 m) later.
-const defaultRetryInterval = time.Minute
-
-// retryInterval is the template's retryInterval, else defaultRetryInterval, or the interval when
-// that is shorter.
-func retryInterval(t v1alpha1.KustomizationTemplate) *metav1.Duration {
-	if t.RetryInterval != nil {
-		return t.RetryInterval
-	}
-	return &metav1.Duration{Duration: min(defaultRetryInterval, durationOr(t.Interval, defaultKustomizationInterval).Duration)}
-}
 
 // applyKustomization writes ks with server-side apply under tidegate's field manager, unless the
 // existing object already carries the same content hash and still has the spec tidegate gave it.
@@ -106,12 +27,12 @@ func retryInterval(t v1alpha1.KustomizationTemplate) *metav1.Duration {
 // spec.suspend among them, stays the other writer's. beforeWrite runs just before a write (the
 // crash-point hook). It reports whether it wrote.
 func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ks, existing *kustomizev1.Kustomization, beforeWrite func() error) (bool, error) {
-	hash, err := specHash(ks)
+	hash, err := engine.SpecHash(ks)
 	if err != nil {
 		return false, err
 	}
-	if existing != nil && existing.Annotations[specHashAnnotation] == hash {
-		kept, err := specKept(ks, existing)
+	if existing != nil && existing.Annotations[engine.SpecHashAnnotation] == hash {
+		kept, err := engine.SpecKept(ks, existing)
 		if err != nil || kept {
 			return false, err
 		}
@@ -119,7 +40,7 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 	if err := beforeWrite(); err != nil {
 		return false, err
 	}
-	if err := stampHashes(ks, hash); err != nil {
+	if err := engine.StampHashes(ks, hash); err != nil {
 		return false, err
 	}
 	controller := true
@@ -355,99 +276,4 @@ func (b *writeBackoff) nextRetry(fr *v1alpha1.FleetRollout, now time.Time) time.
 		}
 	}
 	return next
-}
-
-// specKept reports whether existing's spec still has every field desired sets, as desired sets it
-// (fields the API server defaulted, such as a substituteFrom's optional, are not desired's).
-func specKept(desired, existing *kustomizev1.Kustomization) (bool, error) {
-	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&desired.Spec)
-	if err != nil {
-		return false, err
-	}
-	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&existing.Spec)
-	if err != nil {
-		return false, err
-	}
-	return within(want, have), nil
-}
-
-// within reports whether want is in have: every key of a map with a value within have's, lists
-// of the same length item by item, anything else equal.
-func within(want, have any) bool {
-	switch w := want.(type) {
-	case map[string]any:
-		h, ok := have.(map[string]any)
-		if !ok {
-			return false
-		}
-		for k, v := range w {
-			if !within(v, h[k]) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		h, ok := have.([]any)
-		if !ok || len(h) != len(w) {
-			return false
-		}
-		for i := range w {
-			if !within(w[i], h[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	return equality.Semantic.DeepEqual(want, have)
-}
-
-// specHash is the hash tidegate records on a Kustomization it writes (specHashAnnotation), over
-// what it writes: its labels, its annotations (before the hash is added) and its spec.
-func specHash(ks *kustomizev1.Kustomization) (string, error) {
-	return contentHash(ks.Labels, ks.Annotations, ks.Spec)
-}
-
-// stampHashes records on ks, about to be written, its spec hash and its build hash.
-func stampHashes(ks *kustomizev1.Kustomization, spec string) error {
-	build, err := buildHash(ks)
-	if err != nil {
-		return err
-	}
-	ks.Annotations[specHashAnnotation] = spec
-	ks.Annotations[buildHashAnnotation] = build
-	return nil
-}
-
-// buildHash is the hash of the fields of a Kustomization that shape what Flux applies to its
-// cluster, and where: the source and path, what kustomize builds with (targetNamespace, name prefix
-// and suffix, patches, images, components, decryption), the postBuild substitution (the template's
-// and the cluster's values) and the kubeconfig. The rest (interval, timeout, retries, prune, wait,
-// health checks, deletion policy, labels) says how Flux applies and checks it, not what.
-func buildHash(ks *kustomizev1.Kustomization) (string, error) {
-	s := &ks.Spec
-	return contentHash(s.SourceRef, s.Path, s.TargetNamespace, s.NamePrefix, s.NameSuffix, s.Patches, s.Images, s.Components,
-		s.Decryption, s.PostBuild, s.KubeConfig)
-}
-
-func contentHash(parts ...any) (string, error) {
-	b, err := json.Marshal(parts)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:16], nil
-}
-
-func durationOr(d *metav1.Duration, def time.Duration) metav1.Duration {
-	if d != nil && d.Duration > 0 {
-		return *d
-	}
-	return metav1.Duration{Duration: def}
-}
-
-func boolOr(b *bool, def bool) bool {
-	if b != nil {
-		return *b
-	}
-	return def
 }

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/ops"
 )
@@ -46,7 +46,7 @@ func (r *FleetRolloutReconciler) recordLedger(ctx context.Context, fr *v1alpha1.
 // ledger of its own that says so: one Outcome entry, Unchanged, naming the known-good whose render
 // it is. It runs before the status patch, as recordLedger does. tracked is the tracked source,
 // which serves the revision.
-func (r *FleetRolloutReconciler) recordUnchanged(ctx context.Context, fr *v1alpha1.FleetRollout, was *v1alpha1.UnchangedRevision, tracked collector.SourceState) error {
+func (r *FleetRolloutReconciler) recordUnchanged(ctx context.Context, fr *v1alpha1.FleetRollout, was *v1alpha1.UnchangedRevision, tracked engine.SourceState) error {
 	u := fr.Status.Unchanged
 	if u == nil || (was != nil && was.Revision == u.Revision) || tracked.Revision != u.Revision {
 		return nil

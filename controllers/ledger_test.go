@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/ops"
 )
@@ -165,14 +165,14 @@ func runPass(ctx context.Context, t *testing.T, r *FleetRolloutReconciler, key c
 		t.Fatal(err)
 	}
 	patcher := newStatusPatch(fr)
-	before := r.statusMarks(fr)
-	was := fr.Status.Candidate.DeepCopy()
+	read := fr.Status.DeepCopy()
 	change(fr)
 	byName := map[string]*v1alpha1.GateReceipt{}
 	for _, rc := range receipts {
 		byName[rc.Name] = rc
 	}
-	return r.writePass(ctx, fr, patcher, before, was, fr.Status.Unchanged.DeepCopy(), collector.SourceState{}, byName)
+	read.Unchanged = fr.Status.Unchanged.DeepCopy()
+	return r.writePass(ctx, fr, patcher, read, engine.SourceState{}, byName)
 }
 
 // writeTestReceipt writes the decision of gate on the rollout's first wave, over its candidate, as
@@ -239,7 +239,9 @@ func crashAtTheSupersededLedgerWrite(t *testing.T, hub *testHub) {
 		if err := runPass(ctx, t, r, key, func(fr *v1alpha1.FleetRollout) {
 			startWith(rev, d)(fr)
 			wv := &fr.Status.Waves[0]
-			recordGate(fr, wv, v1alpha1.GateDeploySafe, pass, rc.Name, time.Now())
+			decidedAt := metav1.Now()
+			wv.Gates = append(wv.Gates, v1alpha1.GateOutcome{Gate: v1alpha1.GateDeploySafe, Result: pass.Result, Receipt: rc.Name,
+				DecidedAt: &decidedAt, ObservedGeneration: fr.Generation})
 			wv.Phase, wv.StartedAt = v1alpha1.WaveProgressing, &metav1.Time{Time: time.Now()}
 		}, rc); err != nil {
 			t.Fatal(err)
@@ -365,7 +367,7 @@ func crashWhilePruningReceipts(t *testing.T, hub *testHub) {
 		if err := hub.admin.Get(ctx, key, cur); err != nil {
 			t.Fatal(err)
 		}
-		return r.prune(ctx, &pass{world: &world{Rollout: cur, Now: time.Now()}, res: stepResult{GateWave: -1, Decided: -1}}).err
+		return r.prune(ctx, &pass{World: &engine.World{Rollout: cur, Now: time.Now()}, res: engine.StepResult{GateWave: -1, Decided: -1}}).err
 	}
 	left := func() map[string]bool {
 		var list v1alpha1.GateReceiptList

@@ -149,7 +149,7 @@ func cacheOptions(fleetNamespaces []string) cache.Options {
 
 // trimKustomization keeps of a Kustomization what tidegate reads (its metadata, spec, conditions and
 // revisions, the latest entry of status.history, by which a member in the middle of a reconcile is
-// judged: collector.Observation) and drops the rest before it enters the cache: managedFields; the
+// judged: engine.Observation) and drops the rest before it enters the cache: managedFields; the
 // older entries of status.history; and of
 // status.inventory every entry but the workloads sampled for availability (Deployments,
 // StatefulSets and DaemonSets, availability.WorkloadsFromInventory) and any entry whose ID does not

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence/availability"
-	"github.com/tidegate/tidegate/evidence/collector"
 )
 
 // TestManagerOptions: every manager reads member credentials (kubeconfig Secrets, workload identity
@@ -123,7 +123,7 @@ func TestCacheKeepsWhatTidegateReadsOfAKustomization(t *testing.T) {
 	ctx := context.Background()
 
 	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: fr.Namespace}}
-	ks := desiredKustomization(fr, fc, target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
+	ks := engine.DesiredKustomization(fr, fc, engine.Target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
 	ks.Spec.HealthChecks = []meta.NamespacedObjectKindReference{{Kind: "Deployment", Name: "web", Namespace: "web"}}
 	if err := hub.admin.Create(ctx, ks); err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestCacheKeepsWhatTidegateReadsOfAKustomization(t *testing.T) {
 	if len(cached.ManagedFields) != 0 {
 		t.Errorf("managedFields %d entries; want none", len(cached.ManagedFields))
 	}
-	// The latest history entry judges a member in the middle of a reconcile (collector.Observation).
+	// The latest history entry judges a member in the middle of a reconcile (engine.Observation).
 	if len(cached.Status.History) != 1 || !reflect.DeepEqual(cached.Status.History[0], live.Status.History[0]) {
 		t.Errorf("cached history %+v, want only the latest of %+v", cached.Status.History, live.Status.History)
 	}
@@ -194,8 +194,8 @@ func TestCacheKeepsWhatTidegateReadsOfAKustomization(t *testing.T) {
 	if !reflect.DeepEqual(liveWorkloads, cachedWorkloads) || liveErr == nil || cachedErr == nil {
 		t.Errorf("workloads from the cache %v (%v), from the API server %v (%v)", cachedWorkloads, cachedErr, liveWorkloads, liveErr)
 	}
-	if collector.Observe(&live) != collector.Observe(&cached) {
-		t.Errorf("observation from the cache %+v, from the API server %+v", collector.Observe(&cached), collector.Observe(&live))
+	if engine.Observe(&live) != engine.Observe(&cached) {
+		t.Errorf("observation from the cache %+v, from the API server %+v", engine.Observe(&cached), engine.Observe(&live))
 	}
 	if !reflect.DeepEqual(live.Spec, cached.Spec) || !reflect.DeepEqual(live.Labels, cached.Labels) || !reflect.DeepEqual(live.Annotations, cached.Annotations) ||
 		!reflect.DeepEqual(live.Status.Conditions, cached.Status.Conditions) || !reflect.DeepEqual(live.OwnerReferences, cached.OwnerReferences) {

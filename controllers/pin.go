@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // pinnedSourceInterval is how often source-controller re-checks a pinned source. The pinned commit or
@@ -25,7 +25,7 @@ const pinnedSourceInterval = 10 * time.Minute
 // tracked source with the same URL, credentials and verification, whose ref names exactly that commit
 // (Git) or digest (OCI).
 func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, name, revision string) (client.Object, error) {
-	ref, digest, err := collector.SplitRevision(revision)
+	ref, digest, err := engine.SplitRevision(revision)
 	if err != nil {
 		return nil, fmt.Errorf("fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
 	}

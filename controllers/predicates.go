@@ -32,7 +32,7 @@ func (p viewChanged[V]) Update(e event.UpdateEvent) bool {
 	return p.view(e.ObjectOld) != p.view(e.ObjectNew)
 }
 
-// kustomizationView is what the engine reads of a per-cluster Kustomization (collector.Observe):
+// kustomizationView is what the engine reads of a per-cluster Kustomization (engine.Observe):
 // its spec's generation and what kustomize-controller made of it.
 type kustomizationView struct {
 	generation, observedGeneration int64

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // TestWatchPredicates: the status writes Flux and the FleetCluster controller make on every
@@ -191,7 +192,7 @@ func TestIdleKustomizationsTriggerNoRolloutReconcile(t *testing.T) {
 	controller := true
 	for i := range clusters {
 		fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: fr.Namespace}}
-		ks := desiredKustomization(fr, fc, target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
+		ks := engine.DesiredKustomization(fr, fc, engine.Target{Source: "app-0123456789ab", Revision: "main@sha1:1", Wave: "all"})
 		ks.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.FleetRolloutKind,
 			Name: fr.Name, UID: fr.UID, Controller: &controller, BlockOwnerDeletion: &controller}}
 		if err := hub.admin.Create(ctx, ks); err != nil {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/verdict"
 )
@@ -75,7 +76,7 @@ func TestReceiptsNotTheControllersAreNotTakenUp(t *testing.T) {
 					}
 					return len(receipts) >= want, fmt.Sprintf("%d receipts in the cache, want %d", len(receipts), want)
 				})
-				_, rc := r.unrecordedDecision(ctx, &pass{world: &world{Rollout: fr, Now: now.Add(time.Second)}}, receipts, 0, v1alpha1.GateDeploySafe)
+				_, rc := r.unrecordedDecision(ctx, &pass{World: &engine.World{Rollout: fr, Now: now.Add(time.Second)}}, receipts, 0, v1alpha1.GateDeploySafe)
 				if rc == nil {
 					return ""
 				}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence/collector"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/verdict"
@@ -203,7 +204,7 @@ func sortedUnique(in []string) []string {
 // A deploySafe receipt's evidence, which names the targets to hold back, must decode: one whose
 // evidence is kept in parts is not taken up (the controller reads no ConfigMap), nor one that
 // cannot be read; that gate is decided again.
-func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass, receipts []metav1.PartialObjectMetadata, i int, gate string) (*decidedGate, *v1alpha1.GateReceipt) {
+func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass, receipts []metav1.PartialObjectMetadata, i int, gate string) (*engine.DecidedGate, *v1alpha1.GateReceipt) {
 	freshness := collector.DefaultFreshness
 	if r.Evidence != nil && r.Evidence.Freshness > 0 {
 		freshness = r.Evidence.Freshness
@@ -230,7 +231,7 @@ func (r *FleetRolloutReconciler) unrecordedDecision(ctx context.Context, p *pass
 			}
 			d.Evidence = ds
 		}
-		return &decidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}, rc
+		return &engine.DecidedGate{Gate: gate, Decision: d, Receipt: rc.Name, Evidence: d.Evidence}, rc
 	}
 	return nil, nil
 }
@@ -328,7 +329,7 @@ func newDueDecision(fr *v1alpha1.FleetRollout, i int, gate string, now time.Time
 			d.recorded[g.Receipt] = true
 		}
 	}
-	if prev := gateOutcome(wv, gate); prev != nil && prev.DecidedAt != nil {
+	if prev := engine.GateOutcome(wv, gate); prev != nil && prev.DecidedAt != nil {
 		d.after = prev.DecidedAt.Time
 	}
 	switch {

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // One cluster's Kustomization that cannot be written stops no other, against a real API server: in
@@ -68,7 +68,7 @@ func TestOneFailedKustomizationWriteStopsNoOther(t *testing.T) {
 		}
 		controller := true
 		for _, c := range owned {
-			ks := desiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: ns}}, target{Source: fr.Status.Candidate.Source, Revision: rev2, Wave: "all"})
+			ks := engine.DesiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: ns}}, engine.Target{Source: fr.Status.Candidate.Source, Revision: rev2, Wave: "all"})
 			ks.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.FleetRolloutKind,
 				Name: fr.Name, UID: fr.UID, Controller: &controller}}
 			if err := hub.admin.Create(ctx, ks); err != nil {
@@ -80,7 +80,7 @@ func TestOneFailedKustomizationWriteStopsNoOther(t *testing.T) {
 	// act runs the sub-steps up to act, as a reconcile does, and the step after it.
 	act := func(fr *v1alpha1.FleetRollout, at time.Time) *pass {
 		t.Helper()
-		p := &pass{world: &world{Rollout: fr, Now: at}}
+		p := &pass{World: &engine.World{Rollout: fr, Now: at}}
 		for _, sub := range []func(context.Context, *pass) outcome{r.resolveTarget, r.plan, r.act} {
 			if o := sub(ctx, p); o.kind != proceed {
 				t.Fatalf("the pass ended before the step: %+v", o)
@@ -88,8 +88,8 @@ func TestOneFailedKustomizationWriteStopsNoOther(t *testing.T) {
 		}
 		p.Observe(p.Objects)
 		// No source-controller runs: the candidate is taken as fetched.
-		p.Target, p.Candidate = rev2, collector.SourceState{Exists: true, Ready: true, Revision: rev2}
-		p.res = step(p.world)
+		p.Target, p.Candidate = rev2, engine.SourceState{Exists: true, Ready: true, Revision: rev2}
+		p.res = engine.Step(p.World)
 		return p
 	}
 	sourceOf := func(ns, cluster string) string {
@@ -149,7 +149,7 @@ func TestOneFailedKustomizationWriteStopsNoOther(t *testing.T) {
 	}
 	// The policy takes a moment to be enforced.
 	eventually(t, "the admission policy enforced", func() (bool, string) {
-		probe := desiredKustomization(wave, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "wave"}}, target{Source: "probe", Revision: rev2, Wave: "all"})
+		probe := engine.DesiredKustomization(wave, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "wave"}}, engine.Target{Source: "probe", Revision: rev2, Wave: "all"})
 		probe.Name = "probe"
 		err := hub.admin.Create(ctx, probe, client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), "cluster c takes no Kustomization"), fmt.Sprint(err)

@@ -14,20 +14,24 @@ import (
 	"cuelang.org/go/cue/build"
 	"cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/parser"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
-// The four confidence gates, as they are named in policies, evidence and receipts.
+// The confidence gates, as they are named in policies, evidence and receipts: the registry's
+// (v1alpha1.Gates).
 const (
-	GateDeploySafe       = "deploySafe"
-	GateNoDisruption     = "noDisruption"
-	GateRollbackSafe     = "rollbackSafe"
-	GateRollbackSucceeds = "rollbackSucceeds"
+	GateDeploySafe       = v1alpha1.GateDeploySafe
+	GateNoDisruption     = v1alpha1.GateNoDisruption
+	GateRollbackSafe     = v1alpha1.GateRollbackSafe
+	GateRollbackSucceeds = v1alpha1.GateRollbackSucceeds
 )
 
-// Gates lists the gates in the order a wave meets them.
-var Gates = []string{GateDeploySafe, GateRollbackSafe, GateRollbackSucceeds, GateNoDisruption}
+// Gates lists the gates in the order a wave meets them: the registry, v1alpha1.Gates.
+var Gates = v1alpha1.Gates
 
-// schemaOf names each gate's evidence definition.
+// schemaOf names each gate's evidence definition, by the gate's name in the registry
+// (v1alpha1.Gates); TestEveryGateHasASchema fails for a gate without one.
 var schemaOf = map[string]string{
 	GateDeploySafe:       "#DeploySafeEvidence",
 	GateNoDisruption:     "#NoDisruptionEvidence",

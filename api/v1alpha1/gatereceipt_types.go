@@ -16,8 +16,34 @@ const (
 	GateRollbackSucceeds = "rollbackSucceeds"
 )
 
-// Gates lists the gates in the order a wave meets them.
+// GatePhase says when in a wave a gate is decided.
+type GatePhase string
+
+const (
+	// GateBeforeWave gates are decided before a wave switches anything: one that fails blocks the
+	// wave with nothing of it applied.
+	GateBeforeWave GatePhase = "BeforeWave"
+	// GateBeforeFirstWave gates are decided before the first wave only, as GateBeforeWave ones.
+	GateBeforeFirstWave GatePhase = "BeforeFirstWave"
+	// GateAfterSoak gates are decided once a switched wave has soaked: one that fails fails the wave.
+	GateAfterSoak GatePhase = "AfterSoak"
+)
+
+// Gates is the registry of the gates: their names in the order a wave meets them. Every user of
+// the list of gates reads it (the engine, the policy, the collector, the conditions, the CLI), so
+// a new gate is added here once, with its phase in GatePhaseOf; the policy's schema of its
+// evidence (verdict) and its collector (evidence/collector) are keyed by its name, and a test of
+// each fails when the gate has none.
 var Gates = []string{GateDeploySafe, GateRollbackSafe, GateRollbackSucceeds, GateNoDisruption}
+
+// GatePhaseOf says when each gate of Gates is decided. rollbackSucceeds is also decided after
+// the first wave's rollback rehearsal, over its timings, when the policy asks for one.
+var GatePhaseOf = map[string]GatePhase{
+	GateDeploySafe:       GateBeforeWave,
+	GateRollbackSafe:     GateBeforeFirstWave,
+	GateRollbackSucceeds: GateBeforeWave,
+	GateNoDisruption:     GateAfterSoak,
+}
 
 // Gate results.
 const (

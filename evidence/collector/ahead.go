@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -55,7 +56,7 @@ func (g *gathered) finished() bool {
 // rollout and its generation (its spec: template, approvals), its candidate and known-good, the states
 // of their pinned sources (served revision, digest, verification), the wave's rehearsal and the
 // policy's settings. Evidence gathered ahead is used only for the same key.
-func evidenceKey(sc *Scope, gate string, i int) string {
+func evidenceKey(sc *engine.World, gate string, i int) string {
 	fr := sc.Rollout
 	wv := &fr.Status.Waves[i]
 	type member struct {
@@ -71,7 +72,7 @@ func evidenceKey(sc *Scope, gate string, i int) string {
 		}
 		members = append(members, m)
 	}
-	source := func(s SourceState) SourceState {
+	source := func(s engine.SourceState) engine.SourceState {
 		s.Message = "" // wording, not state
 		return s
 	}
@@ -81,7 +82,7 @@ func evidenceKey(sc *Scope, gate string, i int) string {
 		Rollout                    types.UID
 		Generation                 int64
 		Candidate, KnownGood       *v1alpha1.RevisionStatus
-		CandidateSrc, KnownGoodSrc SourceState
+		CandidateSrc, KnownGoodSrc engine.SourceState
 		Rehearsal                  *v1alpha1.RehearsalStatus
 		Settings                   verdict.Settings
 	}{gate, wv.Name, members, fr.UID, fr.Generation, fr.Status.Candidate, fr.Status.LastKnownGood,
@@ -104,7 +105,7 @@ func (c *Collector) freshness() time.Duration {
 // gatheredAhead returns the evidence gathered ahead for gate of wave i when it was gathered for
 // exactly this scope (evidenceKey) and is at most Freshness old, waiting within ctx for a gathering
 // still under way. It is used once: a later decision collects anew.
-func (c *Collector) gatheredAhead(ctx context.Context, sc *Scope, gate string, i int) (Collected, bool) {
+func (c *Collector) gatheredAhead(ctx context.Context, sc *engine.World, gate string, i int) (Collected, bool) {
 	id := aheadID{rollout: sc.Rollout.UID, gate: gate}
 	c.bg.mu.Lock()
 	c.sweepLocked()

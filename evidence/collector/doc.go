@@ -3,9 +3,9 @@
 // artifacts source-controller serves, asks the wave's member API servers (preflight, availability
 // samples), and reports what it could not establish. It also loads the rollout's CUE policy.
 //
-// A reconcile reads the world once into a Scope (the rollout, its FleetClusters, its
-// Kustomizations, the pinned sources); the state machine and the collector both read that Scope,
-// so a gate judges what the step saw. Renders and compiled policies are kept by digest; the
+// A reconcile fills an engine.World (the rollout, its FleetClusters, its Kustomizations, the
+// pinned sources); the state machine and the collector both read that World, so a gate judges what
+// the step saw. The collector only reads it. Renders and compiled policies are kept by digest; the
 // content behind a digest never changes.
 //
 // Apart from the reconciles, while a wave soaks, a soak loop per rollout samples the wave's members

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -35,7 +36,7 @@ type answer struct {
 // used for the others. It keeps this decision's answers when one of the wave's own targets did not
 // answer (the gate will be Inconclusive and decided again), and forgets the question when all did.
 // reused is how many results were taken from earlier checks, the oldest checked at oldest.
-func (c *Collector) recheck(sc *Scope, key string, names []string, n int, check func([]string) []verdict.ClusterPreflight) (results []verdict.ClusterPreflight, reused int, oldest time.Time) {
+func (c *Collector) recheck(sc *engine.World, key string, names []string, n int, check func([]string) []verdict.ClusterPreflight) (results []verdict.ClusterPreflight, reused int, oldest time.Time) {
 	now := sc.Now
 	identity := func(name string) (types.UID, int64) {
 		if fc := sc.Clusters[name]; fc != nil {

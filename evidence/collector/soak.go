@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/fleets"
 )
@@ -64,7 +65,7 @@ type soakPlan struct {
 	members []soakMember
 	// next is the scope the next wave's pre-wave gates are gathered from (nil: no next wave, or its
 	// members are not known), nextWave its index, gates those gates, and keys their evidenceKeys.
-	next     *Scope
+	next     *engine.World
 	nextWave int
 	gates    []string
 	keys     []string
@@ -85,7 +86,7 @@ type soakMember struct {
 // after it (preWave(i+1)) are gathered ahead, within Freshness of the end of the soak. Once no wave
 // soaks or rehearses (or another one does), the loop for the old one ends. Follow itself is cheap:
 // it records what to do; the loop does it.
-func (c *Collector) Follow(sc *Scope, preWave func(wave int) []string) {
+func (c *Collector) Follow(sc *engine.World, preWave func(wave int) []string) {
 	fr := sc.Rollout
 	i := activeWave(fr)
 	if i < 0 || fr.Status.Candidate == nil {
@@ -154,7 +155,7 @@ func rollingBack(fr *v1alpha1.FleetRollout) bool {
 // planSoak builds the loop's plan from the scope: the members to sample (their workloads from their
 // Kustomizations' inventories, read again only when a Kustomization changed) and the next wave's
 // scope, as the step will see it when that wave is due.
-func (c *Collector) planSoak(sc *Scope, i int, preWave func(int) []string, prev soakPlan) soakPlan {
+func (c *Collector) planSoak(sc *engine.World, i int, preWave func(int) []string, prev soakPlan) soakPlan {
 	fr := sc.Rollout
 	wv := &fr.Status.Waves[i]
 	plan := soakPlan{
@@ -170,7 +171,7 @@ func (c *Collector) planSoak(sc *Scope, i int, preWave func(int) []string, prev 
 		plan.interval = prev.interval
 	}
 	if plan.sampling && wv.ReadyAt != nil {
-		plan.soakEnd = wv.ReadyAt.Add(WaveSoak(fr.WaveSpec(wv.Name), sc.Settings))
+		plan.soakEnd = wv.ReadyAt.Add(engine.WaveSoak(fr.WaveSpec(wv.Name), sc.Settings))
 	}
 	known := make(map[string]soakMember, len(prev.members))
 	for _, m := range prev.members {
@@ -209,7 +210,7 @@ func workloadsOf(ks *kustomizev1.Kustomization) []availability.Workload {
 
 // nextWaveScope is the scope wave j's pre-wave gates will be decided over: the rollout as it is,
 // with wave j's members snapshotted as the step will snapshot them from today's inventory.
-func nextWaveScope(sc *Scope, j int) *Scope {
+func nextWaveScope(sc *engine.World, j int) *engine.World {
 	fr := sc.Rollout
 	members, err := fleets.Members(fleets.Input{Rollout: fr, Inventory: sc.Inventory}, fr.Status.Waves[:j], fr.Status.Waves[j].Name)
 	if err != nil {
@@ -439,7 +440,7 @@ func (c *Collector) Stop() {
 // Soaked summarises, for the rollout's status, the samples of wave i's members since the wave was
 // Ready: what a restart continues the soak from (seedSoak). Members held back, and members not
 // sampled yet, have no entry.
-func (c *Collector) Soaked(sc *Scope, i int) []v1alpha1.SoakSamples {
+func (c *Collector) Soaked(sc *engine.World, i int) []v1alpha1.SoakSamples {
 	fr := sc.Rollout
 	wv := &fr.Status.Waves[i]
 	if wv.ReadyAt == nil {
@@ -477,7 +478,7 @@ func (c *Collector) Soaked(sc *Scope, i int) []v1alpha1.SoakSamples {
 // seedSoak starts the samples of wave i's members, at the soak's sample interval, from what the
 // rollout's status kept of them (Soaked), for members the collector has no samples of: after a restart the soak continues, and a
 // disruption seen before it is remembered.
-func (c *Collector) seedSoak(sc *Scope, i int, interval time.Duration) {
+func (c *Collector) seedSoak(sc *engine.World, i int, interval time.Duration) {
 	fr := sc.Rollout
 	sampler := c.samples(interval)
 	wave := fr.Status.Waves[i].Name

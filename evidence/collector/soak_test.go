@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -164,10 +165,10 @@ func TestEvidenceGatheredAheadIsUsedOnceWhileFresh(t *testing.T) {
 func TestEvidenceGatheredAheadIsNotUsedStaleOrForSomethingElse(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		change func(clk *clock, dec *Scope)
+		change func(clk *clock, dec *engine.World)
 	}{
-		{"older than the bound", func(clk *clock, dec *Scope) { clk.Add(3 * time.Minute); dec.Now = clk.Now() }},
-		{"a member changed", func(_ *clock, dec *Scope) {
+		{"older than the bound", func(clk *clock, dec *engine.World) { clk.Add(3 * time.Minute); dec.Now = clk.Now() }},
+		{"a member changed", func(_ *clock, dec *engine.World) {
 			name := dec.Rollout.Status.Waves[1].Clusters[0]
 			fc := dec.Clusters[name].DeepCopy()
 			fc.Generation++

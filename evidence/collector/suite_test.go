@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/fleets"
 	"github.com/tidegate/tidegate/internal/member"
 	"github.com/tidegate/tidegate/internal/scheme"
@@ -94,7 +95,7 @@ type world struct {
 	ns       string
 	rollout  *v1alpha1.FleetRollout
 	clusters []string
-	scope    *Scope
+	scope    *engine.World
 	fetches  *int64
 }
 
@@ -188,9 +189,9 @@ func newWorld(t testing.TB, n int, interval, soak, readyAgo time.Duration, now t
 		t.Fatal(err)
 	}
 	w.rollout = fr
-	w.scope = &Scope{
+	w.scope = &engine.World{
 		Rollout: fr.DeepCopy(), Clusters: clusters, Inventory: inv, Plan: plan, Objects: objects,
-		Candidate: SourceState{Name: cand.Source, Exists: true, Ready: true, Revision: cand.Revision, Digest: digest, URL: srv.URL + "/web.tar.gz"},
+		Candidate: engine.SourceState{Name: cand.Source, Exists: true, Ready: true, Revision: cand.Revision, Digest: digest, URL: srv.URL + "/web.tar.gz"},
 		Settings:  verdict.Settings{SampleInterval: interval, Soak: soak},
 		Now:       now,
 	}
@@ -219,7 +220,7 @@ func createAvailableWeb(t testing.TB, c client.Client, ns string) {
 
 // decision is the scope of the pass that decides the next wave's pre-wave gates at now: the canary
 // succeeded, and the rest wave's members are snapshotted as the step snapshots them.
-func (w *world) decision(t testing.TB, now time.Time) *Scope {
+func (w *world) decision(t testing.TB, now time.Time) *engine.World {
 	t.Helper()
 	sc := *w.scope
 	sc.Rollout = w.scope.Rollout.DeepCopy()

@@ -13,19 +13,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/fleets"
 	"github.com/tidegate/tidegate/verdict"
 )
 
-func rolloutScope(waves ...v1alpha1.WaveStatus) *Scope {
+func rolloutScope(waves ...v1alpha1.WaveStatus) *engine.World {
 	one := int32(1)
 	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}}
 	fr.Spec.Waves = []v1alpha1.Wave{{Name: "canary"}, {Name: "ring"}, {Name: "rest", MaxFailures: &one}}
 	fr.Status.Candidate = &v1alpha1.RevisionStatus{Revision: "main@sha1:2222222222222222222222222222222222222222", Source: "web-2",
 		Digest: "sha256:" + strings.Repeat("c", 64)}
 	fr.Status.Waves = waves
-	return &Scope{Rollout: fr, Now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC), Settings: verdict.Settings{SampleInterval: 5 * time.Second}}
+	return &engine.World{Rollout: fr, Now: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC), Settings: verdict.Settings{SampleInterval: 5 * time.Second}}
 }
 
 // The first wave's deploySafe preflights every later wave's planned members, each wave with its
@@ -172,4 +173,8 @@ func TestNoDisruptionEvidenceLeavesOutWhatWasNotMeasured(t *testing.T) {
 	if err != nil || dec.Pass || !dec.Inconclusive || strings.Join(dec.Unobserved, ",") != "dark,unsampled" {
 		t.Errorf("a wave whose only failures are members not measured is Inconclusive: %+v %v", dec, err)
 	}
+}
+
+func cond(typ string, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg}
 }

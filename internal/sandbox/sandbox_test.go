@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/ops"
 	"github.com/tidegate/tidegate/internal/scheme"
@@ -158,7 +158,7 @@ func playDemo(t *testing.T, oci bool) {
 		if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: v1alpha1.KustomizationName(rolloutName, member)}, &ks); err != nil {
 			t.Fatal(err)
 		}
-		if !collector.SameRevision(ks.Status.LastAppliedRevision, rev["v4"]) || oci != (ks.Status.LastAppliedRevision == digestOf(rev["v4"])) {
+		if !engine.SameRevision(ks.Status.LastAppliedRevision, rev["v4"]) || oci != (ks.Status.LastAppliedRevision == digestOf(rev["v4"])) {
 			t.Errorf("%s's Kustomization applied %s, want v4 %s", member, ks.Status.LastAppliedRevision, rev["v4"])
 		}
 		mc := memberClient(ctx, t, hub, member)
@@ -377,7 +377,7 @@ func alive(pid int) bool {
 
 // digestOf is the digest (OCI) or commit a Flux revision names: its part after the last "@".
 func digestOf(rev string) string {
-	_, digest, _ := collector.SplitRevision(rev)
+	_, digest, _ := engine.SplitRevision(rev)
 	return digest
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
-// gateOrder is the order gates are decided in for a wave.
-var gateOrder = []string{v1alpha1.GateDeploySafe, v1alpha1.GateRollbackSafe, v1alpha1.GateRollbackSucceeds, v1alpha1.GateNoDisruption}
+// gateOrder is the order gates are decided in for a wave: the registry's.
+var gateOrder = v1alpha1.Gates
 
 // summaryTable is one row per gate decision of each release: its wave, gate, result and receipt.
 // Within a release, rows go by wave (in the rollout's order), then by when they were decided, then

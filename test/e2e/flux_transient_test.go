@@ -11,7 +11,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -69,8 +69,8 @@ func TestE2ETransientFluxStatesAreNotFailures(t *testing.T) {
 	cand := fr.Status.Candidate
 	transient := 0
 	for _, ks := range seen {
-		o := collector.Observe(ks)
-		if ks.Spec.SourceRef.Name != cand.Source || !o.Current || !collector.SameRevision(ks.Status.LastAppliedRevision, cand.Revision) {
+		o := engine.Observe(ks)
+		if ks.Spec.SourceRef.Name != cand.Source || !o.Current || !engine.SameRevision(ks.Status.LastAppliedRevision, cand.Revision) {
 			continue // before its first finished reconcile of the candidate
 		}
 		ready, health, what := o.JudgedAt(cand.Source, cand.Revision)

@@ -23,7 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/internal/scheme"
 	"github.com/tidegate/tidegate/internal/testbin"
 	"github.com/tidegate/tidegate/test/fluxstandin"
@@ -238,8 +238,8 @@ func TestAppliesTheSourcesRevision(t *testing.T) {
 	if ks.Status.Inventory == nil || len(ks.Status.Inventory.Entries) != 1 || ks.Status.Inventory.Entries[0].ID != "demo_web_apps_Deployment" {
 		t.Errorf("inventory %+v, want the Deployment demo/web", ks.Status.Inventory)
 	}
-	if !collector.Observe(ks).ReadyAt("web-111111111111", rev) {
-		t.Errorf("tidegate does not read the Kustomization as Ready at %s: %+v", rev, collector.Observe(ks))
+	if !engine.Observe(ks).ReadyAt("web-111111111111", rev) {
+		t.Errorf("tidegate does not read the Kustomization as Ready at %s: %+v", rev, engine.Observe(ks))
 	}
 	if len(ks.Finalizers) != 1 || ks.Finalizers[0] != kustomizev1.KustomizationFinalizer {
 		t.Errorf("finalizers %v, want kustomize-controller's", ks.Finalizers)
@@ -266,8 +266,8 @@ func TestFailsHealthChecksOnChosenClusters(t *testing.T) {
 		t.Errorf("failing cluster: lastApplied %q, observedGeneration %d of %d, lastAttempted %q; want nothing applied, the generation not observed, %s attempted",
 			bad.Status.LastAppliedRevision, bad.Status.ObservedGeneration, bad.Generation, bad.Status.LastAttemptedRevision, rev)
 	}
-	if !collector.Observe(bad).FailedAt("web-222222222222", rev) {
-		t.Errorf("tidegate does not read the failure as the revision's: %+v", collector.Observe(bad))
+	if !engine.Observe(bad).FailedAt("web-222222222222", rev) {
+		t.Errorf("tidegate does not read the failure as the revision's: %+v", engine.Observe(bad))
 	}
 	if st := s.Stats(); st.Failed < 1 || st.Applies < 1 {
 		t.Errorf("stats %+v, want a failure and an apply", st)
@@ -290,7 +290,7 @@ func TestReReconcilesEveryInterval(t *testing.T) {
 			sawUnknown = true
 			// status.history's latest snapshot says the last reconcile of this spec succeeded: tidegate
 			// reads a member mid-reconcile by it, as it does kustomize-controller's.
-			if o := collector.Observe(ks); !o.StillAt("web-333333333333", rev) || o.FailedAt("web-333333333333", rev) || !o.ReadyAt("web-333333333333", rev) {
+			if o := engine.Observe(ks); !o.StillAt("web-333333333333", rev) || o.FailedAt("web-333333333333", rev) || !o.ReadyAt("web-333333333333", rev) {
 				t.Errorf("mid-reconcile, tidegate reads %+v: want Ready at %s by its history, not failed", o, rev)
 			}
 		}

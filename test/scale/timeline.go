@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/evidence/collector"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/internal/scheme"
 )
 
@@ -133,7 +133,7 @@ func (t *timeline) readyAt(cluster, source, revision string, from time.Time) (ti
 	defer t.mu.Unlock()
 	for _, s := range t.ks[cluster] {
 		if !s.at.Before(from) && s.source == source && s.ready == string(metav1.ConditionTrue) &&
-			s.observed == s.generation && collector.SameRevision(s.applied, revision) {
+			s.observed == s.generation && engine.SameRevision(s.applied, revision) {
 			return s.at, true
 		}
 	}

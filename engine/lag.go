@@ -1,4 +1,4 @@
-package controllers
+package engine
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ const maxLagReason = 256
 // a catch-up wave brings the lagging ones there (startCatchUp), and a cluster leaves the list once
 // it is Ready there. After a rollback, an unconfirmed cluster seen Ready at the known-good moves to
 // status.rollback.confirmed. It is pure.
-func trackLag(w *world) {
+func trackLag(w *World) {
 	fr := w.Rollout
 	st := &fr.Status
 	kg := st.LastKnownGood
@@ -42,7 +42,7 @@ func trackLag(w *world) {
 }
 
 // confirmRollback moves the unconfirmed clusters now Ready at the known-good to confirmed.
-func confirmRollback(rb *v1alpha1.RollbackStatus, w *world) {
+func confirmRollback(rb *v1alpha1.RollbackStatus, w *World) {
 	kg := w.Rollout.Status.LastKnownGood
 	var still []string
 	for _, c := range rb.Unconfirmed {
@@ -65,43 +65,16 @@ func confirmRollback(rb *v1alpha1.RollbackStatus, w *world) {
 // spec tidegate gives it there, and is Ready at it, or still is (a periodic reconcile at the same
 // revision is not a lag). Once Completed, a catch-up wave brings each to it (catchUpMembers) when it
 // can; after a rollback, the next revision's waves do.
-func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingCluster {
+func laggingClusters(fr *v1alpha1.FleetRollout, w *World) []v1alpha1.LaggingCluster {
 	st := &fr.Status
 	kg := st.LastKnownGood
 	completed := st.Phase == v1alpha1.PhaseCompleted
-	then := "the next revision's waves bring it to " + kg.Revision
-	if completed {
-		then = "a catch-up wave brings it to " + kg.Revision
-	}
-	skipped := map[string]string{}
-	for _, s := range w.Plan.Skipped {
-		if s.Cause == fleets.SkipSuspended {
-			skipped[s.Cluster] = s.Reason
-		}
-	}
-	unreachable := map[string]bool{}
-	for _, c := range w.Inventory {
-		if c.Reachability == fleets.Unreachable {
-			unreachable[c.Name] = true
-		}
-	}
-	heldBy := map[string]string{}
-	if completed {
-		for _, wv := range st.Waves {
-			for _, h := range wv.HeldBack {
-				heldBy[h.Cluster] = fmt.Sprintf("held back before wave %s: %s; the next revision preflights it again", wv.Name, h.Reason)
-			}
-		}
-	}
-	failed := map[string]string{}
-	for _, f := range st.WriteFailures {
-		failed[f.Cluster] = "its Kustomization could not be written (" + f.Reason + "): see status.writeFailures"
-	}
+	causes := lagCausesOf(fr, w)
 	names := map[string]bool{}
 	for _, c := range w.Plan.Eligible {
 		names[c] = true
 	}
-	for c := range skipped {
+	for c := range causes.skipped {
 		names[c] = true
 	}
 	if rb := st.Rollback; st.Phase == v1alpha1.PhaseRolledBack && rb != nil {
@@ -118,30 +91,7 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 		if at && !changed {
 			continue
 		}
-		var why string
-		switch {
-		case failed[c] != "":
-			why = failed[c]
-		case skipped[c] != "":
-			why = skipped[c] + "; " + then + " when it is not"
-		case heldBy[c] != "":
-			why = heldBy[c]
-		case unreachable[c] && (changed || o.Source != kg.Source):
-			why = "it does not answer (Reachable=False); " + then + " once it does"
-		case changed:
-			why = "its values or credentials changed since it was switched; " + then
-		case !o.Exists:
-			why = "no Kustomization yet; " + then
-		case o.Source != kg.Source && st.Phase == v1alpha1.PhaseRolledBack && !rolledBack(o.Source, st):
-			why = fmt.Sprintf("held back at pinned source %s by an earlier rollout; the next revision preflights it again", o.Source)
-		case o.Source != kg.Source:
-			why = fmt.Sprintf("its Kustomization points at %s; %s", o.Source, then)
-		default:
-			why = "not Ready at " + kg.Revision + " yet"
-			if seen := o.Seen(); seen != "" {
-				why += ": " + seen
-			}
-		}
+		why := causes.why(st, c, o, changed)
 		if len(why) > maxLagReason {
 			why = why[:maxLagReason-3] + "..."
 		}
@@ -150,21 +100,91 @@ func laggingClusters(fr *v1alpha1.FleetRollout, w *world) []v1alpha1.LaggingClus
 	return out
 }
 
+// lagCauses are what may keep a cluster from the known-good, by cluster, and what brings it there
+// (then).
+type lagCauses struct {
+	skipped, heldBy, failed map[string]string
+	unreachable             map[string]bool
+	then                    string
+}
+
+// lagCausesOf gathers the causes of lag of the rollout's clusters: skipped as suspended, not
+// answering, held back by the known-good's waves, their Kustomization not written.
+func lagCausesOf(fr *v1alpha1.FleetRollout, w *World) lagCauses {
+	st := &fr.Status
+	completed := st.Phase == v1alpha1.PhaseCompleted
+	l := lagCauses{skipped: map[string]string{}, heldBy: map[string]string{}, failed: map[string]string{}, unreachable: map[string]bool{},
+		then: "the next revision's waves bring it to " + st.LastKnownGood.Revision}
+	if completed {
+		l.then = "a catch-up wave brings it to " + st.LastKnownGood.Revision
+	}
+	for _, s := range w.Plan.Skipped {
+		if s.Cause == fleets.SkipSuspended {
+			l.skipped[s.Cluster] = s.Reason
+		}
+	}
+	for _, c := range w.Inventory {
+		if c.Reachability == fleets.Unreachable {
+			l.unreachable[c.Name] = true
+		}
+	}
+	if completed {
+		for _, wv := range st.Waves {
+			for _, h := range wv.HeldBack {
+				l.heldBy[h.Cluster] = fmt.Sprintf("held back before wave %s: %s; the next revision preflights it again", wv.Name, h.Reason)
+			}
+		}
+	}
+	for _, f := range st.WriteFailures {
+		l.failed[f.Cluster] = "its Kustomization could not be written (" + f.Reason + "): see status.writeFailures"
+	}
+	return l
+}
+
+// why says why cluster c, whose Kustomization says o, does not run the known-good; changed: it
+// runs it with a spec tidegate would not write today.
+func (l lagCauses) why(st *v1alpha1.FleetRolloutStatus, c string, o Observation, changed bool) string {
+	kg, then := st.LastKnownGood, l.then
+	switch {
+	case l.failed[c] != "":
+		return l.failed[c]
+	case l.skipped[c] != "":
+		return l.skipped[c] + "; " + then + " when it is not"
+	case l.heldBy[c] != "":
+		return l.heldBy[c]
+	case l.unreachable[c] && (changed || o.Source != kg.Source):
+		return "it does not answer (Reachable=False); " + then + " once it does"
+	case changed:
+		return "its values or credentials changed since it was switched; " + then
+	case !o.Exists:
+		return "no Kustomization yet; " + then
+	case o.Source != kg.Source && st.Phase == v1alpha1.PhaseRolledBack && !rolledBack(o.Source, st):
+		return fmt.Sprintf("held back at pinned source %s by an earlier rollout; the next revision preflights it again", o.Source)
+	case o.Source != kg.Source:
+		return fmt.Sprintf("its Kustomization points at %s; %s", o.Source, then)
+	}
+	why := "not Ready at " + kg.Revision + " yet"
+	if seen := o.Seen(); seen != "" {
+		why += ": " + seen
+	}
+	return why
+}
+
 // specChanged tells whether cluster c's Kustomization is not the one tidegate would write at the
 // known-good today (with the known-good's build), labelled with wave: its FleetCluster's values or
 // credentials changed since it was written.
-func specChanged(fr *v1alpha1.FleetRollout, w *world, c, wave string) bool {
+func specChanged(fr *v1alpha1.FleetRollout, w *World, c, wave string) bool {
 	fc, ks := w.Clusters[c], w.Objects[c]
 	kg := fr.Status.LastKnownGood
 	if fc == nil || ks == nil || kg == nil {
 		return false
 	}
-	return !sameBuild(desiredKustomization(fr, fc, runs(kg, wave)), ks)
+	return !sameBuild(DesiredKustomization(fr, fc, runs(kg, wave)), ks)
 }
 
 // runningKnownGood counts the clusters whose Kustomization points at the known-good and is Ready
 // at it, or still is.
-func runningKnownGood(w *world) int32 {
+func runningKnownGood(w *World) int32 {
 	kg := w.Rollout.Status.LastKnownGood
 	var n int32
 	for _, o := range w.Kustomizations {

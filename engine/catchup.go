@@ -1,4 +1,4 @@
-package controllers
+package engine
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ const catchUpPrefix = "catch-up-"
 // the policy's settings.catchUp.maxConcurrent of them; the next one starts when it completes. Nothing starts while spec.hold is set. The catch-up wave replaces the previous one in
 // status.waves, so status stays bounded however many there are; its receipts and the ledger keep
 // the record.
-func startCatchUp(fr *v1alpha1.FleetRollout, w *world, res stepResult) stepResult {
+func startCatchUp(fr *v1alpha1.FleetRollout, w *World, res StepResult) StepResult {
 	if fr.Spec.Hold != nil {
 		return res
 	}
@@ -48,7 +48,7 @@ func startCatchUp(fr *v1alpha1.FleetRollout, w *world, res stepResult) stepResul
 	st.Waves = append(waves, v1alpha1.WaveStatus{Name: name, Phase: v1alpha1.WavePending, Clusters: members, CatchUp: true})
 	st.Phase, st.CurrentWave = v1alpha1.PhaseProgressing, name
 	note := fmt.Sprintf("catch-up wave %s brings %s to the known-good %s through the gates: %s",
-		name, plural(len(members), "cluster", "clusters"), st.LastKnownGood.Revision, firstNames(members, 5))
+		name, Plural(len(members), "cluster", "clusters"), st.LastKnownGood.Revision, FirstNames(members, 5))
 	if waiting > 0 {
 		note += fmt.Sprintf("; %d more wait for the next catch-up wave (settings.catchUp.maxConcurrent is %d)", waiting, n)
 	}
@@ -65,7 +65,7 @@ func startCatchUp(fr *v1alpha1.FleetRollout, w *world, res stepResult) stepResul
 // a wave would only hold on them), clusters the known-good's own waves held back (their preflight
 // refused it; the next revision preflights them again), clusters whose Kustomization the hub
 // refuses or someone suspended.
-func catchUpMembers(fr *v1alpha1.FleetRollout, w *world) []string {
+func catchUpMembers(fr *v1alpha1.FleetRollout, w *World) []string {
 	st := &fr.Status
 	kg := st.LastKnownGood
 	if kg == nil || st.Candidate == nil || st.Candidate.Key() != kg.Key() {
@@ -97,7 +97,7 @@ func catchUpMembers(fr *v1alpha1.FleetRollout, w *world) []string {
 		case ks.Spec.Suspend:
 			continue
 		case ks.Spec.SourceRef.Name != kg.Source:
-		case sameBuild(desiredKustomization(fr, fc, runs(kg, labels[c])), ks):
+		case sameBuild(DesiredKustomization(fr, fc, runs(kg, labels[c])), ks):
 			continue
 		}
 		out = append(out, c)

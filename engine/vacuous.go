@@ -1,4 +1,4 @@
-package controllers
+package engine
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 // waves are checked too because stopping before the first wave leaves the fleet on one revision,
 // while stopping at the vacuous wave would leave it split between two. Empty waves after the last
 // one with members are not refused: they are skipped when their turn comes.
-func vacuousWave(fr *v1alpha1.FleetRollout, w *world, i int, members []string) (skip bool, err error) {
+func vacuousWave(fr *v1alpha1.FleetRollout, w *World, i int, members []string) (skip bool, err error) {
 	st := &fr.Status
 	sizes := make(map[string]int, len(w.Plan.Waves))
 	for _, pw := range w.Plan.Waves {
@@ -88,7 +88,7 @@ func skipWaves(fr *v1alpha1.FleetRollout, i int) {
 // reachedAny tells whether the candidate reached a cluster: some member of its waves, not held
 // back, is Ready at it. A candidate that reached none never becomes the known-good: a rollback
 // to it would be a rollback to something no cluster ever ran.
-func reachedAny(fr *v1alpha1.FleetRollout, w *world) bool {
+func reachedAny(fr *v1alpha1.FleetRollout, w *World) bool {
 	cand := fr.Status.Candidate
 	for i := range fr.Status.Waves {
 		wv := &fr.Status.Waves[i]

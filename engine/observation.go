@@ -1,151 +1,16 @@
-package collector
+package engine
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
-	"github.com/fluxcd/pkg/runtime/conditions"
-	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tidegate/tidegate/api/v1alpha1"
-	"github.com/tidegate/tidegate/fleets"
 	"github.com/tidegate/tidegate/verdict"
 )
-
-// Scope is everything one reconcile of a FleetRollout read, read once at the start of the pass: the
-// rollout, its FleetClusters, its Kustomizations, the pinned sources of its candidate and known-good,
-// and the wave plan over today's inventory. The state machine reads it; only Rollout's status is
-// written, and the evidence collector reads the same Scope, so a gate judges what the step saw.
-type Scope struct {
-	// Rollout is the FleetRollout; its status is what the step moves.
-	Rollout *v1alpha1.FleetRollout
-	// Tracked is the source spec.sourceRef names; pinned sources are copies of it.
-	Tracked client.Object
-	// Target is the revision to roll out: spec.revision, else the tracked source's artifact revision.
-	Target string
-	// TargetWhy says why Target is empty.
-	TargetWhy string
-	// TrackedRefused says, when spec.revision is empty and source-controller refused the tracked
-	// source's newest artifact (its verification failed), that the source still serves the last
-	// artifact it verified, which is Target, and why the newer one was refused.
-	TrackedRefused string
-	// Clusters are the FleetClusters of the rollout's namespace, by name; Inventory is the same as
-	// the fleet model sees it.
-	Clusters  map[string]*v1alpha1.FleetCluster
-	Inventory fleets.Inventory
-	// Plan is the wave plan over today's inventory.
-	Plan fleets.WavePlan
-	// Objects are the rollout's per-cluster Kustomizations as read, by cluster name; Kustomizations
-	// are what each says about the revision it runs.
-	Objects        map[string]*kustomizev1.Kustomization
-	Kustomizations map[string]Observation
-	// Candidate and KnownGood are the states of the pinned sources named in status.
-	Candidate SourceState
-	KnownGood SourceState
-	// TrackedState is the state of the tracked source.
-	TrackedState SourceState
-	// TargetRender and KnownGoodRender are, when the rollout rests and the tracked source serves a
-	// new revision, the digests of what kustomize builds from it and from the known-good
-	// (Collector.RenderDigest); "" when not known.
-	TargetRender, KnownGoodRender string
-	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
-	Settings verdict.Settings
-	Now      time.Time
-}
-
-// Observe records what the Kustomizations say, by cluster.
-func (sc *Scope) Observe(objects map[string]*kustomizev1.Kustomization) {
-	sc.Objects = objects
-	sc.Kustomizations = make(map[string]Observation, len(objects))
-	for c, ks := range objects {
-		sc.Kustomizations[c] = Observe(ks)
-	}
-}
-
-// SourceState is what the engine knows of a Flux source: the tracked one or a pinned one.
-type SourceState struct {
-	Name     string
-	Exists   bool
-	Ready    bool
-	Message  string
-	Revision string // artifact revision, "" when there is no artifact
-	Digest   string
-	URL      string // where source-controller serves the artifact
-	// Verification is the provider the source asks to verify its artifact with ("" for none), and
-	// Verified and VerifyMessage are its SourceVerified condition.
-	Verification  string
-	Verified      bool
-	VerifyMessage string
-	// VerifyFailed is true when source-controller tried to verify the source's current spec and
-	// could not (SourceVerified=False at its generation). It then stores no artifact: a pinned
-	// source so refused never serves its revision, and deploySafe decides on the refusal.
-	VerifyFailed bool
-}
-
-func stateOf(obj sourcev1.Source, name string, getter conditions.Getter) SourceState {
-	s := SourceState{Name: name, Exists: true, Ready: conditions.IsReady(getter)}
-	if c := conditions.Get(getter, meta.ReadyCondition); c != nil {
-		s.Message = c.Message
-	}
-	if a := obj.GetArtifact(); a != nil {
-		s.Revision, s.Digest, s.URL = a.Revision, a.Digest, a.URL
-	}
-	if c := conditions.Get(getter, sourcev1.SourceVerifiedCondition); c != nil {
-		s.Verified, s.VerifyMessage = c.Status == metav1.ConditionTrue, c.Message
-		s.VerifyFailed = c.Status == metav1.ConditionFalse && c.ObservedGeneration == getter.GetGeneration()
-	}
-	return s
-}
-
-// SignatureRefused tells whether a failed verification's message is a verdict on the signature:
-// none was found, none matched the keys, or one did not verify (cosign, notation and OpenPGP say
-// so in these words). Any other failure (the registry did not answer, the key Secret is missing)
-// is verification that could not run, which observes nothing about the artifact.
-func SignatureRefused(message string) bool {
-	m := strings.ToLower(message)
-	for _, phrase := range []string{"no matching signatures", "no signatures found", "invalid signature",
-		"signature verification failed", "no signature is associated", "unable to verify"} {
-		if strings.Contains(m, phrase) {
-			return true
-		}
-	}
-	return false
-}
-
-// GetSource reads a Flux source of the rollout's namespace and returns its object and state.
-func GetSource(ctx context.Context, c client.Reader, ns, kind, name string) (client.Object, SourceState, error) {
-	key := types.NamespacedName{Namespace: ns, Name: name}
-	switch kind {
-	case sourcev1.GitRepositoryKind:
-		var o sourcev1.GitRepository
-		if err := c.Get(ctx, key, &o); err != nil {
-			return nil, SourceState{Name: name}, err
-		}
-		s := stateOf(&o, name, &o)
-		if o.Spec.Verification != nil {
-			s.Verification = "openpgp" // the one provider GitRepository verifies commits and tags with
-		}
-		return &o, s, nil
-	case sourcev1.OCIRepositoryKind:
-		var o sourcev1.OCIRepository
-		if err := c.Get(ctx, key, &o); err != nil {
-			return nil, SourceState{Name: name}, err
-		}
-		s := stateOf(&o, name, &o)
-		if o.Spec.Verify != nil {
-			s.Verification = o.Spec.Verify.Provider
-		}
-		return &o, s, nil
-	}
-	return nil, SourceState{Name: name}, fmt.Errorf("source kind %q is not supported: use GitRepository or OCIRepository", kind)
-}
 
 // SplitRevision splits a Flux artifact revision "<ref>@<algo>:<hash>" into its ref and "<algo>:<hash>".
 // A revision without "@" ("sha1:<hash>") has an empty ref.
@@ -206,21 +71,21 @@ func Observe(ks *kustomizev1.Kustomization) Observation {
 		Ready:         metav1.ConditionUnknown,
 		LastApplied:   ks.Status.LastAppliedRevision,
 		LastAttempted: ks.Status.LastAttemptedRevision,
-		Stalled:       conditions.IsStalled(ks),
+		Stalled:       apimeta.IsStatusConditionTrue(ks.Status.Conditions, meta.StalledCondition),
 	}
 	progressing := false
-	if c := conditions.Get(ks, meta.ReadyCondition); c != nil {
+	if c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition); c != nil {
 		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
 		o.ReadyCurrent = c.ObservedGeneration == ks.Generation
 		progressing = c.Status == metav1.ConditionUnknown && c.Reason == meta.ProgressingReason
 	}
-	if c := conditions.Get(ks, meta.ReconcilingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == meta.ProgressingReason {
+	if c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReconcilingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == meta.ProgressingReason {
 		progressing = true
 	}
 	o.Health = verdict.HealthChecksNone
 	if ks.Spec.Wait || len(ks.Spec.HealthChecks) > 0 {
 		o.Health = verdict.HealthChecksUnknown
-		if c := conditions.Get(ks, meta.HealthyCondition); c != nil {
+		if c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.HealthyCondition); c != nil {
 			o.HealthReason, o.HealthMessage = c.Reason, c.Message
 			switch {
 			case c.Status == metav1.ConditionTrue:

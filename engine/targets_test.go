@@ -1,4 +1,4 @@
-package controllers
+package engine
 
 import (
 	"testing"
@@ -29,7 +29,7 @@ func TestDesiredTargets(t *testing.T) {
 			{Name: "rest", Phase: v1alpha1.WavePending},
 		},
 	}}
-	got := desiredTargets(fr, plan, existing)
+	got := Targets(fr, plan, existing)
 	if got["a"].Source != "web-2" {
 		t.Errorf("the canary member runs the candidate: %+v", got["a"])
 	}
@@ -41,7 +41,7 @@ func TestDesiredTargets(t *testing.T) {
 	}
 
 	fr.Status.Phase = v1alpha1.PhaseRollingBack
-	got = desiredTargets(fr, plan, existing)
+	got = Targets(fr, plan, existing)
 	for _, c := range []string{"a", "b", "c"} {
 		if got[c].Source != "web-1" {
 			t.Errorf("rolling back sends %s to the known-good: %+v", c, got[c])
@@ -55,7 +55,7 @@ func TestDesiredTargets(t *testing.T) {
 		Phase: v1alpha1.PhaseProgressing, Candidate: cand,
 		Waves: []v1alpha1.WaveStatus{{Name: "canary", Phase: v1alpha1.WaveProgressing, Clusters: []string{"a"}}, {Name: "rest", Phase: v1alpha1.WavePending}},
 	}}
-	got = desiredTargets(first, plan, nil)
+	got = Targets(first, plan, nil)
 	if len(got) != 1 || got["a"].Source != "web-2" {
 		t.Errorf("a first rollout touches only started waves: %+v", got)
 	}
@@ -102,7 +102,7 @@ func TestDesiredTargetsHoldBack(t *testing.T) {
 				HeldBack: []v1alpha1.HeldBackCluster{{Cluster: "c", Reason: "1 API(s) not served"}, {Cluster: "d"}}},
 		},
 	}}
-	got := desiredTargets(fr, plan, existing)
+	got := Targets(fr, plan, existing)
 	if got["b"].Source != "web-2" {
 		t.Errorf("b runs the candidate: %+v", got["b"])
 	}
@@ -116,7 +116,7 @@ func TestDesiredTargetsHoldBack(t *testing.T) {
 	// Completed: the known-good is the candidate now, and the held-back members stay behind.
 	fr.Status.Phase, fr.Status.LastKnownGood = v1alpha1.PhaseCompleted, cand
 	fr.Status.Waves[1].Phase = v1alpha1.WaveSucceeded
-	got = desiredTargets(fr, plan, existing)
+	got = Targets(fr, plan, existing)
 	if _, ok := got["c"]; ok {
 		t.Errorf("after completion a held-back member is not switched: %+v", got["c"])
 	}
@@ -128,7 +128,7 @@ func TestDesiredTargetsHoldBack(t *testing.T) {
 	next := &v1alpha1.RevisionStatus{Revision: "main@sha1:3", Source: "web-3"}
 	existing["b"] = at("web-3")
 	fr.Status = v1alpha1.FleetRolloutStatus{Phase: v1alpha1.PhaseRollingBack, Candidate: next, LastKnownGood: cand}
-	got = desiredTargets(fr, plan, existing)
+	got = Targets(fr, plan, existing)
 	if got["b"].Source != "web-2" || got["a"].Source != "web-2" {
 		t.Errorf("members at the candidate or the known-good go to the known-good: %+v", got)
 	}
@@ -151,19 +151,19 @@ func TestDesiredTargetsOfACatchUpWave(t *testing.T) {
 			{Name: "catch-up-1", Phase: v1alpha1.WavePending, Clusters: []string{"a", "c"}, CatchUp: true},
 		},
 	}}
-	got := desiredTargets(fr, plan, nil)
+	got := Targets(fr, plan, nil)
 	if _, ok := got["c"]; ok {
 		t.Errorf("an excused member gets nothing before its catch-up wave starts: %+v", got["c"])
 	}
 	fr.Status.Waves[2].Phase = v1alpha1.WaveProgressing
-	got = desiredTargets(fr, plan, nil)
-	if got["c"] != (target{Source: "web-1", Revision: kg.Revision, Wave: "rest"}) {
+	got = Targets(fr, plan, nil)
+	if got["c"] != (Target{Source: "web-1", Revision: kg.Revision, Wave: "rest"}) {
 		t.Errorf("an excused member goes to the known-good in its catch-up wave, labelled with its planned wave: %+v", got["c"])
 	}
 	if got["a"].Wave != "canary" {
 		t.Errorf("a catch-up member keeps the label of the wave it was a member of: %+v", got["a"])
 	}
-	isMoving := moving(&fr.Status)
+	isMoving := Moving(&fr.Status)
 	if !isMoving("a") || !isMoving("c") || isMoving("b") {
 		t.Errorf("only the members of the catch-up wave being switched may change: a=%v c=%v b=%v", isMoving("a"), isMoving("c"), isMoving("b"))
 	}

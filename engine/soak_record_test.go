@@ -1,4 +1,4 @@
-package controllers
+package engine
 
 import (
 	"testing"
@@ -18,7 +18,7 @@ func TestKeepLongerSoaks(t *testing.T) {
 		{Cluster: "a", Samples: 4, MinAvailablePermille: 1000},
 		{Cluster: "b", Samples: 14, MinAvailablePermille: 1000},
 	}
-	got := keepLongerSoaks(kept, now)
+	got := KeepLongerSoaks(kept, now)
 	want := map[string]int32{"a": 12, "b": 14, "c": 3}
 	if len(got) != len(want) {
 		t.Fatalf("record %+v, want an entry each for a, b and c", got)
@@ -34,7 +34,7 @@ func TestKeepLongerSoaks(t *testing.T) {
 	if now[0].Samples != 4 {
 		t.Errorf("the collector's summary was changed: %+v", now)
 	}
-	if got := keepLongerSoaks(nil, now); len(got) != 2 {
+	if got := KeepLongerSoaks(nil, now); len(got) != 2 {
 		t.Errorf("with nothing recorded, the record is the samples: %+v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package engine
 
 import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -7,8 +7,8 @@ import (
 	"github.com/tidegate/tidegate/fleets"
 )
 
-// target is the revision one cluster's Kustomization should run, and the pinned source that holds it.
-type target struct {
+// Target is the revision one cluster's Kustomization should run, and the pinned source that holds it.
+type Target struct {
 	Source   string
 	Revision string
 	Wave     string
@@ -17,8 +17,8 @@ type target struct {
 }
 
 // runs is the target of cluster c running candidate r, labelled with wave.
-func runs(r *v1alpha1.RevisionStatus, wave string) target {
-	return target{Source: r.Source, Revision: r.Revision, Wave: wave, Build: r.Build}
+func runs(r *v1alpha1.RevisionStatus, wave string) Target {
+	return Target{Source: r.Source, Revision: r.Revision, Wave: wave, Build: r.Build}
 }
 
 // candidateOfSource is the candidate status records with the pinned source named source (the
@@ -32,16 +32,16 @@ func candidateOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1
 	return nil
 }
 
-// buildOfSource is the build status records for the pinned source named source, nil when none: the
+// BuildOfSource is the build status records for the pinned source named source, nil when none: the
 // spec's.
-func buildOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.Build {
+func BuildOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.Build {
 	if r := candidateOfSource(st, source); r != nil {
 		return r.Build
 	}
 	return nil
 }
 
-// desiredTargets derives, from the recorded status alone, what each cluster's Kustomization should
+// Targets derives, from the recorded status alone, what each cluster's Kustomization should
 // point at. Clusters without an entry are left as they are: nothing reaches a cluster except through
 // a wave of the candidate or a rollback.
 //   - Rolling back or rolled back: every managed cluster at the candidate goes to the known-good
@@ -53,9 +53,9 @@ func buildOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.Bui
 //     when its wave went out, or whose values or credentials changed, is brought to the known-good
 //     by a catch-up wave once the rollout completes (startCatchUp), gated like any other wave; a
 //     catch-up wave's members keep the wave label they had (clusterWaveLabels).
-func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]*kustomizev1.Kustomization) map[string]target {
+func Targets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]*kustomizev1.Kustomization) map[string]Target {
 	st := &fr.Status
-	out := map[string]target{}
+	out := map[string]Target{}
 	kg := st.LastKnownGood
 	if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
 		if kg == nil {
@@ -102,12 +102,12 @@ func desiredTargets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing ma
 	return out
 }
 
-// moving are the clusters whose Kustomization a write may change now: the members of the waves
+// Moving are the clusters whose Kustomization a write may change now: the members of the waves
 // being switched, soaked or rehearsed, and, in a rollback, every cluster sent back. Any other
 // cluster's Kustomization is written only to put back what tidegate wrote before (someone else
 // changed it), never with a spec of another build, values or credentials: those reach it
 // through a wave (act).
-func moving(st *v1alpha1.FleetRolloutStatus) func(cluster string) bool {
+func Moving(st *v1alpha1.FleetRolloutStatus) func(cluster string) bool {
 	if st.Phase == v1alpha1.PhaseRollingBack || st.Phase == v1alpha1.PhaseRolledBack {
 		return func(string) bool { return true }
 	}
@@ -132,24 +132,39 @@ func rolledBack(source string, st *v1alpha1.FleetRolloutStatus) bool {
 		(st.Candidate != nil && source == st.Candidate.Source)
 }
 
-// mayWrite tells whether act may write desired over cluster c's existing Kustomization: c is
+// MayWrite tells whether act may write desired over cluster c's existing Kustomization: c is
 // moving, or desired changes nothing of what Flux applies there (sameBuild): a write then only
 // puts back what someone else changed, or changes how Flux applies it (an interval, a timeout).
-func mayWrite(isMoving func(string) bool, c string, desired, existing *kustomizev1.Kustomization) bool {
+func MayWrite(isMoving func(string) bool, c string, desired, existing *kustomizev1.Kustomization) bool {
 	return isMoving(c) || sameBuild(desired, existing)
 }
 
 // sameBuild tells whether desired would make Flux apply to the cluster what existing, written by
-// tidegate, does: the same build hash (buildHashAnnotation). A Kustomization written before that
+// tidegate, does: the same build hash (BuildHashAnnotation). A Kustomization written before that
 // annotation existed is judged on its spec hash: desired is exactly what was written.
 func sameBuild(desired, existing *kustomizev1.Kustomization) bool {
 	if existing == nil {
 		return false
 	}
-	if have, ok := existing.Annotations[buildHashAnnotation]; ok {
+	if have, ok := existing.Annotations[BuildHashAnnotation]; ok {
 		want, err := buildHash(desired)
 		return err == nil && have == want
 	}
-	hash, err := specHash(desired)
-	return err == nil && existing.Annotations[specHashAnnotation] == hash
+	hash, err := SpecHash(desired)
+	return err == nil && existing.Annotations[SpecHashAnnotation] == hash
+}
+
+// refusedWrites are the clusters whose Kustomization the hub refuses (status.writeFailures that
+// need a fix); transient failures are only retried.
+func refusedWrites(st *v1alpha1.FleetRolloutStatus) map[string]bool {
+	var out map[string]bool
+	for _, f := range st.WriteFailures {
+		if f.Reason == v1alpha1.WriteRefused || f.Reason == v1alpha1.WriteNameTaken {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[f.Cluster] = true
+		}
+	}
+	return out
 }
