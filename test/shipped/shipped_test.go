@@ -59,6 +59,32 @@ func TestTheCLILinksNeitherTheControllerNorTheSandbox(t *testing.T) {
 	}
 }
 
+// The engine, the pure rollout state machine, does no I/O: it links no client, no controller-runtime
+// and none of the evidence collector; controllers fills its World and carries out what it records.
+// The one controller-runtime package it links is pkg/scheme, a scheme builder over apimachinery
+// alone, which Flux's kustomize-controller API (the Kustomization template of a FleetRollout)
+// imports.
+func TestTheEngineLinksNoClientAndNoCollector(t *testing.T) {
+	c := exec.Command("go", "list", "-deps", "./engine")
+	c.Dir = testenv.RepoRoot()
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./engine: %v", err)
+	}
+	forbidden := []string{"sigs.k8s.io/controller-runtime/", "k8s.io/client-go/", module + "/evidence/",
+		module + "/controllers/", module + "/internal/"}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "sigs.k8s.io/controller-runtime/pkg/scheme" {
+			continue
+		}
+		for _, f := range forbidden {
+			if pkg+"/" == f || strings.HasPrefix(pkg, f) {
+				t.Errorf("./engine links %s: the engine reads a World and writes status, nothing else", pkg)
+			}
+		}
+	}
+}
+
 // The cloud providers' SDKs, which fluxcd/pkg/auth/utils links for workload identity, are linked
 // into the controller's binary and into the tests of workload identity only: every other package's
 // test binary reaches members without them (member.Clients.WorkloadIdentity is injected), so it
