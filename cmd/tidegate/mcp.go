@@ -60,13 +60,17 @@ func newMCPCommand(k *kubeOptions) *cobra.Command {
 		Long: `mcp serves tidegate's reads and, with --allow-writes, its writes as MCP tools, over stdio (the
 default: an assistant starts it as a subprocess) or over streamable HTTP (--http ADDR).
 
+Every tool is named verb_fleet_noun (get_fleet_rollout, hold_fleet_rollout, ...), so that its
+names stay apart from those of other servers an assistant runs beside it, Flux's among them.
+
 It acts with the kubeconfig it is given (--kubeconfig, --context, -n, --as and --as-group), so
-Kubernetes RBAC decides what it may read and change; the tool "scope" says who that is. It is
-read-only by default: hold, resume, approve, rollback, retry, reconcile and cancel_job exist only
-with --allow-writes. Every write returns a job handle that job_status follows until the rollout
-settles. Results and errors are JSON; an error has a stable code (NotFound, Forbidden, Invalid,
-Refused, Conflict, APINotServed, Unavailable, Timeout, CannotCancel, Internal) and the object it
-concerns.
+Kubernetes RBAC decides what it may read and change; the tool get_fleet_scope says who that is.
+It is read-only by default: the tools that write (hold_fleet_rollout, resume_fleet_rollout,
+approve_fleet_rollout, rollback_fleet_rollout, retry_fleet_rollout, reconcile_fleet_rollout and
+cancel_fleet_job) exist only with --allow-writes. Every write returns a job handle that
+get_fleet_job follows until the rollout settles. Results and errors are JSON; an error has a
+stable code (NotFound, Forbidden, Invalid, Refused, Conflict, APINotServed, Unavailable, Timeout,
+CannotCancel, Internal) and the object it concerns.
 
 Over HTTP it listens on 127.0.0.1 unless told otherwise and requires a bearer token, read from
 --token-file or $TIDEGATE_MCP_TOKEN; the endpoint is http://ADDR/mcp.`,
@@ -95,7 +99,7 @@ Over HTTP it listens on 127.0.0.1 unless told otherwise and requires a bearer to
 			return serveMCPHTTP(cmd.Context(), server, httpAddr, token, cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().BoolVar(&allowWrites, "allow-writes", false, "serve the tools that change rollouts (hold, resume, approve, rollback, retry, reconcile, cancel_job)")
+	cmd.Flags().BoolVar(&allowWrites, "allow-writes", false, "serve the tools that change rollouts (hold_, resume_, approve_, rollback_, retry_ and reconcile_fleet_rollout, cancel_fleet_job)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "serve streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token HTTP clients must send (else $TIDEGATE_MCP_TOKEN)")
 	return cmd
@@ -214,7 +218,7 @@ type (
 	}
 )
 
-// replayPolicyInput is the input of replay_policy.
+// replayPolicyInput is the input of replay_fleet_policy.
 type replayPolicyInput struct {
 	Rollout     string            `json:"rollout" jsonschema:"the FleetRollout whose receipts to replay"`
 	Namespace   string            `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
@@ -232,9 +236,9 @@ func (s *mcpServer) namespace(ns string) string {
 // server builds the MCP server: the read tools, and the write tools when allowWrites.
 func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 	server := mcp.NewServer(&mcp.Implementation{Name: "tidegate", Version: version()}, nil)
-	tool(server, "scope", "Who this server acts as: the API server, kubeconfig context, namespace, impersonation, the identity the API server reports, and whether writes are allowed.",
+	tool(server, "get_fleet_scope", "Who this server acts as: the API server, kubeconfig context, namespace, impersonation, the identity the API server reports, and whether writes are allowed.",
 		true, func(ctx context.Context, _ struct{}) (any, error) { return s.scope, nil })
-	tool(server, "list_rollouts", "List FleetRollouts: phase, current wave, candidate and known-good (revisions and digests), Ready.",
+	tool(server, "list_fleet_rollouts", "List FleetRollouts: phase, current wave, candidate and known-good (revisions and digests), Ready.",
 		true, func(ctx context.Context, in listInput) (any, error) {
 			opts, err := s.listScope(in)
 			if err != nil {
@@ -246,7 +250,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return items[rolloutRow]{Items: rolloutRows(list.Items)}, nil
 		})
-	tool(server, "list_clusters", "List FleetClusters: member API server version, Ready, when last seen.",
+	tool(server, "list_fleet_clusters", "List FleetClusters: member API server version, Ready, when last seen.",
 		true, func(ctx context.Context, in listInput) (any, error) {
 			opts, err := s.listScope(in)
 			if err != nil {
@@ -258,7 +262,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return items[clusterRow]{Items: clusterRows(list.Items)}, nil
 		})
-	tool(server, "get_rollout", "A FleetRollout's status as tidegate status shows it: waves, gates and their receipts, what it waits for, the candidate and known-good with digests, rollback, lagging and skipped clusters.",
+	tool(server, "get_fleet_rollout", "A FleetRollout's status as tidegate status shows it: waves, gates and their receipts, what it waits for, the candidate and known-good with digests, rollback, lagging and skipped clusters.",
 		true, func(ctx context.Context, in rolloutInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			fr := &v1alpha1.FleetRollout{}
@@ -267,7 +271,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return toStatusView(fr), nil
 		})
-	tool(server, "list_receipts", "List GateReceipts (of one rollout with rollout), oldest decision first: gate, wave, result, candidate, targets, policy digest, reasons.",
+	tool(server, "list_fleet_receipts", "List GateReceipts (of one rollout with rollout), oldest decision first: gate, wave, result, candidate, targets, policy digest, reasons.",
 		true, func(ctx context.Context, in receiptsInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			var list v1alpha1.GateReceiptList
@@ -276,7 +280,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return items[receiptRow]{Items: receiptRows(list.Items, in.Rollout)}, nil
 		})
-	tool(server, "get_receipt", "One GateReceipt as recorded: the decision, its inputs (candidate, known-good, policy digest, approvals, evidence digest) and its reasons.",
+	tool(server, "get_fleet_receipt", "One GateReceipt as recorded: the decision, its inputs (candidate, known-good, policy digest, approvals, evidence digest) and its reasons.",
 		true, func(ctx context.Context, in receiptInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			rc := &v1alpha1.GateReceipt{}
@@ -286,7 +290,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			rc.ManagedFields = nil
 			return rc, nil
 		})
-	tool(server, "verify_receipts", "Check that receipts still have the content they were named after (as tidegate receipts verify): content digest, name, evidence digest, evidence parts.",
+	tool(server, "verify_fleet_receipts", "Check that receipts still have the content they were named after (as tidegate receipts verify): content digest, name, evidence digest, evidence parts.",
 		true, func(ctx context.Context, in verifyInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			if (len(in.Names) == 0) == (in.Rollout == "") {
@@ -305,7 +309,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 				Items    []receiptVerification `json:"items"`
 			}{ok, results}, nil
 		})
-	tool(server, "job_status", "Where a write's job stands: Pending (not yet acted on), Running, AwaitingApproval, Settled or Gone, with the rollout's phase, Ready and what it waits for; waitSeconds waits for it to settle.",
+	tool(server, "get_fleet_job", "Where a write's job stands: Pending (not yet acted on), Running, AwaitingApproval, Settled or Gone, with the rollout's phase, Ready and what it waits for; waitSeconds waits for it to settle.",
 		true, func(ctx context.Context, in jobInput) (any, error) {
 			if in.WaitSeconds <= 0 {
 				return ops.Status(ctx, s.c, in.Job)
@@ -314,7 +318,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			defer cancel()
 			return ops.Follow(ctx, s.c, in.Job, s.k.env.pollInterval, nil)
 		})
-	tool(server, "replay_policy", "Decide a rollout's recorded gate decisions again with a proposed policy (as tidegate policy replay): every decision whose result would change, with the old and new reasons, and receipts whose evidence cannot be read. Give the policy as policyDir or as policyFiles (file name to CUE text). Writes nothing.",
+	tool(server, "replay_fleet_policy", "Decide a rollout's recorded gate decisions again with a proposed policy (as tidegate policy replay): every decision whose result would change, with the old and new reasons, and receipts whose evidence cannot be read. Give the policy as policyDir or as policyFiles (file name to CUE text). Writes nothing.",
 		true, func(ctx context.Context, in replayPolicyInput) (any, error) {
 			if in.PolicyDir != "" && s.scope.Transport != "stdio" {
 				// Over HTTP the client is not on the server's machine: its files are not the client's
@@ -335,24 +339,24 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 	write := func(name, desc string, m func() ops.Mutation) {
 		tool(server, name, desc, false, func(ctx context.Context, in rolloutInput) (any, error) { return s.apply(ctx, in, m()) })
 	}
-	tool(server, "hold", "Hold a rollout where it is (spec.hold): no new wave starts; what is applied stays applied.",
+	tool(server, "hold_fleet_rollout", "Hold a rollout where it is (spec.hold): no new wave starts; what is applied stays applied.",
 		false, func(ctx context.Context, in holdInput) (any, error) {
 			return s.apply(ctx, in.rolloutInput, ops.Hold(in.Reason))
 		})
-	write("resume", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func() ops.Mutation { return ops.Resume() })
-	tool(server, "approve", "Approve a revision for a wave, or its irreversible changes (appends to spec.approvals).",
+	write("resume_fleet_rollout", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func() ops.Mutation { return ops.Resume() })
+	tool(server, "approve_fleet_rollout", "Approve a revision for a wave, or its irreversible changes (appends to spec.approvals).",
 		false, func(ctx context.Context, in approveInput) (any, error) {
 			a := v1alpha1.Approval{Revision: in.Revision, Wave: in.Wave, Irreversible: in.Irreversible, By: in.By, Reason: in.Reason}
 			return s.apply(ctx, in.rolloutInput, ops.ApproveAs(ctx, s.c, a))
 		})
-	write("rollback", "Roll back (spec.rollback.request): while Progressing or Held, every cluster goes back to the known-good at once; once Completed, the previous known-good of status.history is rolled out again through the gates, wave by wave.",
+	write("rollback_fleet_rollout", "Roll back (spec.rollback.request): while Progressing or Held, every cluster goes back to the known-good at once; once Completed, the previous known-good of status.history is rolled out again through the gates, wave by wave.",
 		func() ops.Mutation { return ops.Rollback(s.k.env.now()) })
-	write("retry", "Let a rejected or failed candidate go again (spec.retry).", func() ops.Mutation { return ops.Retry(s.k.env.now()) })
-	write("reconcile", "Ask the controller to reconcile a rollout now (reconcile.fluxcd.io/requestedAt); job_status says when it has.",
+	write("retry_fleet_rollout", "Let a rejected or failed candidate go again (spec.retry).", func() ops.Mutation { return ops.Retry(s.k.env.now()) })
+	write("reconcile_fleet_rollout", "Ask the controller to reconcile a rollout now (reconcile.fluxcd.io/requestedAt); get_fleet_job says when it has.",
 		func() ops.Mutation {
 			return ops.RequestReconcile(s.k.env.now().UTC().Format(time.RFC3339Nano))
 		})
-	tool(server, "cancel_job", "Cancel a job: mode hold (always possible, nothing is undone) or rollback (to the known-good); a rollback under way cannot be cancelled (code CannotCancel, with the reason).",
+	tool(server, "cancel_fleet_job", "Cancel a job: mode hold (always possible, nothing is undone) or rollback (to the known-good); a rollback under way cannot be cancelled (code CannotCancel, with the reason).",
 		false, func(ctx context.Context, in cancelInput) (any, error) {
 			ch, job, err := ops.Cancel(ctx, s.c, in.Job, in.Mode, in.Reason, s.k.env.now())
 			if err != nil {
@@ -412,7 +416,7 @@ func mcpError(err error, obj ops.Ref) *ops.Error {
 func tool[In any](server *mcp.Server, name, desc string, readOnly bool, h func(context.Context, In) (any, error)) {
 	t := &mcp.Tool{Name: name, Description: desc, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: readOnly}}
 	if !readOnly {
-		destructive := name == "rollback" || name == "cancel_job"
+		destructive := name == "rollback_fleet_rollout" || name == "cancel_fleet_job"
 		t.Annotations.DestructiveHint = &destructive
 	}
 	mcp.AddTool(server, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
