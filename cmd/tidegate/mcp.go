@@ -70,7 +70,7 @@ approve_fleet_rollout, rollback_fleet_rollout, retry_fleet_rollout, reconcile_fl
 cancel_fleet_job) exist only with --allow-writes. Every write returns a job handle that
 get_fleet_job follows until the rollout settles. Results and errors are JSON; an error has a
 stable code (NotFound, Forbidden, Invalid, Refused, Conflict, APINotServed, Unavailable, Timeout,
-CannotCancel, Internal) and the object it concerns.
+CannotCancel, Unmet, Internal) and the object it concerns.
 
 Over HTTP it listens on 127.0.0.1 unless told otherwise and requires a bearer token, read from
 --token-file or $TIDEGATE_MCP_TOKEN; the endpoint is http://ADDR/mcp.`,
@@ -190,11 +190,6 @@ type (
 		Name      string `json:"name" jsonschema:"the GateReceipt's name"`
 		Namespace string `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
 	}
-	verifyInput struct {
-		Names     []string `json:"names,omitempty" jsonschema:"receipts to verify"`
-		Rollout   string   `json:"rollout,omitempty" jsonschema:"verify every receipt of this FleetRollout instead"`
-		Namespace string   `json:"namespace,omitempty" jsonschema:"namespace; the server's namespace when empty"`
-	}
 	jobInput struct {
 		Job         ops.Job `json:"job" jsonschema:"the job handle a write returned"`
 		WaitSeconds int     `json:"waitSeconds,omitempty" jsonschema:"wait up to this many seconds (at most 300) for the job to settle or pause for an approval"`
@@ -290,25 +285,6 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			rc.ManagedFields = nil
 			return rc, nil
 		})
-	tool(server, "verify_fleet_receipts", "Check that receipts still have the content they were named after (as tidegate receipts verify): content digest, name, evidence digest, evidence parts.",
-		true, func(ctx context.Context, in verifyInput) (any, error) {
-			ns := s.namespace(in.Namespace)
-			if (len(in.Names) == 0) == (in.Rollout == "") {
-				return nil, ops.Errorf(ops.CodeInvalid, nil, "name the receipts to verify (names), or give rollout, not both")
-			}
-			receipts, err := receiptsToVerify(ctx, s.c, ns, in.Names, in.Rollout)
-			if err != nil {
-				return nil, mcpError(err, ops.Ref{Kind: "gatereceipts", Namespace: ns})
-			}
-			results, ok, err := verifyReceipts(ctx, s.c, receipts)
-			if err != nil {
-				return nil, mcpError(err, ops.Ref{Kind: "gatereceipts", Namespace: ns})
-			}
-			return struct {
-				Verified bool                  `json:"verified"`
-				Items    []receiptVerification `json:"items"`
-			}{ok, results}, nil
-		})
 	tool(server, "get_fleet_job", "Where a write's job stands: Pending (not yet acted on), Running, AwaitingApproval, Settled or Gone, with the rollout's phase, Ready and what it waits for; waitSeconds waits for it to settle.",
 		true, func(ctx context.Context, in jobInput) (any, error) {
 			if in.WaitSeconds <= 0 {
@@ -331,6 +307,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return ops.ReplayPolicy(ctx, s.c, s.namespace(in.Namespace), in.Rollout, p)
 		})
+	s.recordTools(server)
 	s.inspectTools(server)
 	if !allowWrites {
 		return server
@@ -400,6 +377,9 @@ func mcpError(err error, obj ops.Ref) *ops.Error {
 	if errors.As(err, &ee) && ee.err != nil {
 		var oe *ops.Error
 		if errors.As(ee.err, &oe) {
+			if oe.Object == nil && obj.Kind != "" {
+				oe.Object = &obj
+			}
 			return oe
 		}
 		if cause := errors.Unwrap(ee.err); cause != nil {

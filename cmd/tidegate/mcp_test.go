@@ -109,7 +109,7 @@ func TestMCP(t *testing.T) {
 	// Read-only by default: no tool that writes is listed, and calling one is refused.
 	ro := mcpStdio(ctx, t)
 	names := toolNames(ctx, t, ro)
-	want := []string{"explain_fleet_gate", "get_fleet_cluster_revision", "get_fleet_job", "get_fleet_receipt", "get_fleet_rollout", "get_fleet_scope", "list_fleet_clusters", "list_fleet_receipts", "list_fleet_rollouts", "preview_fleet_change", "replay_fleet_policy", "verify_fleet_receipts"}
+	want := []string{"explain_fleet_gate", "get_fleet_cluster_revision", "get_fleet_job", "get_fleet_receipt", "get_fleet_rollout", "get_fleet_rollout_events", "get_fleet_rollout_ledger", "get_fleet_scope", "list_fleet_clusters", "list_fleet_receipts", "list_fleet_rollouts", "preview_fleet_change", "replay_fleet_policy", "verify_fleet_receipts"}
 	if !slices.Equal(names, want) {
 		t.Errorf("read-only tools %v, want %v", names, want)
 	}
