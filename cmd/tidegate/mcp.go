@@ -228,9 +228,27 @@ func (s *mcpServer) namespace(ns string) string {
 	return ns
 }
 
+// mcpInstructions is what the server tells an assistant in its initialize result: what tidegate
+// is, which tools to call first, and that a write is a change of the rollout's spec, as a commit
+// would make it, which Kubernetes RBAC allows or refuses.
+func mcpInstructions(allowWrites bool) string {
+	writes := "This server is read-only: it was started without --allow-writes, so it serves no tool that writes."
+	if allowWrites {
+		writes = "Writes (hold_fleet_rollout, resume_fleet_rollout, approve_fleet_rollout, rollback_fleet_rollout, retry_fleet_rollout, " +
+			"reconcile_fleet_rollout, cancel_fleet_job) patch the FleetRollout's spec or its reconcile annotation, never its status: " +
+			"the same change a Git commit of the spec would make, and where the FleetRollout is applied from Git, a field the manifest also sets is set back by Flux's next apply. " +
+			"Each write returns a job; get_fleet_job follows it until the rollout settles. Act only when the user asked for the change."
+	}
+	return "tidegate rolls a package out to a fleet of Kubernetes clusters wave by wave, on top of Flux: a FleetRollout moves its candidate revision " +
+		"from wave to wave only when four policy gates pass (deploySafe, noDisruption, rollbackSafe, rollbackSucceeds); each decision is kept " +
+		"as a GateReceipt and chained in a RolloutLedger. Start with get_fleet_scope (who this server acts as; Kubernetes RBAC decides what each call may do), " +
+		"then list_fleet_rollouts and get_fleet_rollout (waves, gates, what the rollout waits for). explain_fleet_gate says why a gate decided as it did " +
+		"and what would let it pass; get_fleet_rollout_events and get_fleet_rollout_ledger say what happened. " + writes
+}
+
 // server builds the MCP server: the read tools, and the write tools when allowWrites.
 func (s *mcpServer) server(allowWrites bool) *mcp.Server {
-	server := mcp.NewServer(&mcp.Implementation{Name: "tidegate", Version: version()}, nil)
+	server := mcp.NewServer(&mcp.Implementation{Name: "tidegate", Version: version()}, &mcp.ServerOptions{Instructions: mcpInstructions(allowWrites)})
 	tool(server, "get_fleet_scope", "Who this server acts as: the API server, kubeconfig context, namespace, impersonation, the identity the API server reports, and whether writes are allowed.",
 		true, func(ctx context.Context, _ struct{}) (any, error) { return s.scope, nil })
 	tool(server, "list_fleet_rollouts", "List FleetRollouts: phase, current wave, candidate and known-good (revisions and digests), Ready.",

@@ -292,3 +292,28 @@ func TestMCPToolNamesReadBesideFlux(t *testing.T) {
 		t.Errorf("tools %v, want the %d of mcpToolInputs", names, len(mcpToolInputs))
 	}
 }
+
+// The initialize result's instructions say what tidegate is and which tools to call first; every
+// tool they name is one the server lists, and a read-only server says it serves no writes.
+func TestMCPInstructions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &mcpServer{k: &kubeOptions{env: &cliEnv{now: func() time.Time { return fixedNow }}}, c: fake.NewClientBuilder().WithScheme(scheme.New()).Build(), ns: "fleet"}
+	for _, writes := range []bool{false, true} {
+		session := mcpInMemory(ctx, t, s, writes)
+		text := session.InitializeResult().Instructions
+		names := toolNames(ctx, t, session)
+		named := regexp.MustCompile(`\b[a-z]+_fleet(_[a-z]+)+\b`).FindAllString(text, -1)
+		if !strings.Contains(text, "get_fleet_scope") || !strings.Contains(text, "FleetRollout") {
+			t.Errorf("writes %v: instructions %q do not say what tidegate is and to call get_fleet_scope first", writes, text)
+		}
+		for _, n := range named {
+			if !slices.Contains(names, n) {
+				t.Errorf("writes %v: the instructions name %s, which the server does not list", writes, n)
+			}
+		}
+		if writes != strings.Contains(text, "Git commit") || writes == strings.Contains(text, "read-only") {
+			t.Errorf("writes %v: instructions %q", writes, text)
+		}
+	}
+}

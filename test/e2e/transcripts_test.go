@@ -240,7 +240,7 @@ func TestE2ETranscripts(t *testing.T) {
 			return out
 		}
 
-		tr.section("Connecting", "The server says who it is; the tools it lists include the writes, as it was started with --allow-writes. `get_fleet_scope` is what it acts as: the kubeconfig's user, as the API server reports it.")
+		tr.section("Connecting", "The server says who it is and what an assistant should know; the tools it lists include the writes, as it was started with --allow-writes. `get_fleet_scope` is what it acts as: the kubeconfig's user, as the API server reports it.")
 		init := session.InitializeResult()
 		tools, err := session.ListTools(ctx, nil)
 		if err != nil {
@@ -251,7 +251,10 @@ func TestE2ETranscripts(t *testing.T) {
 			names = append(names, tl.Name)
 		}
 		slices.Sort(names)
-		tr.text(fmt.Sprintf("`initialize`: server `%s`; `tools/list`: %s.", init.ServerInfo.Name, "`"+strings.Join(names, "`, `")+"`"))
+		tr.text(fmt.Sprintf("`initialize`: server `%s`, with instructions for the assistant:\n\n> %s\n\n`tools/list`: %s.", init.ServerInfo.Name, init.Instructions, "`"+strings.Join(names, "`, `")+"`"))
+		if !strings.Contains(init.Instructions, "get_fleet_scope") {
+			t.Errorf("initialize instructions %q do not say to call get_fleet_scope first", init.Instructions)
+		}
 		for _, w := range []string{"approve_fleet_rollout", "hold_fleet_rollout", "rollback_fleet_rollout", "get_fleet_job", "get_fleet_cluster_revision", "preview_fleet_change"} {
 			if !slices.Contains(names, w) {
 				t.Errorf("tools/list %v has no %s", names, w)
