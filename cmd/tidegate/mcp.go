@@ -2,17 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,6 +46,8 @@ func newMCPCommand(k *kubeOptions) *cobra.Command {
 		allowWrites bool
 		httpAddr    string
 		tokenFile   string
+		tlsCertFile string
+		tlsKeyFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp",
@@ -72,78 +67,48 @@ get_fleet_job follows until the rollout settles. Results and errors are JSON; an
 stable code (NotFound, Forbidden, Invalid, Refused, Conflict, APINotServed, Unavailable, Timeout,
 CannotCancel, Unmet, Internal) and the object it concerns.
 
-Over HTTP it listens on 127.0.0.1 unless told otherwise and requires a bearer token, read from
---token-file or $TIDEGATE_MCP_TOKEN; the endpoint is http://ADDR/mcp.`,
+Over HTTP it requires a bearer token, read from --token-file or $TIDEGATE_MCP_TOKEN, and the
+endpoint is http://ADDR/mcp. Plain HTTP is served on a loopback address only (127.0.0.1, [::1],
+localhost): any other address is refused unless --tls-cert-file and --tls-key-file are given, and
+it is then https://ADDR/mcp. Requests are bounded in time (headers 10s, the whole request 30s, a
+response 6m, the longest get_fleet_job wait and a minute; an idle connection is closed after 2m),
+and a session no request came for in 30m is closed: its client starts a new one.`,
 		Example: `  tidegate mcp
   tidegate mcp --allow-writes --as alice
-  TIDEGATE_MCP_TOKEN=$(openssl rand -hex 32) tidegate mcp --http 127.0.0.1:8765`,
+  TIDEGATE_MCP_TOKEN=$(openssl rand -hex 32) tidegate mcp --http 127.0.0.1:8765
+  tidegate mcp --http :8443 --token-file token --tls-cert-file tls.crt --tls-key-file tls.key`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token := ""
+			// The HTTP transport's token and listener are checked before the hub is asked anything.
+			var h *mcpHTTP
 			if httpAddr != "" {
 				var err error
-				if token, err = mcpToken(tokenFile); err != nil {
+				if h, err = listenMCP(httpAddr, tokenFile, tlsCertFile, tlsKeyFile); err != nil {
 					return err
 				}
+				defer h.ln.Close()
+			} else if tlsCertFile != "" || tlsKeyFile != "" {
+				return usageError("--tls-cert-file and --tls-key-file serve --http over TLS: give --http ADDR too")
 			}
 			c, ns, err := k.client()
 			if err != nil {
 				return err
 			}
 			s := &mcpServer{k: k, c: c, ns: ns}
-			s.scope = s.readScope(cmd.Context(), allowWrites, httpAddr != "")
+			s.scope = s.readScope(cmd.Context(), allowWrites, h != nil)
 			server := s.server(allowWrites)
-			if httpAddr == "" {
+			if h == nil {
 				return server.Run(cmd.Context(), &mcp.StdioTransport{})
 			}
-			return serveMCPHTTP(cmd.Context(), server, httpAddr, token, cmd.ErrOrStderr())
+			return h.serve(cmd.Context(), server, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().BoolVar(&allowWrites, "allow-writes", false, "serve the tools that change rollouts (hold_, resume_, approve_, rollback_, retry_ and reconcile_fleet_rollout, cancel_fleet_job)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "serve streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token HTTP clients must send (else $TIDEGATE_MCP_TOKEN)")
+	cmd.Flags().StringVar(&tlsCertFile, "tls-cert-file", "", "with --http: serve HTTPS with this PEM certificate (chain); required for an address that is not loopback")
+	cmd.Flags().StringVar(&tlsKeyFile, "tls-key-file", "", "with --http: the PEM private key of --tls-cert-file")
 	return cmd
-}
-
-// mcpToken is the bearer token of the HTTP transport: the content of file, else $TIDEGATE_MCP_TOKEN.
-func mcpToken(file string) (string, error) {
-	token := os.Getenv("TIDEGATE_MCP_TOKEN")
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", usageError("reading --token-file: %v", err)
-		}
-		token = string(b)
-	}
-	token = strings.TrimSpace(token)
-	if len(token) < 16 {
-		return "", usageError("mcp --http requires a bearer token of at least 16 characters, in --token-file or $TIDEGATE_MCP_TOKEN")
-	}
-	return token, nil
-}
-
-// serveMCPHTTP serves server on addr at /mcp, to clients that send token, until ctx ends.
-func serveMCPHTTP(ctx context.Context, server *mcp.Server, addr, token string, log interface{ Write([]byte) (int, error) }) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return usageError("mcp --http: %v", err)
-	}
-	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return nil, auth.ErrInvalidToken
-		}
-		return &auth.TokenInfo{Expiration: time.Now().Add(time.Hour)}, nil
-	}
-	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", auth.RequireBearerToken(verify, nil)(handler))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(log, "tidegate mcp: serving http://%s/mcp\n", ln.Addr())
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }
 
 // readScope says who the server acts as: the kubeconfig's server, context and namespace, the
@@ -308,7 +273,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			if in.WaitSeconds <= 0 {
 				return ops.Status(ctx, s.c, in.Job)
 			}
-			ctx, cancel := context.WithTimeout(ctx, time.Duration(min(in.WaitSeconds, 300))*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, time.Duration(min(in.WaitSeconds, int(mcpMaxWait/time.Second)))*time.Second)
 			defer cancel()
 			return ops.Follow(ctx, s.c, in.Job, s.k.env.pollInterval, nil)
 		})

@@ -231,13 +231,19 @@ func TestMCP(t *testing.T) {
 	}
 }
 
-// bearer sends a bearer token with every request.
-type bearer struct{ token string }
+// bearer sends a bearer token with every request, through base (http.DefaultTransport when nil).
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
+	if b.base == nil {
+		return http.DefaultTransport.RoundTrip(r)
+	}
+	return b.base.RoundTrip(r)
 }
 
 // viewerRBAC lets user read tidegate's objects in writesNS, and nothing more.
