@@ -270,11 +270,11 @@ func TestClusterRevision(t *testing.T) {
 	// The MCP tool answers what the command prints.
 	s := mcpStdio(ctx, t)
 	var viaMCP ops.ClusterRevisions
-	if call(ctx, t, s, "cluster_revision", map[string]any{"cluster": "us-1", "namespace": inspectNS}, &viaMCP) || !reflect.DeepEqual(normalized(t, viaMCP), normalized(t, us)) {
+	if call(ctx, t, s, "get_fleet_cluster_revision", map[string]any{"cluster": "us-1", "namespace": inspectNS}, &viaMCP) || !reflect.DeepEqual(normalized(t, viaMCP), normalized(t, us)) {
 		t.Errorf("cluster_revision: %+v\nwant %+v", viaMCP, us)
 	}
 	var notFound mcpErrorBody
-	if !call(ctx, t, s, "cluster_revision", map[string]any{"cluster": "nowhere", "namespace": inspectNS}, &notFound) || notFound.Error.Code != ops.CodeNotFound {
+	if !call(ctx, t, s, "get_fleet_cluster_revision", map[string]any{"cluster": "nowhere", "namespace": inspectNS}, &notFound) || notFound.Error.Code != ops.CodeNotFound {
 		t.Errorf("cluster_revision of a missing cluster: %+v", notFound)
 	}
 }
@@ -375,12 +375,12 @@ func TestExplain(t *testing.T) {
 		ops.Explanation
 		Settings json.RawMessage `json:"settings"`
 	}
-	if call(ctx, t, s, "explain_gate", map[string]any{"rollout": "shop", "gate": verdict.GateNoDisruption, "namespace": inspectNS}, &viaMCP) ||
+	if call(ctx, t, s, "explain_fleet_gate", map[string]any{"rollout": "shop", "gate": verdict.GateNoDisruption, "namespace": inspectNS}, &viaMCP) ||
 		!reflect.DeepEqual(normalized(t, viaMCP), normalized(t, e)) {
 		t.Errorf("explain_gate: %+v\nwant %+v", viaMCP, e)
 	}
 	var invalid mcpErrorBody
-	if !call(ctx, t, s, "explain_gate", map[string]any{"name": nd.Name, "gate": "noDisruption", "namespace": inspectNS}, &invalid) || invalid.Error.Code != ops.CodeInvalid {
+	if !call(ctx, t, s, "explain_fleet_gate", map[string]any{"name": nd.Name, "gate": "noDisruption", "namespace": inspectNS}, &invalid) || invalid.Error.Code != ops.CodeInvalid {
 		t.Errorf("explain_gate with a name and a gate: %+v, want Invalid", invalid)
 	}
 
@@ -478,27 +478,27 @@ func TestPreview(t *testing.T) {
 	// The MCP tool, both modes.
 	s := mcpStdio(ctx, t)
 	var refused ops.ValuesPreview
-	if call(ctx, t, s, "preview", map[string]any{"mode": "values", "rollout": "shop", "namespace": inspectNS, "values": map[string]string{"image": "nginx"}}, &refused) ||
+	if call(ctx, t, s, "preview_fleet_change", map[string]any{"mode": "values", "rollout": "shop", "namespace": inspectNS, "values": map[string]string{"image": "nginx"}}, &refused) ||
 		!refused.Refused || !slices.Equal(refused.ProtectedKeys, []string{"image"}) {
 		t.Errorf("preview values image=nginx over MCP: %+v", refused)
 	}
 	var ok ops.ValuesPreview
-	if call(ctx, t, s, "preview", map[string]any{"mode": "values", "rollout": "shop", "namespace": inspectNS, "values": map[string]string{"replicas": "3"}}, &ok) ||
+	if call(ctx, t, s, "preview_fleet_change", map[string]any{"mode": "values", "rollout": "shop", "namespace": inspectNS, "values": map[string]string{"replicas": "3"}}, &ok) ||
 		!reflect.DeepEqual(normalized(t, ok), normalized(t, allowed)) {
 		t.Errorf("preview values replicas=3 over MCP: %+v, want %+v", ok, allowed)
 	}
 	var mismatch mcpErrorBody
-	if !call(ctx, t, s, "preview", map[string]any{"mode": "values", "rollout": "shop", "namespace": inspectNS, "digest": digest("elsewhere")}, &mismatch) ||
+	if !call(ctx, t, s, "preview_fleet_change", map[string]any{"mode": "values", "rollout": "shop", "namespace": inspectNS, "digest": digest("elsewhere")}, &mismatch) ||
 		mismatch.Error.Code != ops.CodeInvalid {
 		t.Errorf("preview values at a digest not the rollout's over MCP: %+v", mismatch)
 	}
 	var viaMCP ops.PolicyPreview
-	if call(ctx, t, s, "preview", map[string]any{"mode": "policy", "receipt": nd, "namespace": inspectNS, "policy": edited}, &viaMCP) ||
+	if call(ctx, t, s, "preview_fleet_change", map[string]any{"mode": "policy", "receipt": nd, "namespace": inspectNS, "policy": edited}, &viaMCP) ||
 		!reflect.DeepEqual(normalized(t, viaMCP), normalized(t, pp)) {
 		t.Errorf("preview policy over MCP: %+v, want %+v", viaMCP, pp)
 	}
 	var broken mcpErrorBody
-	if !call(ctx, t, s, "preview", map[string]any{"mode": "policy", "receipt": nd, "namespace": inspectNS, "policy": map[string]string{"p.cue": "package policy\nnoDisruption: {"}}, &broken) ||
+	if !call(ctx, t, s, "preview_fleet_change", map[string]any{"mode": "policy", "receipt": nd, "namespace": inspectNS, "policy": map[string]string{"p.cue": "package policy\nnoDisruption: {"}}, &broken) ||
 		broken.Error.Code != ops.CodeInvalid {
 		t.Errorf("preview of a policy that does not compile over MCP: %+v", broken)
 	}

@@ -2,17 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,6 +46,8 @@ func newMCPCommand(k *kubeOptions) *cobra.Command {
 		allowWrites bool
 		httpAddr    string
 		tokenFile   string
+		tlsCertFile string
+		tlsKeyFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp",
@@ -60,86 +55,60 @@ func newMCPCommand(k *kubeOptions) *cobra.Command {
 		Long: `mcp serves tidegate's reads and, with --allow-writes, its writes as MCP tools, over stdio (the
 default: an assistant starts it as a subprocess) or over streamable HTTP (--http ADDR).
 
-It acts with the kubeconfig it is given (--kubeconfig, --context, -n, --as and --as-group), so
-Kubernetes RBAC decides what it may read and change; the tool "scope" says who that is. It is
-read-only by default: hold, resume, approve, rollback, retry, reconcile and cancel_job exist only
-with --allow-writes. Every write returns a job handle that job_status follows until the rollout
-settles. Results and errors are JSON; an error has a stable code (NotFound, Forbidden, Invalid,
-Refused, Conflict, APINotServed, Unavailable, Timeout, CannotCancel, Internal) and the object it
-concerns.
+Every tool is named verb_fleet_noun (get_fleet_rollout, hold_fleet_rollout, ...), so that its
+names stay apart from those of other servers an assistant runs beside it, Flux's among them.
 
-Over HTTP it listens on 127.0.0.1 unless told otherwise and requires a bearer token, read from
---token-file or $TIDEGATE_MCP_TOKEN; the endpoint is http://ADDR/mcp.`,
+It acts with the kubeconfig it is given (--kubeconfig, --context, -n, --as and --as-group), so
+Kubernetes RBAC decides what it may read and change; the tool get_fleet_scope says who that is.
+It is read-only by default: the tools that write (hold_fleet_rollout, resume_fleet_rollout,
+approve_fleet_rollout, rollback_fleet_rollout, retry_fleet_rollout, reconcile_fleet_rollout and
+cancel_fleet_job) exist only with --allow-writes. Every write returns a job handle that
+get_fleet_job follows until the rollout settles. Results and errors are JSON; an error has a
+stable code (NotFound, Forbidden, Invalid, Refused, Conflict, APINotServed, Unavailable, Timeout,
+CannotCancel, Unmet, Internal) and the object it concerns.
+
+Over HTTP it requires a bearer token, read from --token-file or $TIDEGATE_MCP_TOKEN, and the
+endpoint is http://ADDR/mcp. Plain HTTP is served on a loopback address only (127.0.0.1, [::1],
+localhost): any other address is refused unless --tls-cert-file and --tls-key-file are given, and
+it is then https://ADDR/mcp. Requests are bounded in time (headers 10s, the whole request 30s, a
+response 6m, the longest get_fleet_job wait and a minute; an idle connection is closed after 2m),
+and a session no request came for in 30m is closed: its client starts a new one.`,
 		Example: `  tidegate mcp
   tidegate mcp --allow-writes --as alice
-  TIDEGATE_MCP_TOKEN=$(openssl rand -hex 32) tidegate mcp --http 127.0.0.1:8765`,
+  TIDEGATE_MCP_TOKEN=$(openssl rand -hex 32) tidegate mcp --http 127.0.0.1:8765
+  tidegate mcp --http :8443 --token-file token --tls-cert-file tls.crt --tls-key-file tls.key`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token := ""
+			// The HTTP transport's token and listener are checked before the hub is asked anything.
+			var h *mcpHTTP
 			if httpAddr != "" {
 				var err error
-				if token, err = mcpToken(tokenFile); err != nil {
+				if h, err = listenMCP(httpAddr, tokenFile, tlsCertFile, tlsKeyFile); err != nil {
 					return err
 				}
+				defer h.ln.Close()
+			} else if tlsCertFile != "" || tlsKeyFile != "" {
+				return usageError("--tls-cert-file and --tls-key-file serve --http over TLS: give --http ADDR too")
 			}
 			c, ns, err := k.client()
 			if err != nil {
 				return err
 			}
 			s := &mcpServer{k: k, c: c, ns: ns}
-			s.scope = s.readScope(cmd.Context(), allowWrites, httpAddr != "")
+			s.scope = s.readScope(cmd.Context(), allowWrites, h != nil)
 			server := s.server(allowWrites)
-			if httpAddr == "" {
+			if h == nil {
 				return server.Run(cmd.Context(), &mcp.StdioTransport{})
 			}
-			return serveMCPHTTP(cmd.Context(), server, httpAddr, token, cmd.ErrOrStderr())
+			return h.serve(cmd.Context(), server, cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().BoolVar(&allowWrites, "allow-writes", false, "serve the tools that change rollouts (hold, resume, approve, rollback, retry, reconcile, cancel_job)")
+	cmd.Flags().BoolVar(&allowWrites, "allow-writes", false, "serve the tools that change rollouts (hold_, resume_, approve_, rollback_, retry_ and reconcile_fleet_rollout, cancel_fleet_job)")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "serve streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token HTTP clients must send (else $TIDEGATE_MCP_TOKEN)")
+	cmd.Flags().StringVar(&tlsCertFile, "tls-cert-file", "", "with --http: serve HTTPS with this PEM certificate (chain); required for an address that is not loopback")
+	cmd.Flags().StringVar(&tlsKeyFile, "tls-key-file", "", "with --http: the PEM private key of --tls-cert-file")
 	return cmd
-}
-
-// mcpToken is the bearer token of the HTTP transport: the content of file, else $TIDEGATE_MCP_TOKEN.
-func mcpToken(file string) (string, error) {
-	token := os.Getenv("TIDEGATE_MCP_TOKEN")
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", usageError("reading --token-file: %v", err)
-		}
-		token = string(b)
-	}
-	token = strings.TrimSpace(token)
-	if len(token) < 16 {
-		return "", usageError("mcp --http requires a bearer token of at least 16 characters, in --token-file or $TIDEGATE_MCP_TOKEN")
-	}
-	return token, nil
-}
-
-// serveMCPHTTP serves server on addr at /mcp, to clients that send token, until ctx ends.
-func serveMCPHTTP(ctx context.Context, server *mcp.Server, addr, token string, log interface{ Write([]byte) (int, error) }) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return usageError("mcp --http: %v", err)
-	}
-	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return nil, auth.ErrInvalidToken
-		}
-		return &auth.TokenInfo{Expiration: time.Now().Add(time.Hour)}, nil
-	}
-	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", auth.RequireBearerToken(verify, nil)(handler))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(log, "tidegate mcp: serving http://%s/mcp\n", ln.Addr())
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }
 
 // readScope says who the server acts as: the kubeconfig's server, context and namespace, the
@@ -186,11 +155,6 @@ type (
 		Name      string `json:"name" jsonschema:"the GateReceipt's name"`
 		Namespace string `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
 	}
-	verifyInput struct {
-		Names     []string `json:"names,omitempty" jsonschema:"receipts to verify"`
-		Rollout   string   `json:"rollout,omitempty" jsonschema:"verify every receipt of this FleetRollout instead"`
-		Namespace string   `json:"namespace,omitempty" jsonschema:"namespace; the server's namespace when empty"`
-	}
 	jobInput struct {
 		Job         ops.Job `json:"job" jsonschema:"the job handle a write returned"`
 		WaitSeconds int     `json:"waitSeconds,omitempty" jsonschema:"wait up to this many seconds (at most 300) for the job to settle or pause for an approval"`
@@ -214,7 +178,7 @@ type (
 	}
 )
 
-// replayPolicyInput is the input of replay_policy.
+// replayPolicyInput is the input of replay_fleet_policy.
 type replayPolicyInput struct {
 	Rollout     string            `json:"rollout" jsonschema:"the FleetRollout whose receipts to replay"`
 	Namespace   string            `json:"namespace,omitempty" jsonschema:"its namespace; the server's namespace when empty"`
@@ -229,12 +193,30 @@ func (s *mcpServer) namespace(ns string) string {
 	return ns
 }
 
+// mcpInstructions is what the server tells an assistant in its initialize result: what tidegate
+// is, which tools to call first, and that a write is a change of the rollout's spec, as a commit
+// would make it, which Kubernetes RBAC allows or refuses.
+func mcpInstructions(allowWrites bool) string {
+	writes := "This server is read-only: it was started without --allow-writes, so it serves no tool that writes."
+	if allowWrites {
+		writes = "Writes (hold_fleet_rollout, resume_fleet_rollout, approve_fleet_rollout, rollback_fleet_rollout, retry_fleet_rollout, " +
+			"reconcile_fleet_rollout, cancel_fleet_job) patch the FleetRollout's spec or its reconcile annotation, never its status: " +
+			"the same change a Git commit of the spec would make, and where the FleetRollout is applied from Git, a field the manifest also sets is set back by Flux's next apply. " +
+			"Each write returns a job; get_fleet_job follows it until the rollout settles. Act only when the user asked for the change."
+	}
+	return "tidegate rolls a package out to a fleet of Kubernetes clusters wave by wave, on top of Flux: a FleetRollout moves its candidate revision " +
+		"from wave to wave only when four policy gates pass (deploySafe, noDisruption, rollbackSafe, rollbackSucceeds); each decision is kept " +
+		"as a GateReceipt and chained in a RolloutLedger. Start with get_fleet_scope (who this server acts as; Kubernetes RBAC decides what each call may do), " +
+		"then list_fleet_rollouts and get_fleet_rollout (waves, gates, what the rollout waits for). explain_fleet_gate says why a gate decided as it did " +
+		"and what would let it pass; get_fleet_rollout_events and get_fleet_rollout_ledger say what happened. " + writes
+}
+
 // server builds the MCP server: the read tools, and the write tools when allowWrites.
 func (s *mcpServer) server(allowWrites bool) *mcp.Server {
-	server := mcp.NewServer(&mcp.Implementation{Name: "tidegate", Version: version()}, nil)
-	tool(server, "scope", "Who this server acts as: the API server, kubeconfig context, namespace, impersonation, the identity the API server reports, and whether writes are allowed.",
+	server := mcp.NewServer(&mcp.Implementation{Name: "tidegate", Version: version()}, &mcp.ServerOptions{Instructions: mcpInstructions(allowWrites)})
+	tool(server, "get_fleet_scope", "Who this server acts as: the API server, kubeconfig context, namespace, impersonation, the identity the API server reports, and whether writes are allowed.",
 		true, func(ctx context.Context, _ struct{}) (any, error) { return s.scope, nil })
-	tool(server, "list_rollouts", "List FleetRollouts: phase, current wave, candidate and known-good (revisions and digests), Ready.",
+	tool(server, "list_fleet_rollouts", "List FleetRollouts: phase, current wave, candidate and known-good (revisions and digests), Ready.",
 		true, func(ctx context.Context, in listInput) (any, error) {
 			opts, err := s.listScope(in)
 			if err != nil {
@@ -246,7 +228,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return items[rolloutRow]{Items: rolloutRows(list.Items)}, nil
 		})
-	tool(server, "list_clusters", "List FleetClusters: member API server version, Ready, when last seen.",
+	tool(server, "list_fleet_clusters", "List FleetClusters: member API server version, Ready, when last seen.",
 		true, func(ctx context.Context, in listInput) (any, error) {
 			opts, err := s.listScope(in)
 			if err != nil {
@@ -258,7 +240,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return items[clusterRow]{Items: clusterRows(list.Items)}, nil
 		})
-	tool(server, "get_rollout", "A FleetRollout's status as tidegate status shows it: waves, gates and their receipts, what it waits for, the candidate and known-good with digests, rollback, lagging and skipped clusters.",
+	tool(server, "get_fleet_rollout", "A FleetRollout's status as tidegate status shows it: waves, gates and their receipts, what it waits for, the candidate and known-good with digests, rollback, lagging and skipped clusters.",
 		true, func(ctx context.Context, in rolloutInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			fr := &v1alpha1.FleetRollout{}
@@ -267,7 +249,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return toStatusView(fr), nil
 		})
-	tool(server, "list_receipts", "List GateReceipts (of one rollout with rollout), oldest decision first: gate, wave, result, candidate, targets, policy digest, reasons.",
+	tool(server, "list_fleet_receipts", "List GateReceipts (of one rollout with rollout), oldest decision first: gate, wave, result, candidate, targets, policy digest, reasons.",
 		true, func(ctx context.Context, in receiptsInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			var list v1alpha1.GateReceiptList
@@ -276,7 +258,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return items[receiptRow]{Items: receiptRows(list.Items, in.Rollout)}, nil
 		})
-	tool(server, "get_receipt", "One GateReceipt as recorded: the decision, its inputs (candidate, known-good, policy digest, approvals, evidence digest) and its reasons.",
+	tool(server, "get_fleet_receipt", "One GateReceipt as recorded: the decision, its inputs (candidate, known-good, policy digest, approvals, evidence digest) and its reasons.",
 		true, func(ctx context.Context, in receiptInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			rc := &v1alpha1.GateReceipt{}
@@ -286,35 +268,16 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			rc.ManagedFields = nil
 			return rc, nil
 		})
-	tool(server, "verify_receipts", "Check that receipts still have the content they were named after (as tidegate receipts verify): content digest, name, evidence digest, evidence parts.",
-		true, func(ctx context.Context, in verifyInput) (any, error) {
-			ns := s.namespace(in.Namespace)
-			if (len(in.Names) == 0) == (in.Rollout == "") {
-				return nil, ops.Errorf(ops.CodeInvalid, nil, "name the receipts to verify (names), or give rollout, not both")
-			}
-			receipts, err := receiptsToVerify(ctx, s.c, ns, in.Names, in.Rollout)
-			if err != nil {
-				return nil, mcpError(err, ops.Ref{Kind: "gatereceipts", Namespace: ns})
-			}
-			results, ok, err := verifyReceipts(ctx, s.c, receipts)
-			if err != nil {
-				return nil, mcpError(err, ops.Ref{Kind: "gatereceipts", Namespace: ns})
-			}
-			return struct {
-				Verified bool                  `json:"verified"`
-				Items    []receiptVerification `json:"items"`
-			}{ok, results}, nil
-		})
-	tool(server, "job_status", "Where a write's job stands: Pending (not yet acted on), Running, AwaitingApproval, Settled or Gone, with the rollout's phase, Ready and what it waits for; waitSeconds waits for it to settle.",
+	tool(server, "get_fleet_job", "Where a write's job stands: Pending (not yet acted on), Running, AwaitingApproval, Settled or Gone, with the rollout's phase, Ready and what it waits for; waitSeconds waits for it to settle.",
 		true, func(ctx context.Context, in jobInput) (any, error) {
 			if in.WaitSeconds <= 0 {
 				return ops.Status(ctx, s.c, in.Job)
 			}
-			ctx, cancel := context.WithTimeout(ctx, time.Duration(min(in.WaitSeconds, 300))*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, time.Duration(min(in.WaitSeconds, int(mcpMaxWait/time.Second)))*time.Second)
 			defer cancel()
 			return ops.Follow(ctx, s.c, in.Job, s.k.env.pollInterval, nil)
 		})
-	tool(server, "replay_policy", "Decide a rollout's recorded gate decisions again with a proposed policy (as tidegate policy replay): every decision whose result would change, with the old and new reasons, and receipts whose evidence cannot be read. Give the policy as policyDir or as policyFiles (file name to CUE text). Writes nothing.",
+	tool(server, "replay_fleet_policy", "Decide a rollout's recorded gate decisions again with a proposed policy (as tidegate policy replay): every decision whose result would change, with the old and new reasons, and receipts whose evidence cannot be read. Give the policy as policyDir or as policyFiles (file name to CUE text). Writes nothing.",
 		true, func(ctx context.Context, in replayPolicyInput) (any, error) {
 			if in.PolicyDir != "" && s.scope.Transport != "stdio" {
 				// Over HTTP the client is not on the server's machine: its files are not the client's
@@ -327,6 +290,7 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 			}
 			return ops.ReplayPolicy(ctx, s.c, s.namespace(in.Namespace), in.Rollout, p)
 		})
+	s.recordTools(server)
 	s.inspectTools(server)
 	if !allowWrites {
 		return server
@@ -335,24 +299,24 @@ func (s *mcpServer) server(allowWrites bool) *mcp.Server {
 	write := func(name, desc string, m func() ops.Mutation) {
 		tool(server, name, desc, false, func(ctx context.Context, in rolloutInput) (any, error) { return s.apply(ctx, in, m()) })
 	}
-	tool(server, "hold", "Hold a rollout where it is (spec.hold): no new wave starts; what is applied stays applied.",
+	tool(server, "hold_fleet_rollout", "Hold a rollout where it is (spec.hold): no new wave starts; what is applied stays applied.",
 		false, func(ctx context.Context, in holdInput) (any, error) {
 			return s.apply(ctx, in.rolloutInput, ops.Hold(in.Reason))
 		})
-	write("resume", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func() ops.Mutation { return ops.Resume() })
-	tool(server, "approve", "Approve a revision for a wave, or its irreversible changes (appends to spec.approvals).",
+	write("resume_fleet_rollout", "Resume a held or suspended rollout (clears spec.hold and spec.suspend).", func() ops.Mutation { return ops.Resume() })
+	tool(server, "approve_fleet_rollout", "Approve a revision for a wave, or its irreversible changes (appends to spec.approvals).",
 		false, func(ctx context.Context, in approveInput) (any, error) {
 			a := v1alpha1.Approval{Revision: in.Revision, Wave: in.Wave, Irreversible: in.Irreversible, By: in.By, Reason: in.Reason}
 			return s.apply(ctx, in.rolloutInput, ops.ApproveAs(ctx, s.c, a))
 		})
-	write("rollback", "Roll back (spec.rollback.request): while Progressing or Held, every cluster goes back to the known-good at once; once Completed, the previous known-good of status.history is rolled out again through the gates, wave by wave.",
+	write("rollback_fleet_rollout", "Roll back (spec.rollback.request): while Progressing or Held, every cluster goes back to the known-good at once; once Completed, the previous known-good of status.history is rolled out again through the gates, wave by wave.",
 		func() ops.Mutation { return ops.Rollback(s.k.env.now()) })
-	write("retry", "Let a rejected or failed candidate go again (spec.retry).", func() ops.Mutation { return ops.Retry(s.k.env.now()) })
-	write("reconcile", "Ask the controller to reconcile a rollout now (reconcile.fluxcd.io/requestedAt); job_status says when it has.",
+	write("retry_fleet_rollout", "Let a rejected or failed candidate go again (spec.retry).", func() ops.Mutation { return ops.Retry(s.k.env.now()) })
+	write("reconcile_fleet_rollout", "Ask the controller to reconcile a rollout now (reconcile.fluxcd.io/requestedAt); get_fleet_job says when it has.",
 		func() ops.Mutation {
 			return ops.RequestReconcile(s.k.env.now().UTC().Format(time.RFC3339Nano))
 		})
-	tool(server, "cancel_job", "Cancel a job: mode hold (always possible, nothing is undone) or rollback (to the known-good); a rollback under way cannot be cancelled (code CannotCancel, with the reason).",
+	tool(server, "cancel_fleet_job", "Cancel a job: mode hold (always possible, nothing is undone) or rollback (to the known-good); a rollback under way cannot be cancelled (code CannotCancel, with the reason).",
 		false, func(ctx context.Context, in cancelInput) (any, error) {
 			ch, job, err := ops.Cancel(ctx, s.c, in.Job, in.Mode, in.Reason, s.k.env.now())
 			if err != nil {
@@ -396,6 +360,9 @@ func mcpError(err error, obj ops.Ref) *ops.Error {
 	if errors.As(err, &ee) && ee.err != nil {
 		var oe *ops.Error
 		if errors.As(ee.err, &oe) {
+			if oe.Object == nil && obj.Kind != "" {
+				oe.Object = &obj
+			}
 			return oe
 		}
 		if cause := errors.Unwrap(ee.err); cause != nil {
@@ -412,7 +379,7 @@ func mcpError(err error, obj ops.Ref) *ops.Error {
 func tool[In any](server *mcp.Server, name, desc string, readOnly bool, h func(context.Context, In) (any, error)) {
 	t := &mcp.Tool{Name: name, Description: desc, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: readOnly}}
 	if !readOnly {
-		destructive := name == "rollback" || name == "cancel_job"
+		destructive := name == "rollback_fleet_rollout" || name == "cancel_fleet_job"
 		t.Annotations.DestructiveHint = &destructive
 	}
 	mcp.AddTool(server, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {

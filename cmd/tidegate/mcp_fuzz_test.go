@@ -29,25 +29,27 @@ var mcpToolInputs = map[string]struct {
 	input func() any
 	write bool
 }{
-	"scope":            {func() any { return &struct{}{} }, false},
-	"list_rollouts":    {func() any { return &listInput{} }, false},
-	"list_clusters":    {func() any { return &listInput{} }, false},
-	"get_rollout":      {func() any { return &rolloutInput{} }, false},
-	"list_receipts":    {func() any { return &receiptsInput{} }, false},
-	"get_receipt":      {func() any { return &receiptInput{} }, false},
-	"verify_receipts":  {func() any { return &verifyInput{} }, false},
-	"job_status":       {func() any { return &jobInput{} }, false},
-	"replay_policy":    {func() any { return &replayPolicyInput{} }, false},
-	"cluster_revision": {func() any { return &clusterRevisionInput{} }, false},
-	"explain_gate":     {func() any { return &explainInput{} }, false},
-	"preview":          {func() any { return &previewInput{} }, false},
-	"hold":             {func() any { return &holdInput{} }, true},
-	"resume":           {func() any { return &rolloutInput{} }, true},
-	"approve":          {func() any { return &approveInput{} }, true},
-	"rollback":         {func() any { return &rolloutInput{} }, true},
-	"retry":            {func() any { return &rolloutInput{} }, true},
-	"reconcile":        {func() any { return &rolloutInput{} }, true},
-	"cancel_job":       {func() any { return &cancelInput{} }, true},
+	"get_fleet_scope":            {func() any { return &struct{}{} }, false},
+	"list_fleet_rollouts":        {func() any { return &listInput{} }, false},
+	"list_fleet_clusters":        {func() any { return &listInput{} }, false},
+	"get_fleet_rollout":          {func() any { return &rolloutInput{} }, false},
+	"list_fleet_receipts":        {func() any { return &receiptsInput{} }, false},
+	"get_fleet_receipt":          {func() any { return &receiptInput{} }, false},
+	"verify_fleet_receipts":      {func() any { return &verifyInput{} }, false},
+	"get_fleet_rollout_events":   {func() any { return &rolloutInput{} }, false},
+	"get_fleet_rollout_ledger":   {func() any { return &ledgerInput{} }, false},
+	"get_fleet_job":              {func() any { return &jobInput{} }, false},
+	"replay_fleet_policy":        {func() any { return &replayPolicyInput{} }, false},
+	"get_fleet_cluster_revision": {func() any { return &clusterRevisionInput{} }, false},
+	"explain_fleet_gate":         {func() any { return &explainInput{} }, false},
+	"preview_fleet_change":       {func() any { return &previewInput{} }, false},
+	"hold_fleet_rollout":         {func() any { return &holdInput{} }, true},
+	"resume_fleet_rollout":       {func() any { return &rolloutInput{} }, true},
+	"approve_fleet_rollout":      {func() any { return &approveInput{} }, true},
+	"rollback_fleet_rollout":     {func() any { return &rolloutInput{} }, true},
+	"retry_fleet_rollout":        {func() any { return &rolloutInput{} }, true},
+	"reconcile_fleet_rollout":    {func() any { return &rolloutInput{} }, true},
+	"cancel_fleet_job":           {func() any { return &cancelInput{} }, true},
 }
 
 // writeRecorder refuses every write of a client and records what it was about.
@@ -145,15 +147,7 @@ func FuzzMCPToolCall(f *testing.F) {
 		scope: scopeView{Namespace: "fleet", WritesAllowed: true, Transport: "http"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.Cleanup(cancel)
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := s.server(true).Connect(ctx, st, nil); err != nil {
-		f.Fatal(err)
-	}
-	session, err := mcp.NewClient(&mcp.Implementation{Name: "fuzz", Version: "v0"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = session.Close() })
+	session := mcpInMemory(ctx, f, s, true)
 	listed, err := session.ListTools(ctx, nil)
 	if err != nil {
 		f.Fatal(err)
@@ -170,7 +164,7 @@ func FuzzMCPToolCall(f *testing.F) {
 	}
 
 	// The write tools reach the client: a hold of fleet/web is one write, to it.
-	if _, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{"name": "web", "reason": "r"}}); err != nil {
+	if _, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "hold_fleet_rollout", Arguments: map[string]any{"name": "web", "reason": "r"}}); err != nil {
 		f.Fatal(err)
 	}
 	if w := writes.take(); len(w) != 1 || w[0] != (client.ObjectKey{Namespace: "fleet", Name: "web"}) {
@@ -178,31 +172,34 @@ func FuzzMCPToolCall(f *testing.F) {
 	}
 
 	seeds := []struct{ tool, args string }{
-		{"scope", `{}`}, {"scope", `{"x":1}`}, {"scope", `null`}, {"scope", `[]`},
-		{"list_rollouts", `{"selector":"a==b==c"}`}, {"list_rollouts", `{"allNamespaces":true,"selector":"app in (a,b)"}`},
-		{"get_rollout", `{"name":"web"}`}, {"get_rollout", `{"name":7}`}, {"get_rollout", `{}`},
-		{"get_receipt", `{"name":"web-deploysafe-0123456789ab","namespace":"fleet"}`},
-		{"verify_receipts", `{"names":["a"],"rollout":"web"}`}, {"verify_receipts", `{"rollout":"web"}`},
-		{"job_status", `{"job":{"rollout":{"namespace":"fleet","name":"web"},"uid":"u-web","generation":1},"waitSeconds":300}`},
-		{"job_status", `{"job":{"rollout":{"namespace":"fleet","name":"gone"}},"waitSeconds":-1}`},
-		{"replay_policy", `{"rollout":"web","policyFiles":{"policy.cue":"deploySafe: _"}}`},
-		{"replay_policy", `{"rollout":"web","policyDir":"/etc"}`}, {"replay_policy", `{"rollout":"web","policyFiles":{"../x.cue":""}}`},
-		{"cluster_revision", `{"cluster":"eu-1"}`}, {"explain_gate", `{"rollout":"web","gate":"deploySafe"}`},
-		{"preview", `{"mode":"values","rollout":"web","values":{"replicas":"3"}}`}, {"preview", `{"mode":"policy","receipt":"r","policy":{"p.cue":"x: 1"}}`},
-		{"preview", `{"mode":"other"}`},
-		{"hold", `{"name":"web","reason":"incident 7"}`}, {"hold", `{"name":"web"}`}, {"hold", `{"name":"web","reason":1}`},
-		{"resume", `{"name":"web"}`}, {"resume", `{"name":"web","namespace":"other"}`}, {"resume", `{"name":"web","extra":true}`},
-		{"approve", `{"name":"web","revision":"main@sha1:abc","wave":"canary","by":"ops"}`}, {"approve", `{"name":"web","revision":["x"]}`},
-		{"rollback", `{"name":"web"}`}, {"retry", `{"name":"nope"}`}, {"reconcile", `{"name":""}`},
-		{"cancel_job", `{"job":{"rollout":{"namespace":"fleet","name":"web"},"uid":"u-web"},"mode":"hold","reason":"r"}`},
-		{"cancel_job", `{"job":{"rollout":{"namespace":"fleet","name":"web"}},"mode":"undo"}`},
+		{"get_fleet_scope", `{}`}, {"get_fleet_scope", `{"x":1}`}, {"get_fleet_scope", `null`}, {"get_fleet_scope", `[]`},
+		{"list_fleet_rollouts", `{"selector":"a==b==c"}`}, {"list_fleet_rollouts", `{"allNamespaces":true,"selector":"app in (a,b)"}`},
+		{"get_fleet_rollout", `{"name":"web"}`}, {"get_fleet_rollout", `{"name":7}`}, {"get_fleet_rollout", `{}`},
+		{"get_fleet_receipt", `{"name":"web-deploysafe-0123456789ab","namespace":"fleet"}`},
+		{"verify_fleet_receipts", `{"names":["a"],"rollout":"web"}`}, {"verify_fleet_receipts", `{"rollout":"web"}`},
+		{"verify_fleet_receipts", `{"rollout":"web","keys":["-----BEGIN PUBLIC KEY-----\nMA==\n-----END PUBLIC KEY-----\n"]}`},
+		{"verify_fleet_receipts", `{"names":["a"],"revision":"main@sha1:abc"}`},
+		{"get_fleet_rollout_events", `{"name":"web"}`}, {"get_fleet_rollout_ledger", `{"name":"web","revision":"main@sha1:abc"}`},
+		{"get_fleet_job", `{"job":{"rollout":{"namespace":"fleet","name":"web"},"uid":"u-web","generation":1},"waitSeconds":300}`},
+		{"get_fleet_job", `{"job":{"rollout":{"namespace":"fleet","name":"gone"}},"waitSeconds":-1}`},
+		{"replay_fleet_policy", `{"rollout":"web","policyFiles":{"policy.cue":"deploySafe: _"}}`},
+		{"replay_fleet_policy", `{"rollout":"web","policyDir":"/etc"}`}, {"replay_fleet_policy", `{"rollout":"web","policyFiles":{"../x.cue":""}}`},
+		{"get_fleet_cluster_revision", `{"cluster":"eu-1"}`}, {"explain_fleet_gate", `{"rollout":"web","gate":"deploySafe"}`},
+		{"preview_fleet_change", `{"mode":"values","rollout":"web","values":{"replicas":"3"}}`}, {"preview_fleet_change", `{"mode":"policy","receipt":"r","policy":{"p.cue":"x: 1"}}`},
+		{"preview_fleet_change", `{"mode":"other"}`},
+		{"hold_fleet_rollout", `{"name":"web","reason":"incident 7"}`}, {"hold_fleet_rollout", `{"name":"web"}`}, {"hold_fleet_rollout", `{"name":"web","reason":1}`},
+		{"resume_fleet_rollout", `{"name":"web"}`}, {"resume_fleet_rollout", `{"name":"web","namespace":"other"}`}, {"resume_fleet_rollout", `{"name":"web","extra":true}`},
+		{"approve_fleet_rollout", `{"name":"web","revision":"main@sha1:abc","wave":"canary","by":"ops"}`}, {"approve_fleet_rollout", `{"name":"web","revision":["x"]}`},
+		{"rollback_fleet_rollout", `{"name":"web"}`}, {"retry_fleet_rollout", `{"name":"nope"}`}, {"reconcile_fleet_rollout", `{"name":""}`},
+		{"cancel_fleet_job", `{"job":{"rollout":{"namespace":"fleet","name":"web"},"uid":"u-web"},"mode":"hold","reason":"r"}`},
+		{"cancel_fleet_job", `{"job":{"rollout":{"namespace":"fleet","name":"web"}},"mode":"undo"}`},
 		// Exhaustion: a 1 MiB name, JSON nested 5,000 deep, 10,000 names and 10,000 values.
-		{"get_rollout", `{"name":"` + strings.Repeat("w", 1<<20) + `"}`},
-		{"hold", `{"name":"web","reason":"` + strings.Repeat("r", 1<<20) + `"}`},
-		{"approve", `{"name":"web","revision":` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}`},
-		{"preview", `{"mode":"values","values":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5000) + `}`},
-		{"verify_receipts", `{"names":["` + strings.Repeat(`r","`, 10000) + `r"]}`},
-		{"preview", `{"mode":"values","rollout":"web","values":{"` + strings.Repeat(`k":"v","k`, 10000) + `":"v"}}`},
+		{"get_fleet_rollout", `{"name":"` + strings.Repeat("w", 1<<20) + `"}`},
+		{"hold_fleet_rollout", `{"name":"web","reason":"` + strings.Repeat("r", 1<<20) + `"}`},
+		{"approve_fleet_rollout", `{"name":"web","revision":` + strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}`},
+		{"preview_fleet_change", `{"mode":"values","values":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat("}", 5000) + `}`},
+		{"verify_fleet_receipts", `{"names":["` + strings.Repeat(`r","`, 10000) + `r"]}`},
+		{"preview_fleet_change", `{"mode":"values","rollout":"web","values":{"` + strings.Repeat(`k":"v","k`, 10000) + `":"v"}}`},
 	}
 	for _, sd := range seeds {
 		for i, name := range tools {

@@ -34,17 +34,18 @@ type (
 	}
 )
 
-// inspectTools adds the read tools cluster_revision, explain_gate and preview.
+// inspectTools adds the read tools get_fleet_cluster_revision, explain_fleet_gate and
+// preview_fleet_change.
 func (s *mcpServer) inspectTools(server *mcp.Server) {
-	tool(server, "cluster_revision", "A cluster's desired revision (what tidegate asks Flux to apply: its per-cluster Kustomization's pinned source and digest) and live revision (what kustomize-controller last applied, Ready, since when), whether they agree, and its wave, per rollout that targets it (as tidegate revision).",
+	tool(server, "get_fleet_cluster_revision", "A cluster's desired revision (what tidegate asks Flux to apply: its per-cluster Kustomization's pinned source and digest) and live revision (what kustomize-controller last applied, Ready, since when), whether they agree, and its wave, per rollout that targets it (as tidegate revision).",
 		true, func(ctx context.Context, in clusterRevisionInput) (any, error) {
 			return ops.RevisionsOf(ctx, s.c, s.namespace(in.Namespace), in.Cluster, in.Rollout)
 		})
-	tool(server, "explain_gate", "Explain a gate decision from its receipt (by name, or rollout + gate + wave for the decisive one): result, each reason with the evidence path and recorded value it refers to, the policy digest and settings, and what would let it pass (as tidegate receipts explain).",
+	tool(server, "explain_fleet_gate", "Explain a gate decision from its receipt (by name, or rollout + gate + wave for the decisive one): result, each reason with the evidence path and recorded value it refers to, the policy digest and settings, and what would let it pass (as tidegate receipts explain).",
 		true, func(ctx context.Context, in explainInput) (any, error) {
 			return ops.Explain(ctx, s.c, s.namespace(in.Namespace), ops.ReceiptSelector{Name: in.Name, Rollout: in.Rollout, Gate: in.Gate, Wave: in.Wave})
 		})
-	tool(server, "preview", "Preview a change without making it: mode values checks install-time values against the tidegate/install.cue of the rollout's artifact at an exact digest (unknown and protected keys, violations, whether deploySafe would refuse them); mode policy decides a receipt's gate with a policy over its recorded evidence (as tidegate preview values and preview policy).",
+	tool(server, "preview_fleet_change", "Preview a change without making it: mode values checks install-time values against the tidegate/install.cue of the rollout's artifact at an exact digest (unknown and protected keys, violations, whether deploySafe would refuse them); mode policy decides a receipt's gate with a policy over its recorded evidence (as tidegate preview values and preview policy).",
 		true, func(ctx context.Context, in previewInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			switch in.Mode {

@@ -8,17 +8,21 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/internal/ops"
+	"github.com/tidegate/tidegate/internal/scheme"
 )
 
 // mcpCommand is `tidegate mcp args...` as a subprocess: this test binary run as the command line,
@@ -41,7 +45,23 @@ func mcpStdio(ctx context.Context, t *testing.T, args ...string) *mcp.ClientSess
 	return session
 }
 
-func toolNames(ctx context.Context, t *testing.T, s *mcp.ClientSession) []string {
+// mcpInMemory connects the SDK's client to s's server (its write tools too when allowWrites) over
+// an in-memory transport.
+func mcpInMemory(ctx context.Context, tb testing.TB, s *mcpServer, allowWrites bool) *mcp.ClientSession {
+	tb.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := s.server(allowWrites).Connect(ctx, st, nil); err != nil {
+		tb.Fatal(err)
+	}
+	session, err := mcp.NewClient(&mcp.Implementation{Name: "tidegate-test", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = session.Close() })
+	return session
+}
+
+func toolNames(ctx context.Context, t testing.TB, s *mcp.ClientSession) []string {
 	t.Helper()
 	res, err := s.ListTools(ctx, nil)
 	if err != nil {
@@ -89,47 +109,47 @@ func TestMCP(t *testing.T) {
 	// Read-only by default: no tool that writes is listed, and calling one is refused.
 	ro := mcpStdio(ctx, t)
 	names := toolNames(ctx, t, ro)
-	want := []string{"cluster_revision", "explain_gate", "get_receipt", "get_rollout", "job_status", "list_clusters", "list_receipts", "list_rollouts", "preview", "replay_policy", "scope", "verify_receipts"}
+	want := []string{"explain_fleet_gate", "get_fleet_cluster_revision", "get_fleet_job", "get_fleet_receipt", "get_fleet_rollout", "get_fleet_rollout_events", "get_fleet_rollout_ledger", "get_fleet_scope", "list_fleet_clusters", "list_fleet_receipts", "list_fleet_rollouts", "preview_fleet_change", "replay_fleet_policy", "verify_fleet_receipts"}
 	if !slices.Equal(names, want) {
 		t.Errorf("read-only tools %v, want %v", names, want)
 	}
-	if _, err := ro.CallTool(ctx, &mcp.CallToolParams{Name: "approve", Arguments: map[string]any{"name": fr.Name, "revision": webCandidate.Revision}}); err == nil {
+	if _, err := ro.CallTool(ctx, &mcp.CallToolParams{Name: "approve_fleet_rollout", Arguments: map[string]any{"name": fr.Name, "revision": webCandidate.Revision}}); err == nil {
 		t.Errorf("approve without --allow-writes was not refused")
 	}
 	var status statusView
-	if call(ctx, t, ro, "get_rollout", map[string]any{"name": fr.Name}, &status) || status.Name != fr.Name ||
+	if call(ctx, t, ro, "get_fleet_rollout", map[string]any{"name": fr.Name}, &status) || status.Name != fr.Name ||
 		status.Candidate == nil || status.Candidate.Digest != webCandidate.Digest || status.LastKnownGood == nil || status.LastKnownGood.Digest != webKnownGood.Digest {
 		t.Errorf("get_rollout: %+v, want %s with candidate %s and known-good %s", status, fr.Name, webCandidate.Digest, webKnownGood.Digest)
 	}
 	var listed items[rolloutRow]
-	if call(ctx, t, ro, "list_rollouts", map[string]any{"selector": "tidegate.dev/none=x"}, &listed) || len(listed.Items) != 0 {
+	if call(ctx, t, ro, "list_fleet_rollouts", map[string]any{"selector": "tidegate.dev/none=x"}, &listed) || len(listed.Items) != 0 {
 		t.Errorf("list_rollouts with a selector nothing matches: %+v", listed)
 	}
 	var badSelector mcpErrorBody
-	if !call(ctx, t, ro, "list_rollouts", map[string]any{"selector": "a==b==c"}, &badSelector) || badSelector.Error.Code != ops.CodeInvalid {
+	if !call(ctx, t, ro, "list_fleet_rollouts", map[string]any{"selector": "a==b==c"}, &badSelector) || badSelector.Error.Code != ops.CodeInvalid {
 		t.Errorf("list_rollouts with an invalid selector: %+v, want Invalid", badSelector)
 	}
 	var missing mcpErrorBody
-	if !call(ctx, t, ro, "get_rollout", map[string]any{"name": "nope"}, &missing) ||
+	if !call(ctx, t, ro, "get_fleet_rollout", map[string]any{"name": "nope"}, &missing) ||
 		missing.Error.Code != ops.CodeNotFound || missing.Error.Object == nil || *missing.Error.Object != ops.RolloutRef(writesNS, "nope") {
 		t.Errorf("get_rollout of a missing rollout: %+v, want NotFound about fleetrollout %s/nope", missing, writesNS)
 	}
 	var scope scopeView
-	if call(ctx, t, ro, "scope", map[string]any{}, &scope) || scope.User != "fleet-admin" || scope.Namespace != writesNS || scope.WritesAllowed || scope.Transport != "stdio" {
+	if call(ctx, t, ro, "get_fleet_scope", map[string]any{}, &scope) || scope.User != "fleet-admin" || scope.Namespace != writesNS || scope.WritesAllowed || scope.Transport != "stdio" {
 		t.Errorf("scope %+v, want fleet-admin in %s, read-only, over stdio", scope, writesNS)
 	}
 
 	// With writes allowed, acting as a user RBAC lets read and not write: the write is Forbidden.
 	viewerRBAC(ctx, t, "mcp-viewer")
 	as := mcpStdio(ctx, t, "--allow-writes", "--as", "mcp-viewer")
-	if call(ctx, t, as, "scope", map[string]any{}, &scope) || scope.User != "mcp-viewer" || scope.Impersonate != "mcp-viewer" || !scope.WritesAllowed {
+	if call(ctx, t, as, "get_fleet_scope", map[string]any{}, &scope) || scope.User != "mcp-viewer" || scope.Impersonate != "mcp-viewer" || !scope.WritesAllowed {
 		t.Errorf("scope %+v, want mcp-viewer, impersonated, writes allowed", scope)
 	}
-	if call(ctx, t, as, "get_rollout", map[string]any{"name": fr.Name}, &status) {
+	if call(ctx, t, as, "get_fleet_rollout", map[string]any{"name": fr.Name}, &status) {
 		t.Errorf("mcp-viewer may read the rollout: %+v", status)
 	}
 	var denied mcpErrorBody
-	if !call(ctx, t, as, "approve", map[string]any{"name": fr.Name, "revision": webCandidate.Revision, "wave": "everyone"}, &denied) ||
+	if !call(ctx, t, as, "approve_fleet_rollout", map[string]any{"name": fr.Name, "revision": webCandidate.Revision, "wave": "everyone"}, &denied) ||
 		denied.Error.Code != ops.CodeForbidden {
 		t.Errorf("approve as mcp-viewer: %+v, want Forbidden", denied)
 	}
@@ -165,13 +185,13 @@ func TestMCP(t *testing.T) {
 	}
 	defer hs.Close()
 	var written writeResult
-	if call(ctx, t, hs, "approve", map[string]any{"name": fr.Name, "revision": webCandidate.Revision[:len("main@sha1:")+12] + "x", "wave": "everyone"}, &written) {
+	if call(ctx, t, hs, "approve_fleet_rollout", map[string]any{"name": fr.Name, "revision": webCandidate.Revision[:len("main@sha1:")+12] + "x", "wave": "everyone"}, &written) {
 		// An abbreviation that is not the candidate's is a warning, not a refusal: it was written.
 		t.Fatalf("approve with a wrong abbreviation: %+v", written)
 	}
 	var approved writeResult
 	short := strings.TrimPrefix(webCandidate.Revision, "main@sha1:")[:12]
-	if call(ctx, t, hs, "approve", map[string]any{"name": fr.Name, "revision": short, "wave": "everyone", "by": "alice"}, &approved) ||
+	if call(ctx, t, hs, "approve_fleet_rollout", map[string]any{"name": fr.Name, "revision": short, "wave": "everyone", "by": "alice"}, &approved) ||
 		!approved.Change.Changed || approved.Job.UID != fr.UID || approved.Job.Candidate == nil || approved.Job.Candidate.Digest != webCandidate.Digest {
 		t.Fatalf("approve over HTTP: %+v", approved)
 	}
@@ -184,7 +204,7 @@ func TestMCP(t *testing.T) {
 		t.Errorf("approvals %+v, want the candidate approved for wave everyone by alice, written as fleet-admin, with the time it was given", after.Spec.Approvals)
 	}
 	var js ops.JobStatus
-	if call(ctx, t, hs, "job_status", map[string]any{"job": approved.Job}, &js) || js.State != ops.JobPending {
+	if call(ctx, t, hs, "get_fleet_job", map[string]any{"job": approved.Job}, &js) || js.State != ops.JobPending {
 		t.Errorf("job_status before the controller acted: %+v, want Pending", js)
 	}
 	pctx, stop := context.WithCancel(ctx)
@@ -196,28 +216,34 @@ func TestMCP(t *testing.T) {
 		return true
 	})
 	defer func() { stop(); wg.Wait() }()
-	if call(ctx, t, hs, "job_status", map[string]any{"job": approved.Job, "waitSeconds": 30}, &js) || js.State != ops.JobSettled || js.Phase != v1alpha1.PhaseCompleted {
+	if call(ctx, t, hs, "get_fleet_job", map[string]any{"job": approved.Job, "waitSeconds": 30}, &js) || js.State != ops.JobSettled || js.Phase != v1alpha1.PhaseCompleted {
 		t.Errorf("job_status followed: %+v, want Settled in Completed", js)
 	}
 	var refused mcpErrorBody
-	if !call(ctx, t, hs, "cancel_job", map[string]any{"job": approved.Job, "mode": "rollback"}, &refused) || refused.Error.Code != ops.CodeCannotCancel {
+	if !call(ctx, t, hs, "cancel_fleet_job", map[string]any{"job": approved.Job, "mode": "rollback"}, &refused) || refused.Error.Code != ops.CodeCannotCancel {
 		t.Errorf("cancel by rollback of a completed rollout: %+v, want CannotCancel", refused)
 	}
 	// Over HTTP the server's own files are not read for a client.
 	var noDir mcpErrorBody
-	if !call(ctx, t, hs, "replay_policy", map[string]any{"rollout": fr.Name, "policyDir": "/etc"}, &noDir) || noDir.Error.Code != ops.CodeInvalid ||
+	if !call(ctx, t, hs, "replay_fleet_policy", map[string]any{"rollout": fr.Name, "policyDir": "/etc"}, &noDir) || noDir.Error.Code != ops.CodeInvalid ||
 		!strings.Contains(noDir.Error.Message, "stdio only") {
 		t.Errorf("replay_policy with policyDir over HTTP: %+v, want Invalid (stdio only)", noDir)
 	}
 }
 
-// bearer sends a bearer token with every request.
-type bearer struct{ token string }
+// bearer sends a bearer token with every request, through base (http.DefaultTransport when nil).
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
+	if b.base == nil {
+		return http.DefaultTransport.RoundTrip(r)
+	}
+	return b.base.RoundTrip(r)
 }
 
 // viewerRBAC lets user read tidegate's objects in writesNS, and nothing more.
@@ -252,5 +278,48 @@ func TestMCPErrorOfAUsageError(t *testing.T) {
 	}
 	if err := mcpError(&exitError{code: exitUsage, err: fmt.Errorf("reading: %w", ops.Errorf(ops.CodeNotFound, nil, "gone"))}, ops.Ref{}); err == nil || err.Code != ops.CodeNotFound {
 		t.Fatalf("mcpError of a wrapped ops error: %+v, want NotFound", err)
+	}
+}
+
+// Every tool is named verb_fleet_noun, so that its names stay apart from those of another server an
+// assistant runs beside it (Flux's get_kubernetes_resources, reconcile_flux_kustomization, ...).
+func TestMCPToolNamesReadBesideFlux(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &mcpServer{k: &kubeOptions{env: &cliEnv{now: func() time.Time { return fixedNow }}}, c: fake.NewClientBuilder().WithScheme(scheme.New()).Build(), ns: "fleet"}
+	names := toolNames(ctx, t, mcpInMemory(ctx, t, s, true))
+	pattern := regexp.MustCompile(`^[a-z]+_fleet(_[a-z]+)+$`)
+	for _, n := range names {
+		if !pattern.MatchString(n) {
+			t.Errorf("tool %s is not named verb_fleet_noun", n)
+		}
+	}
+	if len(names) != len(mcpToolInputs) {
+		t.Errorf("tools %v, want the %d of mcpToolInputs", names, len(mcpToolInputs))
+	}
+}
+
+// The initialize result's instructions say what tidegate is and which tools to call first; every
+// tool they name is one the server lists, and a read-only server says it serves no writes.
+func TestMCPInstructions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &mcpServer{k: &kubeOptions{env: &cliEnv{now: func() time.Time { return fixedNow }}}, c: fake.NewClientBuilder().WithScheme(scheme.New()).Build(), ns: "fleet"}
+	for _, writes := range []bool{false, true} {
+		session := mcpInMemory(ctx, t, s, writes)
+		text := session.InitializeResult().Instructions
+		names := toolNames(ctx, t, session)
+		named := regexp.MustCompile(`\b[a-z]+_fleet(_[a-z]+)+\b`).FindAllString(text, -1)
+		if !strings.Contains(text, "get_fleet_scope") || !strings.Contains(text, "FleetRollout") {
+			t.Errorf("writes %v: instructions %q do not say what tidegate is and to call get_fleet_scope first", writes, text)
+		}
+		for _, n := range named {
+			if !slices.Contains(names, n) {
+				t.Errorf("writes %v: the instructions name %s, which the server does not list", writes, n)
+			}
+		}
+		if writes != strings.Contains(text, "Git commit") || writes == strings.Contains(text, "read-only") {
+			t.Errorf("writes %v: instructions %q", writes, text)
+		}
 	}
 }

@@ -213,12 +213,12 @@ func TestReplayMCP(t *testing.T) {
 	s := mcpStdio(ctx, t)
 
 	var r ops.Replay
-	if call(ctx, t, s, "replay_policy", map[string]any{"rollout": "replay-mcp", "namespace": replayNS, "policyFiles": files}, &r) {
+	if call(ctx, t, s, "replay_fleet_policy", map[string]any{"rollout": "replay-mcp", "namespace": replayNS, "policyFiles": files}, &r) {
 		t.Fatalf("replay_policy failed: %+v", r)
 	}
 	expectReplay(t, r, receipts["ring-1/deploySafe"].Name, "deploySafe.source.verified: the candidate's source is not verified")
 	var same ops.Replay
-	if call(ctx, t, s, "replay_policy", map[string]any{"rollout": "replay-mcp", "namespace": replayNS, "policyDir": filepath.Join(testenv.RepoRoot(), "verdict", "policy")}, &same) ||
+	if call(ctx, t, s, "replay_fleet_policy", map[string]any{"rollout": "replay-mcp", "namespace": replayNS, "policyDir": filepath.Join(testenv.RepoRoot(), "verdict", "policy")}, &same) ||
 		same.Replayed != 5 || !same.OK() || len(same.Changes) != 0 {
 		t.Errorf("replay_policy under the built-in policy: %+v, want 5 replayed and nothing changed", same)
 	}
@@ -235,7 +235,7 @@ func TestReplayMCP(t *testing.T) {
 		{map[string]any{"rollout": "nope", "namespace": replayNS, "policyFiles": files}, ops.CodeNotFound, &ops.Ref{Kind: "fleetrollout", Namespace: replayNS, Name: "nope"}, "fleetrollout replay/nope not found"},
 	} {
 		var e mcpErrorBody
-		if !call(ctx, t, s, "replay_policy", tc.args, &e) || e.Error.Code != tc.code || !strings.Contains(e.Error.Message, tc.msg) ||
+		if !call(ctx, t, s, "replay_fleet_policy", tc.args, &e) || e.Error.Code != tc.code || !strings.Contains(e.Error.Message, tc.msg) ||
 			(tc.obj == nil) != (e.Error.Object == nil) || (tc.obj != nil && *e.Error.Object != *tc.obj) {
 			t.Errorf("replay_policy %v: %+v, want %s about %v saying %q", tc.args, e, tc.code, tc.obj, tc.msg)
 		}

@@ -21,36 +21,9 @@ import (
 // lists that are gone; a receipt whose evidence cannot be read is exported without it (verifying
 // the bundle names it).
 func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision string) (b *attest.Bundle, missing []string, err error) {
-	var first string
-	if revision == "" {
-		var fr v1alpha1.FleetRollout
-		ref := RolloutRef(ns, rollout)
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: rollout}, &fr); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, nil, Errorf(CodeNotFound, &ref, "fleetrollout %s/%s not found: give the revision to export the ledger of a deleted rollout (kubectl -n %s get rolloutledgers -l %s=%s lists them)", ns, rollout, ns, v1alpha1.RolloutLabel, rollout)
-			}
-			return nil, nil, AsError(err, ref)
-		}
-		if fr.Status.Candidate == nil {
-			return nil, nil, Errorf(CodeInvalid, &ref, "fleetrollout %s/%s has no candidate yet: give the revision", ns, rollout)
-		}
-		revision = fr.Status.Candidate.Revision
-		// The candidate's own ledger: a build of the revision of its own (an edit of the template
-		// or of a cluster's values) keeps one apart from the revision's.
-		first = fr.Status.Candidate.LedgerName(rollout)
-	}
-	if first == "" {
-		if first, err = ledgerOfRevision(ctx, c, ns, rollout, revision); err != nil {
-			return nil, nil, err
-		}
-	}
-	ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: first}
-	parts, err := LedgerParts(ctx, c, ns, first)
+	parts, err := readLedger(ctx, c, ns, rollout, revision, "export")
 	if err != nil {
-		return nil, nil, AsError(err, ref)
-	}
-	if len(parts) == 0 {
-		return nil, nil, Errorf(CodeUnmet, &ref, "no rolloutledger of fleetrollout %s/%s revision %s (%s): nothing was decided for it yet, or it was decided by a version without ledgers", ns, rollout, revision, ref.Name)
+		return nil, nil, err
 	}
 	var entries []v1alpha1.LedgerEntry
 	for _, l := range parts {
@@ -79,6 +52,45 @@ func ExportBundle(ctx context.Context, c client.Reader, ns, rollout, revision st
 		receipts = append(receipts, br)
 	}
 	return attest.NewBundle(parts, receipts, metav1.Now()), missing, nil
+}
+
+// readLedger reads the ledger of rollout's revision (its candidate's when revision is empty) and the
+// ledgers that continue it, in order. verb says what is done with it, for the error that asks for a
+// revision when the rollout is gone: its ledgers outlive it.
+func readLedger(ctx context.Context, c client.Reader, ns, rollout, revision, verb string) ([]*v1alpha1.RolloutLedger, error) {
+	var first string
+	if revision == "" {
+		var fr v1alpha1.FleetRollout
+		ref := RolloutRef(ns, rollout)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: rollout}, &fr); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, Errorf(CodeNotFound, &ref, "fleetrollout %s/%s not found: give the revision to %s the ledger of a deleted rollout (kubectl -n %s get rolloutledgers -l %s=%s lists them)", ns, rollout, verb, ns, v1alpha1.RolloutLabel, rollout)
+			}
+			return nil, AsError(err, ref)
+		}
+		if fr.Status.Candidate == nil {
+			return nil, Errorf(CodeInvalid, &ref, "fleetrollout %s/%s has no candidate yet: give the revision", ns, rollout)
+		}
+		revision = fr.Status.Candidate.Revision
+		// The candidate's own ledger: a build of the revision of its own (an edit of the template
+		// or of a cluster's values) keeps one apart from the revision's.
+		first = fr.Status.Candidate.LedgerName(rollout)
+	}
+	if first == "" {
+		var err error
+		if first, err = ledgerOfRevision(ctx, c, ns, rollout, revision); err != nil {
+			return nil, err
+		}
+	}
+	ref := Ref{Kind: "rolloutledger", Namespace: ns, Name: first}
+	parts, err := LedgerParts(ctx, c, ns, first)
+	if err != nil {
+		return nil, AsError(err, ref)
+	}
+	if len(parts) == 0 {
+		return nil, Errorf(CodeUnmet, &ref, "no rolloutledger of fleetrollout %s/%s revision %s (%s): nothing was decided for it yet, or it was decided by a version without ledgers", ns, rollout, revision, ref.Name)
+	}
+	return parts, nil
 }
 
 // ledgerOfRevision names the first ledger of rollout's revision: the revision's own, or, when it has

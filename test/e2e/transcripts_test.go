@@ -240,7 +240,7 @@ func TestE2ETranscripts(t *testing.T) {
 			return out
 		}
 
-		tr.section("Connecting", "The server says who it is; the tools it lists include the writes, as it was started with --allow-writes. `scope` is what it acts as: the kubeconfig's user, as the API server reports it.")
+		tr.section("Connecting", "The server says who it is and what an assistant should know; the tools it lists include the writes, as it was started with --allow-writes. `get_fleet_scope` is what it acts as: the kubeconfig's user, as the API server reports it.")
 		init := session.InitializeResult()
 		tools, err := session.ListTools(ctx, nil)
 		if err != nil {
@@ -251,46 +251,49 @@ func TestE2ETranscripts(t *testing.T) {
 			names = append(names, tl.Name)
 		}
 		slices.Sort(names)
-		tr.text(fmt.Sprintf("`initialize`: server `%s`; `tools/list`: %s.", init.ServerInfo.Name, "`"+strings.Join(names, "`, `")+"`"))
-		for _, w := range []string{"approve", "hold", "rollback", "job_status", "cluster_revision", "preview"} {
+		tr.text(fmt.Sprintf("`initialize`: server `%s`, with instructions for the assistant:\n\n> %s\n\n`tools/list`: %s.", init.ServerInfo.Name, init.Instructions, "`"+strings.Join(names, "`, `")+"`"))
+		if !strings.Contains(init.Instructions, "get_fleet_scope") {
+			t.Errorf("initialize instructions %q do not say to call get_fleet_scope first", init.Instructions)
+		}
+		for _, w := range []string{"approve_fleet_rollout", "hold_fleet_rollout", "rollback_fleet_rollout", "get_fleet_job", "get_fleet_cluster_revision", "preview_fleet_change"} {
 			if !slices.Contains(names, w) {
 				t.Errorf("tools/list %v has no %s", names, w)
 			}
 		}
-		scope := call(false, "scope", map[string]any{})
+		scope := call(false, "get_fleet_scope", map[string]any{})
 		if scope["writesAllowed"] != true || scope["transport"] != "stdio" || scope["namespace"] != s.ns {
 			t.Errorf("scope %v, want writes allowed over stdio in %s", scope, s.ns)
 		}
 
 		tr.section("Discovering the candidate", "The rollouts, with the candidate and the known-good and their digests.")
-		listed := call(false, "list_rollouts", map[string]any{})
+		listed := call(false, "list_fleet_rollouts", map[string]any{})
 		if !strings.Contains(indentJSON(listed), cand.Digest) || !strings.Contains(indentJSON(listed), kg.Digest) {
-			t.Errorf("list_rollouts does not show the digests of the candidate %s and the known-good %s: %v", cand.Digest, kg.Digest, listed)
+			t.Errorf("list_fleet_rollouts does not show the digests of the candidate %s and the known-good %s: %v", cand.Digest, kg.Digest, listed)
 		}
 
-		tr.section("An allowed change: approving the wave that waits", "The approval names the candidate's digest in full. The write returns a job handle; `job_status` follows it until the rollout settles: the last wave ran, the candidate is the known-good.")
-		approved := call(false, "approve", map[string]any{"name": "web", "revision": cand.Digest, "wave": "rest", "by": "carol", "reason": "release review"})
+		tr.section("An allowed change: approving the wave that waits", "The approval names the candidate's digest in full. The write returns a job handle; `get_fleet_job` follows it until the rollout settles: the last wave ran, the candidate is the known-good.")
+		approved := call(false, "approve_fleet_rollout", map[string]any{"name": "web", "revision": cand.Digest, "wave": "rest", "by": "carol", "reason": "release review"})
 		job := approved["job"]
 		if job == nil || !strings.Contains(indentJSON(approved), cand.Digest) {
 			t.Fatalf("approve returned no job for the candidate %s: %v", cand.Digest, approved)
 		}
 		s.expectApproved(t, rev2, "rest", "carol")
 		// One call, waiting up to its five minutes: the last wave starts, soaks, and the rollout completes.
-		settled := call(false, "job_status", map[string]any{"job": job, "waitSeconds": 300})
+		settled := call(false, "get_fleet_job", map[string]any{"job": job, "waitSeconds": 300})
 		if settled["state"] != "Settled" || settled["phase"] != v1alpha1.PhaseCompleted {
-			t.Fatalf("job_status %v, want Settled in Completed", settled)
+			t.Fatalf("get_fleet_job %v, want Settled in Completed", settled)
 		}
 
 		s.transcribeRefusalMCP(t, tr, call)
 		tr.section("Desired and live revision of a cluster", "Wave rest's cluster, after the rollout completed.")
-		revs := call(false, "cluster_revision", map[string]any{"cluster": member("rest")})
+		revs := call(false, "get_fleet_cluster_revision", map[string]any{"cluster": member("rest")})
 		if !strings.Contains(indentJSON(revs), `"agree": true`) || !strings.Contains(indentJSON(revs), cand.Digest) {
-			t.Errorf("cluster_revision %s: want the candidate's digest, agreeing: %v", member("rest"), revs)
+			t.Errorf("get_fleet_cluster_revision %s: want the candidate's digest, agreeing: %v", member("rest"), revs)
 		}
 		tr.section("A missing object", "Errors are structured: a code and the object they concern.")
-		missing := call(true, "get_rollout", map[string]any{"name": "nope"})
+		missing := call(true, "get_fleet_rollout", map[string]any{"name": "nope"})
 		if e, _ := missing["error"].(map[string]any); e == nil || e["code"] != "NotFound" {
-			t.Errorf("get_rollout nope: %v, want a NotFound error", missing)
+			t.Errorf("get_fleet_rollout nope: %v, want a NotFound error", missing)
 		}
 		tr.check(t)
 	})
@@ -372,9 +375,9 @@ func (s *fleetSetup) transcribeRefusalMCP(t *testing.T, tr *transcript, call fun
 	generation := s.rollout(t, "web").Generation
 	tr.refusalSection()
 	name, value, _ := strings.Cut(protectedImage, "=")
-	res := call(false, "preview", map[string]any{"mode": "values", "rollout": "web", "digest": s.rollout(t, "web").Status.Candidate.Digest, "values": map[string]string{name: value}})
+	res := call(false, "preview_fleet_change", map[string]any{"mode": "values", "rollout": "web", "digest": s.rollout(t, "web").Status.Candidate.Digest, "values": map[string]string{name: value}})
 	if res["refused"] != true || !strings.Contains(indentJSON(res["protectedKeys"]), `"image"`) {
-		t.Errorf("preview of %s: %v, want refused with image protected", protectedImage, res)
+		t.Errorf("preview_fleet_change of %s: %v, want refused with image protected", protectedImage, res)
 	}
 	s.expectGeneration(t, generation)
 }
