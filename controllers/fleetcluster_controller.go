@@ -134,7 +134,7 @@ func (r *FleetClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	// Another shard's FleetCluster is that shard's to probe and write.
-	if r.Shard != nil && !r.Shard.Matches(labels.Set(obj.Labels)) {
+	if !inShard(r.Shard, obj) {
 		r.forgetProbe(req.NamespacedName)
 		domain().forgetCluster(req.Namespace, req.Name)
 		return ctrl.Result{}, nil

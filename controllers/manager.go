@@ -237,3 +237,8 @@ func withShard(fr *v1alpha1.FleetRollout, labels map[string]string) map[string]s
 	}
 	return labels
 }
+
+// inShard tells whether obj is of the shard selector picks; a nil selector picks every object.
+func inShard(selector labels.Selector, obj client.Object) bool {
+	return selector == nil || selector.Matches(labels.Set(obj.GetLabels()))
+}

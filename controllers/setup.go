@@ -53,8 +53,9 @@ type Options struct {
 	// RateLimiter spaces the retries of a failing reconcile of either controller (Flux's
 	// --min-retry-delay and --max-retry-delay); nil is controller-runtime's default.
 	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
-	// Shard is the manager's --watch-label-selector (ManagerConfig.WatchSelector): the
-	// FleetClusters this manager probes (FleetClusterReconciler.Shard). Nil: every FleetCluster.
+	// Shard is the manager's --watch-label-selector (ManagerConfig.WatchSelector): the FleetRollouts
+	// this manager reconciles and the FleetClusters it probes (FleetRolloutReconciler.Shard,
+	// FleetClusterReconciler.Shard). Nil: every one.
 	Shard labels.Selector
 }
 
@@ -139,6 +140,7 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		Gates:         gates,
 		TestHook:      opts.TestHook,
 		Signer:        opts.Signer,
+		Shard:         opts.Shard,
 	}
 	if opts.RecordsExportDir != "" {
 		rollouts.Export = &ReceiptExport{Dir: opts.RecordsExportDir, Reader: mgr.GetAPIReader()}
