@@ -16,9 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,6 +67,13 @@ type FleetClusterReconciler struct {
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets several managers in one process (tests) register this controller.
 	SkipNameValidation bool
+	// RateLimiter spaces the retries of a failing reconcile; nil is controller-runtime's default.
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+	// Shard, when set, is the only FleetClusters this reconciler probes and writes: those whose
+	// labels match it. Every shard of the controller caches every FleetCluster, which its rollouts
+	// may select, but one probes each: the main shard, whose selector excludes the others' keys,
+	// probes the FleetClusters without a ShardLabel. Nil: every FleetCluster.
+	Shard labels.Selector
 
 	// indexed is true when Kustomizations can be listed through fleetClusterKustomizationIndex.
 	indexed bool
@@ -99,13 +108,14 @@ func (r *FleetClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.FleetCluster{}, builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}),
+			// A FleetCluster relabelled into this shard is probed at once.
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}, predicate.LabelChangedPredicate{}),
 		)).
 		Watches(&kustomizev1.Kustomization{},
 			handler.EnqueueRequestsFromMapFunc(fleetClusterForKustomization),
 			builder.WithPredicates(clusterRolloutViewChanged{}),
 		).
-		WithOptions(controllerOptions(concurrency, r.SkipNameValidation)).
+		WithOptions(controllerOptions(concurrency, r.SkipNameValidation, r.RateLimiter)).
 		Complete(r)
 }
 
@@ -121,6 +131,13 @@ func (r *FleetClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("fleetcluster %s: reading it: %w", req.NamespacedName, err)
+	}
+
+	// Another shard's FleetCluster is that shard's to probe and write.
+	if !inShard(r.Shard, obj) {
+		r.forgetProbe(req.NamespacedName)
+		domain().forgetCluster(req.Namespace, req.Name)
+		return ctrl.Result{}, nil
 	}
 
 	// Suspended means left exactly as it is: no probe and no write, not even lastHandledReconcileAt,

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -34,6 +35,10 @@ type FleetRolloutReconciler struct {
 	// APIReader reads the FleetRollout itself uncached: the engine acts on its recorded status, which
 	// must be the latest written, never a stale cache copy.
 	APIReader client.Reader
+	// Shard, when set, is the only FleetRollouts this reconciler acts on: those whose labels match
+	// it (--watch-label-selector). The cache holds no other, but a Kustomization of another shard's
+	// rollout still enqueues its owner, which is read uncached. Nil: every FleetRollout.
+	Shard labels.Selector
 	// Receipts lists GateReceipts' metadata (metav1.PartialObjectMetadata) from the manager's
 	// cache, which holds nothing else of a receipt: a receipt is read whole from the API server,
 	// and only when a pass needs it. nil: Client.
@@ -113,6 +118,10 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 			domain().forgetRollout(req.Namespace, req.Name)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !inShard(r.Shard, fr) {
+		domain().forgetRollout(req.Namespace, req.Name) // another shard's to reconcile and report
+		return reconcile.Result{}, nil
 	}
 	if !fr.DeletionTimestamp.IsZero() {
 		// Being deleted: what spec.deletionPolicy asks of its Kustomizations, then the finalizer

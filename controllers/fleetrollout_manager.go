@@ -9,6 +9,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +29,8 @@ type FleetRolloutOptions struct {
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets several managers in one process (tests) register this controller.
 	SkipNameValidation bool
+	// RateLimiter spaces the retries of a failing rollout; nil is controller-runtime's default.
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
 }
 
 // SetupWithManager registers the controller: FleetRollouts on spec change or reconcile request;
@@ -60,7 +63,7 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 			builder.WithPredicates(sourceChanged)).
 		Watches(&v1alpha1.FleetCluster{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsInNamespace),
 			builder.WithPredicates(fleetClusterChanged)).
-		WithOptions(controllerOptions(opts.MaxConcurrentReconciles, opts.SkipNameValidation)).
+		WithOptions(controllerOptions(opts.MaxConcurrentReconciles, opts.SkipNameValidation, opts.RateLimiter)).
 		Complete(r)
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fluxcd/cli-utils/pkg/object"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/runtime/leaderelection"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
@@ -13,19 +14,25 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/internal/scheme"
 )
 
-// LeaderElectionID names the Lease the controller's replicas elect their leader on.
+// LeaderElectionID names the Lease the controller's replicas elect their leader on. The replicas of
+// a shard elect theirs on a Lease of their own (leaderElectionID).
 const LeaderElectionID = "tidegate-controller-leader"
+
+// ShardLabel is Flux's sharding label (v1alpha1.ShardLabel).
+const ShardLabel = v1alpha1.ShardLabel
 
 // ManagerConfig is what differs between the managers that run tidegate's controllers: the
 // controller binary's, the sandbox's and the end-to-end tests'. The zero value is a manager for a
@@ -52,6 +59,10 @@ type ManagerConfig struct {
 	// watches (metadata only, for member credentials): the controller's --fleet-namespaces, with
 	// tidegate-member-credentials bound in each of them rather than cluster-wide.
 	FleetNamespaces []string
+	// WatchSelector, when set, limits the FleetRollouts the manager caches, and so reconciles, to
+	// those whose labels match it: the controller's --watch-label-selector, one shard of the
+	// rollouts (ShardLabel). Nil or empty: every FleetRollout.
+	WatchSelector labels.Selector
 }
 
 // The hub's request budget. A reconcile of an idle rollout reads its FleetRollout and nothing else
@@ -86,7 +97,7 @@ func ManagerOptions(c ManagerConfig) ctrl.Options {
 	return ctrl.Options{
 		Scheme: scheme.New(),
 		Logger: c.Logger,
-		Cache:  cacheOptions(c.FleetNamespaces),
+		Cache:  cacheOptions(c.FleetNamespaces, c.WatchSelector),
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Kubeconfig Secrets are read from the API server, never cached: the manager holds no
 			// Secret's data. Only their metadata is cached (NewMemberClients), so that a Secret is
@@ -101,13 +112,23 @@ func ManagerOptions(c ManagerConfig) ctrl.Options {
 		Metrics:                       metricsserver.Options{BindAddress: metrics},
 		HealthProbeBindAddress:        c.HealthAddr,
 		LeaderElection:                c.LeaderElection,
-		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionID:              leaderElectionID(c.WatchSelector),
 		LeaderElectionNamespace:       c.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 durationOrDefault(c.LeaseDuration),
 		RenewDeadline:                 durationOrDefault(c.RenewDeadline),
 		RetryPeriod:                   durationOrDefault(c.RetryPeriod),
 	}
+}
+
+// leaderElectionID is LeaderElectionID for a manager of every FleetRollout, and a Lease of its own
+// for a shard, named from its selector as Flux's controllers name theirs: the shards of one hub run
+// side by side, each electing its own leader.
+func leaderElectionID(selector labels.Selector) string {
+	if selector == nil || selector.Empty() {
+		return LeaderElectionID
+	}
+	return leaderelection.GenerateID(LeaderElectionID, selector.String())
 }
 
 // durationOrDefault is d, or nil (controller-runtime's default) when d is zero.
@@ -121,7 +142,16 @@ func durationOrDefault(d time.Duration) *time.Duration {
 // cacheOptions keeps the manager's cache small: managedFields are stripped from every object, only
 // the Kustomizations tidegate labelled are cached, not every Kustomization on the hub, and of those
 // only what tidegate reads (trimKustomization).
-func cacheOptions(fleetNamespaces []string) cache.Options {
+//
+// A shard (watch, not empty) caches the FleetRollouts that match it only. It still caches every
+// FleetCluster, every tidegate Kustomization and every source: a FleetCluster is shared by the
+// rollouts of all shards (one shard probes it: FleetClusterReconciler.Shard), and its
+// status.rollouts lists the Kustomizations of every rollout that deploys to it; a tracked source
+// is the user's, and rollouts of several shards may track it; and when a rollout moves to another
+// shard, the new shard finds the rollout's Kustomizations where the old one left them, where a
+// cache limited to its own label would see none and take every cluster for one that lost its
+// Kustomization.
+func cacheOptions(fleetNamespaces []string, watch labels.Selector) cache.Options {
 	managed, err := labels.NewRequirement(v1alpha1.RolloutLabel, selection.Exists, nil)
 	if err != nil {
 		panic(err)
@@ -134,6 +164,9 @@ func cacheOptions(fleetNamespaces []string) cache.Options {
 			&sourcev1.GitRepository{}: {},
 			&sourcev1.OCIRepository{}: {},
 		},
+	}
+	if watch != nil && !watch.Empty() {
+		opts.ByObject[&v1alpha1.FleetRollout{}] = cache.ByObject{Label: watch}
 	}
 	if len(fleetNamespaces) > 0 {
 		// Member credentials are watched (their metadata) only where FleetClusters may live.
@@ -181,10 +214,18 @@ func trimKustomization(obj any) (any, error) {
 // sampledKinds are the workload kinds (API group apps) whose availability is sampled.
 var sampledKinds = map[string]bool{availability.KindDeployment: true, availability.KindStatefulSet: true, availability.KindDaemonSet: true}
 
-func controllerOptions(maxConcurrent int, skipNameValidation bool) controller.Options {
-	o := controller.Options{MaxConcurrentReconciles: maxConcurrent}
+// controllerOptions are the options of tidegate's controllers. A nil rateLimiter is
+// controller-runtime's default; the controller binary passes Flux's (--min-retry-delay,
+// --max-retry-delay).
+func controllerOptions(maxConcurrent int, skipNameValidation bool, rateLimiter workqueue.TypedRateLimiter[reconcile.Request]) controller.Options {
+	o := controller.Options{MaxConcurrentReconciles: maxConcurrent, RateLimiter: rateLimiter}
 	if skipNameValidation {
 		o.SkipNameValidation = &skipNameValidation
 	}
 	return o
+}
+
+// inShard tells whether obj is of the shard selector picks; a nil selector picks every object.
+func inShard(selector labels.Selector, obj client.Object) bool {
+	return selector == nil || selector.Matches(labels.Set(obj.GetLabels()))
 }

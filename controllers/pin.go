@@ -32,7 +32,7 @@ func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, name, revisi
 	objMeta := metav1.ObjectMeta{
 		Name:        name,
 		Namespace:   fr.Namespace,
-		Labels:      map[string]string{v1alpha1.RolloutLabel: fr.Name},
+		Labels:      fr.ShardLabels(map[string]string{v1alpha1.RolloutLabel: fr.Name}),
 		Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
 	}
 	switch src := tracked.(type) {

@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"fmt"
+	"math/rand"
 	"sync"
 	"time"
 
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
+	"github.com/fluxcd/pkg/runtime/jitter"
 	"github.com/fluxcd/pkg/runtime/metrics"
 
 	"github.com/tidegate/tidegate/evidence/boundedrender"
@@ -14,8 +16,11 @@ import (
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/member"
 	"github.com/tidegate/tidegate/verdict/bounded"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // Options configure the controllers Setup registers.
@@ -45,6 +50,13 @@ type Options struct {
 	// RecordsExportDir, when set, is where each receipt pruning deletes is written first
 	// (--records-export-dir, ReceiptExport).
 	RecordsExportDir string
+	// RateLimiter spaces the retries of a failing reconcile of either controller (Flux's
+	// --min-retry-delay and --max-retry-delay); nil is controller-runtime's default.
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+	// Shard is the manager's --watch-label-selector (ManagerConfig.WatchSelector): the FleetRollouts
+	// this manager reconciles and the FleetClusters it probes (FleetRolloutReconciler.Shard,
+	// FleetClusterReconciler.Shard). Nil: every one.
+	Shard labels.Selector
 }
 
 // MemberOptions limit what tidegate asks of member clusters; zero values are member's defaults.
@@ -128,11 +140,14 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		Gates:         gates,
 		TestHook:      opts.TestHook,
 		Signer:        opts.Signer,
+		Shard:         opts.Shard,
 	}
 	if opts.RecordsExportDir != "" {
 		rollouts.Export = &ReceiptExport{Dir: opts.RecordsExportDir, Reader: mgr.GetAPIReader()}
 	}
-	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation}); err != nil {
+	if err := rollouts.SetupWithManager(mgr, FleetRolloutOptions{
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles, SkipNameValidation: opts.SkipNameValidation, RateLimiter: opts.RateLimiter,
+	}); err != nil {
 		return fmt.Errorf("setting up the fleetrollout controller: %w", err)
 	}
 	clusters := &FleetClusterReconciler{
@@ -143,11 +158,40 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 
 		MaxConcurrentReconciles: opts.ClusterConcurrency,
 		SkipNameValidation:      opts.SkipNameValidation,
+		RateLimiter:             opts.RateLimiter,
+		Shard:                   opts.Shard,
 	}
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the fleetcluster controller: %w", err)
 	}
 	return nil
+}
+
+// SetIntervalJitter spreads the FleetClusters' probe intervals by o's percentage (Flux's
+// --interval-jitter-percentage): each probe is due after its spec.interval, plus or minus up to that
+// share of it, so that FleetClusters created together, or all reconciled at a start, do not probe
+// their members in lockstep. Only the first call of a process counts (jitter.SetGlobalIntervalJitter).
+func SetIntervalJitter(o jitter.IntervalOptions) error {
+	// The reconciler's workers draw from one generator at once: math/rand's are not safe for that.
+	return o.SetGlobalJitter(rand.New(&lockedSource{src: rand.NewSource(time.Now().UnixNano())}))
+}
+
+// lockedSource is a rand.Source safe for concurrent use.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
+}
+
+func (s *lockedSource) Int63() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.src.Int63()
+}
+
+func (s *lockedSource) Seed(seed int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.src.Seed(seed)
 }
 
 // metricsRecorder registers Flux's reconcile metrics once per process: the registry is global, and a

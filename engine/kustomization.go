@@ -44,11 +44,11 @@ func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      v1alpha1.KustomizationName(fr.Name, fc.Name),
 			Namespace: fr.Namespace,
-			Labels: map[string]string{
+			Labels: fr.ShardLabels(map[string]string{
 				v1alpha1.RolloutLabel: fr.Name,
 				v1alpha1.ClusterLabel: fc.Name,
 				v1alpha1.WaveLabel:    wave,
-			},
+			}),
 			Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
 		},
 		Spec: kustomizev1.KustomizationSpec{

@@ -10,6 +10,12 @@ const (
 	WaveLabel    = "tidegate.dev/wave"
 )
 
+// ShardLabel is Flux's sharding label. A controller started with --watch-label-selector reconciles
+// the FleetRollouts whose labels match it, and every object a FleetRollout makes carries the
+// rollout's value of this label (ShardLabels), so that the source-controller and
+// kustomize-controller shards that select on the same label reconcile them in the same shard.
+const ShardLabel = "sharding.fluxcd.io/key"
+
 // RevisionAnnotation holds the full revision a pinned source or a Kustomization is at; label values
 // cannot hold "main@sha1:…".
 const RevisionAnnotation = "tidegate.dev/revision"

@@ -1049,3 +1049,14 @@ type FleetRolloutList struct {
 func init() {
 	SchemeBuilder.Register(&FleetRollout{}, &FleetRolloutList{})
 }
+
+// ShardLabels adds to labels, the labels of an object the rollout makes, the rollout's ShardLabel,
+// when it has one: the object is then reconciled by the Flux shard of the rollout. A rollout
+// without the label makes its objects without it, as before sharding existed, so that their spec
+// hash does not change.
+func (in *FleetRollout) ShardLabels(labels map[string]string) map[string]string {
+	if shard, ok := in.Labels[ShardLabel]; ok {
+		labels[ShardLabel] = shard
+	}
+	return labels
+}

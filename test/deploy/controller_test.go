@@ -280,10 +280,10 @@ func startReplica(t *testing.T, name, bin, dir, kubeconfig string, dep *appsv1.D
 	r := &replica{name: name, metricsAddr: freeAddr(t), healthAddr: freeAddr(t), logs: &testenv.LockedBuffer{}, exited: make(chan error, 1)}
 	for _, a := range container.Args {
 		switch {
-		case strings.HasPrefix(a, "--metrics-bind-address="):
-			a = "--metrics-bind-address=" + r.metricsAddr
-		case strings.HasPrefix(a, "--health-probe-bind-address="):
-			a = "--health-probe-bind-address=" + r.healthAddr
+		case strings.HasPrefix(a, "--metrics-addr="):
+			a = "--metrics-addr=" + r.metricsAddr
+		case strings.HasPrefix(a, "--health-addr="):
+			a = "--health-addr=" + r.healthAddr
 		}
 		r.args = append(r.args, a)
 	}

@@ -237,7 +237,7 @@ func checkDeployment(t *testing.T, objs []*unstructured.Unstructured) {
 	if c.Image != image {
 		t.Errorf("the controller's image is %q, want %q (set by config/manager's images)", c.Image, image)
 	}
-	for _, a := range []string{"--leader-elect", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"} {
+	for _, a := range []string{"--enable-leader-election", "--metrics-addr=:8080", "--health-addr=:8081"} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("the controller's args %v lack %s", c.Args, a)
 		}

@@ -64,8 +64,8 @@ func (p *processController) start(ctx context.Context) error {
 	}
 	p.metrics, p.health = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
 	// One replica, and no Lease renewals among the hub requests the bench counts.
-	args := append([]string{"--metrics-bind-address=" + p.metrics, "--health-probe-bind-address=" + p.health,
-		"--log-encoding=json", "--leader-elect=false"}, p.args...)
+	args := append([]string{"--metrics-addr=" + p.metrics, "--health-addr=" + p.health,
+		"--log-encoding=json", "--enable-leader-election=false"}, p.args...)
 	cmd := exec.Command(p.bin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+p.kubeconfig)
 	cmd.Stdout, cmd.Stderr = p.log, p.log

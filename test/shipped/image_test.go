@@ -101,7 +101,7 @@ func TestImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	help, _ := exec.Command(bin, "--help").CombinedOutput()
-	if !strings.Contains(string(help), "--leader-elect") {
+	if !strings.Contains(string(help), "--enable-leader-election") {
 		t.Errorf("the controller from the image did not run: --help printed\n%s", help)
 	}
 }
