@@ -34,7 +34,7 @@ image: ## Build the controller's container image into dist/: a static binary on 
 	go run ./hack/image -o dist $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: image ## Write the release manifests into dist/ (crds.yaml, controller.yaml, admission.yaml, install.yaml, SHA256SUMS), the image set by tag and digest.
+release: image ## Write the release into dist/: the manifests (crds.yaml, controller.yaml, admission.yaml, install.yaml, the image set by tag and digest), the CLI for linux and darwin on amd64 and arm64 (tidegate-<os>-<arch>), and SHA256SUMS over them.
 	go run ./hack/release -o dist
 
 .PHONY: testbin

@@ -1,6 +1,7 @@
 // Package release builds tidegate's release manifests from config/ with kustomize: the CRDs alone,
 // the controller without the CRDs, its admission policies, all three and the fleet namespace, the controller's image
-// set to one image by tag and digest (`make release`, hack/release).
+// set to one image by tag and digest (`make release`, hack/release); and names the CLI binaries a
+// release carries beside them.
 package release
 
 import (
@@ -29,6 +30,20 @@ const (
 var Files = []struct{ Name, Config string }{
 	{CRDs, "crd"}, {Controller, "controller"}, {Admission, "admission"}, {Install, "default"},
 }
+
+// CLIPlatforms are the GOOS/GOARCH pairs `make release` builds the tidegate CLI for, each without
+// cgo, so that a release runs on the machines people type commands on without a Go toolchain or a
+// checkout (the module cannot be installed by path: docs/operations.md#install).
+var CLIPlatforms = []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}
+
+// CLIName is the file name of the CLI binary for platform (GOOS/GOARCH): tidegate-linux-amd64.
+func CLIName(platform string) string {
+	return "tidegate-" + strings.ReplaceAll(platform, "/", "-")
+}
+
+// Sums is the name of the checksums file over every file of a release, in the format
+// `sha256sum -c` reads.
+const Sums = "SHA256SUMS"
 
 // Build builds each of Files from configDir (a checkout's config/), the controller's image set to
 // imageRef (<repository>:<tag>@sha256:<digest>, as `make image` writes it to dist/image.txt), and
