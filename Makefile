@@ -34,7 +34,7 @@ image: ## Build the controller's container image into dist/: a static binary on 
 	go run ./hack/image -o dist $(if $(VERSION),-version $(VERSION))
 
 .PHONY: release
-release: image ## Write the release manifests into dist/ (crds.yaml, controller.yaml, admission.yaml, install.yaml, SHA256SUMS), the image set by tag and digest.
+release: image ## Write the release into dist/: the manifests (crds.yaml, controller.yaml, admission.yaml, install.yaml, the image set by tag and digest), the CLI for linux and darwin on amd64 and arm64 (tidegate-<os>-<arch>), and SHA256SUMS over them.
 	go run ./hack/release -o dist
 
 .PHONY: testbin
@@ -135,9 +135,14 @@ test: testbin vet fuzz-short ## Run every test: the fuzz targets briefly (fuzz-s
 test-deploy: testbin ## Check config/default against a real kube-apiserver: apply, RBAC, Pod Security, the controller under its ServiceAccount.
 	$(TEST_ENV) go test $(GO_TEST_FLAGS) -count=1 ./test/deploy/
 
+# IMG is the controller's image `make deploy` installs: one the cluster can pull, built by
+# `make image` and pushed to a registry or loaded into the nodes. There is no default: config/manager
+# names a placeholder no registry serves, and without IMG hack/deploy says how to make one.
+IMG ?=
+
 .PHONY: deploy
-deploy: ## Install tidegate on the cluster of the current kubeconfig context (kubectl apply -k config/default: the CRDs and the controller).
-	kubectl apply --server-side -k config/default
+deploy: ## Install tidegate (config/default: the CRDs and the controller) on the cluster of the current kubeconfig context, with the controller's image IMG=<registry>/<repository>:<tag> (refuses without it, saying how to build and push or load one).
+	go run ./hack/deploy -image "$(IMG)"
 
 .PHONY: undeploy
 undeploy: ## Uninstall the controller from the cluster of the current kubeconfig context, keeping the CRDs and every object of their kinds (kubectl delete -k config/controller).

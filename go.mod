@@ -2,10 +2,6 @@ module github.com/tidegate/tidegate
 
 go 1.26.7
 
-// go-digest's BLAKE3 algorithm is on its main branch only, which source-controller and
-// kustomize-controller use for the same reason (opencontainers/go-digest#66).
-replace github.com/opencontainers/go-digest => github.com/opencontainers/go-digest v1.0.1-0.20220411205349-bde1400a84be
-
 require (
 	cuelang.org/go v0.17.1
 	github.com/fluxcd/kustomize-controller/api v1.9.6
@@ -20,7 +16,12 @@ require (
 	github.com/go-git/go-git/v5 v5.16.5
 	github.com/google/go-containerregistry v0.22.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0
-	github.com/opencontainers/go-digest v1.0.0
+	// go-digest's BLAKE3 algorithm (RegisterAlgorithm, which go-digest/blake3 calls) is on its
+	// main branch only, which source-controller and kustomize-controller use for the same reason
+	// (opencontainers/go-digest#66). They pin it by a replace directive; a require of the same
+	// commit selects it as well (its pseudo-version sorts above v1.0.0), and, unlike a replace,
+	// holds for `go install <module>/cmd/tidegate@<version>`, which refuses a module with one.
+	github.com/opencontainers/go-digest v1.0.1-0.20220411205349-bde1400a84be
 	github.com/opencontainers/go-digest/blake3 v0.0.0-20250813155314-89707e38ad1a
 	github.com/prometheus/prometheus v0.316.0
 	github.com/secure-systems-lab/go-securesystemslib v0.11.1
