@@ -107,6 +107,7 @@ func main() {
 		"Accept member kubeconfigs whose cluster sets insecure-skip-tls-verify or proxy-url; refused by default (the FleetCluster says why).")
 	flag.StringVar(&recordsDir, "records-export-dir", "",
 		"A directory (a volume of the pod) that each gate receipt pruning deletes is written to first, as <namespace>/<rollout>/<receipt>.json with its evidence; a receipt that cannot be written there is kept. Empty: pruned receipts are not exported.")
+	eventsAddr := flag.String("events-addr", "", "The address of notification-controller's events endpoint (http://notification-controller.flux-system.svc.cluster.local./), which every event is posted to as well; empty: events are only recorded in the cluster.")
 	logOptions.BindFlags(flag.CommandLine)
 	flag.Parse()
 
@@ -176,7 +177,7 @@ func main() {
 	members.WorkloadIdentity = authutils.GetRESTConfig
 	if err := controllers.Setup(mgr, restConfig, controllers.Options{
 		MaxConcurrentReconciles: concurrent, ClusterConcurrency: clusterWorkers, Members: members, Signer: signer, PolicyBudget: policyBudget, RenderBudget: renderBudget,
-		RecordsExportDir: recordsDir,
+		RecordsExportDir: recordsDir, EventsAddr: *eventsAddr,
 	}); err != nil {
 		log.Error(err, "unable to set up controllers")
 		os.Exit(1)
