@@ -42,6 +42,7 @@ testbin: ## Build and cache kube-apiserver, kube-controller-manager, etcd, Flux 
 	@hack/testbin.sh
 	@hack/kube-controller-manager.sh
 	@hack/flux-cli.sh
+	@hack/flux-controllers.sh
 
 $(CONTROLLER_GEN):
 	@hack/testbin.sh

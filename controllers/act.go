@@ -59,6 +59,8 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 		failures[f.Cluster] = f
 	}
 	isMoving := engine.Moving(st)
+	switched := map[waveRevision][]string{}
+	defer r.announceSwitched(fr, switched)
 	for _, c := range slices.Sorted(maps.Keys(targets)) {
 		t := targets[c]
 		fc := engine.ClusterFor(p.Clusters, st, c, existing[c])
@@ -96,7 +98,8 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 		delete(failures, c)
 		r.writes.succeeded(fr, c)
 		if wrote {
-			r.event(fr, corev1.EventTypeNormal, "Switched", "cluster %s switched to %s (wave %s)", c, t.Revision, t.Wave)
+			key := waveRevision{t.Wave, t.Revision}
+			switched[key] = append(switched[key], c)
 			// The cached copy is older than the write: observe what was written, with no status yet,
 			// so this pass, and the next ones until the cache shows the write, count the cluster as
 			// switched and not yet healthy, and do not write it again.

@@ -8,11 +8,11 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
+	fluxevents "github.com/fluxcd/pkg/runtime/events"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -43,8 +43,9 @@ type FleetRolloutReconciler struct {
 	// cache, which holds nothing else of a receipt: a receipt is read whole from the API server,
 	// and only when a pass needs it. nil: Client.
 	Receipts client.Reader
-	// EventRecorder emits Kubernetes events (fluxcd/pkg/runtime/events in the manager).
-	EventRecorder events.EventRecorder
+	// EventRecorder emits Kubernetes events and, given --events-addr, posts them to
+	// notification-controller (fluxcd/pkg/runtime/events in the manager).
+	EventRecorder fluxevents.Recorder
 	// Metrics records Flux-style reconcile metrics; optional.
 	Metrics *runtimectrl.Metrics
 	// Evidence collects the gates' evidence and loads policies.
@@ -157,6 +158,7 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 				f()
 			}
 			domain().recordRollout(fr, read.Phase)
+			r.announce(fr, read, p.TrackedRefused)
 		}
 		if r.Metrics != nil {
 			r.Metrics.RecordDuration(ctx, fr, start)
@@ -451,4 +453,13 @@ func (r *FleetRolloutReconciler) event(fr *v1alpha1.FleetRollout, eventType, rea
 		return
 	}
 	r.EventRecorder.Eventf(fr, nil, eventType, reason, reason, format, args...)
+}
+
+// annotatedEvent is event with metadata, which notification-controller passes on to its providers
+// (the keys of notify.go).
+func (r *FleetRolloutReconciler) annotatedEvent(fr *v1alpha1.FleetRollout, metadata map[string]string, eventType, reason, format string, args ...any) {
+	if r.EventRecorder == nil {
+		return
+	}
+	r.EventRecorder.AnnotatedEventf(fr, nil, metadata, eventType, reason, reason, format, args...)
 }

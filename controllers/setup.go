@@ -57,6 +57,9 @@ type Options struct {
 	// this manager reconciles and the FleetClusters it probes (FleetRolloutReconciler.Shard,
 	// FleetClusterReconciler.Shard). Nil: every one.
 	Shard labels.Selector
+	// EventsAddr, when set, is notification-controller's events endpoint, which every event is posted
+	// to as well as recorded (--events-addr, as Flux's controllers name it).
+	EventsAddr string
 }
 
 // MemberOptions limit what tidegate asks of member clusters; zero values are member's defaults.
@@ -94,7 +97,7 @@ func NewMemberClients(mgr ctrl.Manager, hubConfig *rest.Config, o MemberOptions)
 // Setup registers the FleetRollout and FleetCluster controllers with mgr, with one Flux event
 // recorder for both and Flux's metrics. The manager binary and the tests use this same wiring.
 func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
-	recorder, err := fluxevents.NewRecorder(mgr.GetLogger().WithName("events"), "", controllerName, fluxevents.WithManager(mgr))
+	recorder, err := fluxevents.NewRecorder(mgr.GetLogger().WithName("events"), opts.EventsAddr, controllerName, fluxevents.WithManager(mgr))
 	if err != nil {
 		return fmt.Errorf("creating event recorder: %w", err)
 	}

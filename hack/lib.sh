@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The cache and lock the hack/ scripts that build test binaries from pinned Go modules share
-# (hack/testbin.sh, hack/kube-controller-manager.sh, hack/flux-cli.sh). Sourced, not run.
+# (hack/testbin.sh, hack/kube-controller-manager.sh, hack/flux-cli.sh, hack/flux-controllers.sh).
+# Sourced, not run.
 #
 # Each script keeps what it builds outside the work tree, in
 # ${TIDEGATE_<NAME>_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/<name>}/<KEY>, where KEY is a
@@ -58,6 +59,20 @@ ready() {
   built "$1" || lock_cache
   built "$1" || return 1
   log "$2 ready in $DIR/bin ($(elapsed), cached)"
+}
+
+# copy_module MODULE@VERSION DEST: downloads MODULE@VERSION from the module proxy and copies it to
+# DEST, writable, to build there with the module's own go.mod and go.sum.
+copy_module() {
+  local mod=$1 dest=$2 moddir
+  moddir="$(go mod download -json "$mod" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  if [[ -z "$moddir" || ! -d "$moddir" ]]; then
+    log "go mod download $mod gave no directory"
+    exit 1
+  fi
+  rm -rf "$dest" && mkdir -p "$(dirname "$dest")"
+  cp -R "$moddir" "$dest"
+  chmod -R u+w "$dest"
 }
 
 # k8s_module_go_mod MODULE: a go.mod for a module that builds a command of k8s.io/kubernetes at

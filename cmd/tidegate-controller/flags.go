@@ -52,6 +52,7 @@ type flags struct {
 	renderMemory    string
 	renderBudget    bounded.Budget
 	recordsDir      string
+	eventsAddr      string
 }
 
 // deprecatedAliases are the flags of earlier releases, named as kubebuilder names them, and the
@@ -138,6 +139,8 @@ func bindMemberFlags(fs *flag.FlagSet, f *flags) {
 		"The most memory one render of a rollout's package may hold, in a worker process, the package's files included (a quantity: 256Mi). Each of --concurrent rollouts may run one worker at once: keep --concurrent times the larger of this and --policy-memory-budget, plus the manager's own, under the container's limit.")
 	fs.BoolVar(&f.members.AllowInsecure, "allow-insecure-member-kubeconfigs", false,
 		"Accept member kubeconfigs whose cluster sets insecure-skip-tls-verify or proxy-url; refused by default (the FleetCluster says why).")
+	fs.StringVar(&f.eventsAddr, "events-addr", "",
+		"The address of notification-controller's events endpoint (http://notification-controller.flux-system.svc.cluster.local./), which every event is posted to as well; empty: events are only recorded in the cluster.")
 	fs.StringVar(&f.recordsDir, "records-export-dir", "",
 		"A directory (a volume of the pod) that each gate receipt pruning deletes is written to first, as <namespace>/<rollout>/<receipt>.json with its evidence; a receipt that cannot be written there is kept. Empty: pruned receipts are not exported.")
 }

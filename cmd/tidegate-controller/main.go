@@ -106,7 +106,7 @@ func run(f *flags) error {
 	if err := controllers.Setup(mgr, restConfig, controllers.Options{
 		MaxConcurrentReconciles: f.concurrent, ClusterConcurrency: f.clusterWorkers, Members: members, Signer: signer,
 		PolicyBudget: f.policyBudget, RenderBudget: f.renderBudget, RecordsExportDir: f.recordsDir,
-		RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter), Shard: shard,
+		RateLimiter: runtimectrl.GetRateLimiter(f.rateLimiter), Shard: shard, EventsAddr: f.eventsAddr,
 	}); err != nil {
 		return fmt.Errorf("setting up the controllers: %w", err)
 	}

@@ -50,6 +50,12 @@ type Options struct {
 	// through the hub's. Member.Config, Member.Client, HubConfig and Hub stay direct: what a test
 	// reads through them is the real state, whatever faults are set.
 	Front func(name string, admin *rest.Config) (Front, error)
+	// NotificationController starts Flux's notification-controller on the hub too, after
+	// source-controller and kustomize-controller, with the CRDs NotificationCRDs gives (nil: those
+	// of its build as they are); Fleet.EventsAddr is then its events endpoint
+	// (Fleet.StartNotificationController).
+	NotificationController bool
+	NotificationCRDs       NotificationCRDs
 	// MembersTrustHubTokens makes every member's API server authenticate the hub's ServiceAccount
 	// tokens (identity.go), for members reached through workload identity. The members then start
 	// after the hub, whose issuer they need.
@@ -90,6 +96,9 @@ type Fleet struct {
 	Scheme *runtime.Scheme
 	// Registry is the fleet's OCI registry, for packages pushed as Flux OCI artifacts (oci.go).
 	Registry *Registry
+	// EventsAddr is the events endpoint of the fleet's notification-controller, when it runs one
+	// (StartNotificationController): tidegate's --events-addr.
+	EventsAddr string
 
 	hub            *envtest.Environment
 	testbinDir     string
@@ -197,6 +206,11 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	}
 	if !opts.NoFlux {
 		if err := f.startFlux(ctx, filepath.Join(testbinDir, "bin"), opts); err != nil {
+			return f, err
+		}
+	}
+	if opts.NotificationController {
+		if err := f.StartNotificationController(ctx, opts.NotificationCRDs); err != nil {
 			return f, err
 		}
 	}

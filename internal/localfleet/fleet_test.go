@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -245,4 +247,36 @@ func TestHubCollectsGarbage(t *testing.T) {
 	}
 	gone("the deleted namespace", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	gone("a ConfigMap of the deleted namespace", left)
+}
+
+// A fleet asked for notification-controller runs it on the hub with its CRDs, and its events
+// endpoint, which tidegate's --events-addr names, takes an event as Flux's controllers post them.
+func TestNotificationControllerTakesEvents(t *testing.T) {
+	f := StartForTest(t, Options{NoFlux: true, NotificationController: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := f.Hub.Get(ctx, client.ObjectKey{Name: "alerts.notification.toolkit.fluxcd.io"}, &crd); err != nil {
+		t.Fatalf("the Alert CRD is not installed: %v", err)
+	}
+	if !strings.HasPrefix(f.EventsAddr, "http://127.0.0.1:") {
+		t.Fatalf("EventsAddr = %q", f.EventsAddr)
+	}
+	event := `{"involvedObject":{"kind":"ConfigMap","namespace":"default","name":"x","apiVersion":"v1"},` +
+		`"severity":"info","timestamp":"2026-12-07T00:00:00Z","message":"m","reason":"R","reportingController":"test"}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.EventsAddr, strings.NewReader(event))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("posting an event: %s, want 202 Accepted", resp.Status)
+	}
+	if err := f.StartNotificationController(ctx, nil); err == nil {
+		t.Error("a second notification-controller started on the same fleet")
+	}
 }

@@ -1,7 +1,8 @@
 // Package testbin finds the binaries that `make testbin` builds and caches, and starts API servers
 // with them: hack/testbin.sh builds kube-apiserver, etcd, Flux's source-controller and
 // kustomize-controller (and copies their CRDs) and controller-gen; hack/kube-controller-manager.sh
-// builds kube-controller-manager; hack/flux-cli.sh builds the Flux CLI. It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
+// builds kube-controller-manager; hack/flux-cli.sh builds the Flux CLI; hack/flux-controllers.sh
+// builds notification-controller (and copies its CRDs). It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
 // in a directory named explicitly, else in the one an environment variable names, else in the
 // scripts' cache (see Dir).
 package testbin
@@ -21,6 +22,9 @@ const (
 	FluxCLIEnv = "TIDEGATE_FLUX_CLI"
 	// KubeControllerManagerEnv names the kube-controller-manager binary.
 	KubeControllerManagerEnv = "TIDEGATE_KUBE_CONTROLLER_MANAGER"
+	// FluxControllersEnv names the directory of hack/flux-controllers.sh's build (what
+	// `hack/flux-controllers.sh --print-dir` prints): bin/notification-controller and crds/.
+	FluxControllersEnv = "TIDEGATE_FLUX_CONTROLLERS"
 )
 
 // The scripts' caches, as they compute them: each build goes into a directory of its own under the
@@ -47,14 +51,22 @@ var (
 		stamps: []string{"kube-controller-manager"},
 		files:  []string{kubeControllerManagerPath},
 	}
+	fluxControllersCache = cache{
+		what:  "notification-controller (hack/flux-controllers.sh, about 20 minutes)",
+		setBy: FluxControllersEnv, setTo: "the directory it built",
+		env: "TIDEGATE_FLUX_CONTROLLERS_CACHE", name: "flux-controllers",
+		stamps: []string{"notification-controller"},
+		files:  []string{notificationControllerPath, "crds"},
+	}
 )
 
 // fluxCLIPath is the Flux CLI in a build of hack/flux-cli.sh, kubeControllerManagerPath
 // kube-controller-manager in a build of hack/kube-controller-manager.sh (and in a testbin
 // directory that holds one).
 var (
-	fluxCLIPath               = filepath.Join("bin", "flux")
-	kubeControllerManagerPath = filepath.Join("bin", "kube-controller-manager")
+	fluxCLIPath                = filepath.Join("bin", "flux")
+	kubeControllerManagerPath  = filepath.Join("bin", "kube-controller-manager")
+	notificationControllerPath = filepath.Join("bin", "notification-controller")
 )
 
 // binaries are what the local fleet runs, in a testbin directory.
@@ -118,6 +130,33 @@ func KubeControllerManager(testbinDir string) (string, error) {
 		}
 	}
 	return kubeControllerManagerCache.binary("kube-controller-manager", kubeControllerManagerPath, "hack/kube-controller-manager.sh, about 10 minutes")
+}
+
+// NotificationController returns the notification-controller binary that `make testbin` builds and
+// the directory of its CRDs (Alert, Provider, Receiver), copied from the same module version: in
+// $TIDEGATE_FLUX_CONTROLLERS when set, else in the build that finished last in
+// hack/flux-controllers.sh's cache,
+// ${TIDEGATE_FLUX_CONTROLLERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-controllers}.
+// It fails, naming the fix, when they have not been built.
+func NotificationController() (bin, crds string, err error) {
+	dir, from := os.Getenv(FluxControllersEnv), " ($"+FluxControllersEnv+")"
+	if dir == "" {
+		if dir, err = fluxControllersCache.find(); err != nil {
+			return "", "", err
+		}
+		from = ""
+	}
+	for _, f := range fluxControllersCache.files {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return "", "", fmt.Errorf("%s is missing in %s%s: %s (hack/flux-controllers.sh, about 20 minutes): %w",
+				f, dir, from, buildHint, err)
+		}
+	}
+	bin = filepath.Join(dir, notificationControllerPath)
+	if !isExecutable(bin) {
+		return "", "", fmt.Errorf("notification-controller at %s is not an executable file: %s (hack/flux-controllers.sh)", bin, buildHint)
+	}
+	return bin, filepath.Join(dir, "crds"), nil
 }
 
 // binary returns the binary named what at path in the cache's newest build, or the one the cache's

@@ -33,7 +33,8 @@ func build(t *testing.T, c cache, dir string, stamps []string, done time.Time) {
 
 // noEnv clears what would point the lookups elsewhere than the test's directories.
 func noEnv(t *testing.T) {
-	for _, env := range []string{DirEnv, FluxCLIEnv, KubeControllerManagerEnv, testbinCache.env, fluxCLICache.env, kubeControllerManagerCache.env} {
+	for _, env := range []string{DirEnv, FluxCLIEnv, KubeControllerManagerEnv, FluxControllersEnv,
+		testbinCache.env, fluxCLICache.env, kubeControllerManagerCache.env, fluxControllersCache.env} {
 		t.Setenv(env, "")
 	}
 }
@@ -151,6 +152,39 @@ func TestKubeControllerManagerFromTestbinTheEnvironmentOrTheCache(t *testing.T) 
 	}
 }
 
+// notification-controller and its CRDs are found where $TIDEGATE_FLUX_CONTROLLERS says, else in
+// hack/flux-controllers.sh's newest complete build; without one, the error names the script and
+// make testbin.
+func TestNotificationControllerFromTheEnvironmentOrTheCache(t *testing.T) {
+	noEnv(t)
+	home := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", home)
+	_, _, err := NotificationController()
+	for _, want := range []string{"no notification-controller", "hack/flux-controllers.sh", "make testbin", FluxControllersEnv} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NotificationController without a build: %v; want it to say %q", err, want)
+		}
+	}
+	root := filepath.Join(home, ".cache", "tidegate", "flux-controllers")
+	build(t, fluxControllersCache, filepath.Join(root, "aaaaaaaaaaaa"), fluxControllersCache.stamps, time.Now().Add(-time.Hour))
+	build(t, fluxControllersCache, filepath.Join(root, "bbbbbbbbbbbb"), fluxControllersCache.stamps, time.Now())
+	build(t, fluxControllersCache, filepath.Join(root, "cccccccccccc"), nil, time.Now()) // still building
+	newest := filepath.Join(root, "bbbbbbbbbbbb")
+	if bin, crds, err := NotificationController(); err != nil || bin != filepath.Join(newest, "bin", "notification-controller") || crds != filepath.Join(newest, "crds") {
+		t.Errorf("NotificationController() = %q, %q, %v; want the newest complete build's", bin, crds, err)
+	}
+	named := t.TempDir()
+	t.Setenv(FluxControllersEnv, named)
+	if _, _, err := NotificationController(); err == nil || !strings.Contains(err.Error(), "missing in "+named+" ($"+FluxControllersEnv+")") {
+		t.Errorf("NotificationController with an empty $%s: %v", FluxControllersEnv, err)
+	}
+	build(t, fluxControllersCache, named, nil, time.Now())
+	if bin, _, err := NotificationController(); err != nil || bin != filepath.Join(named, "bin", "notification-controller") {
+		t.Errorf("NotificationController with $%s set = %q, %v; want the one there", FluxControllersEnv, bin, err)
+	}
+}
+
 // The lookups read what the scripts write: a change of the cache's place (hack/lib.sh, which every
 // script opens its cache with), of a build step's stamp or of a binary's path in a script must
 // change them too.
@@ -177,6 +211,9 @@ func TestTheLookupsMatchTheScripts(t *testing.T) {
 		{"flux-cli.sh", fluxCLICache, []string{`mv -f "$DIR/bin/flux.tmp" "$DIR/bin/flux"`}},
 		{"kube-controller-manager.sh", kubeControllerManagerCache, []string{
 			`mv -f "$DIR/bin/kube-controller-manager.tmp" "$DIR/bin/kube-controller-manager"`,
+		}},
+		{"flux-controllers.sh", fluxControllersCache, []string{
+			`mv -f "$DIR/bin/notification-controller.tmp" "$DIR/bin/notification-controller"`, `cp "$src/config/crd/bases/"*.yaml "$DIR/crds/"`,
 		}},
 	} {
 		script := readHack(t, tc.script)
