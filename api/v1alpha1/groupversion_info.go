@@ -25,6 +25,8 @@ var (
 // schemeBuilder is apimachinery's SchemeBuilder with the Register of controller-runtime's: the
 // types of one group version, and its metav1 options. It is not controller-runtime's, so that the
 // pure packages that read these types (engine, fleets, verdict) link no controller-runtime.
+//
+// +kubebuilder:object:generate=false
 type schemeBuilder struct{ runtime.SchemeBuilder }
 
 // Register adds objs to the types of GroupVersion that AddToScheme registers.

@@ -55,7 +55,10 @@ func TestFlagsAreFlux(t *testing.T) {
 	if f.metricsAddr != ":8080" || f.healthAddr != ":8081" || f.watch.LabelSelector != "" {
 		t.Errorf("metrics %q, health %q, selector %q", f.metricsAddr, f.healthAddr, f.watch.LabelSelector)
 	}
-	for _, name := range []string{"watch-all-namespaces", "watch-configs-label-selector", "events-addr"} {
+	if f.eventsAddr != "" || fs.Lookup("events-addr") == nil {
+		t.Errorf("--events-addr: %q, bound %v; want Flux's flag, empty by default", f.eventsAddr, fs.Lookup("events-addr") != nil)
+	}
+	for _, name := range []string{"watch-all-namespaces", "watch-configs-label-selector"} {
 		if fs.Lookup(name) != nil {
 			t.Errorf("--%s is bound, but tidegate has no use for it", name)
 		}
