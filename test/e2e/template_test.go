@@ -8,6 +8,7 @@ import (
 
 	"github.com/fluxcd/pkg/apis/kustomize"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -44,9 +45,16 @@ func TestE2EATemplateEditIsACandidate(t *testing.T) {
 	rev1 := s.rollOutFirst(ctx, t, first, func(fr *v1alpha1.FleetRollout) { fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback })
 	firstBuild := s.rollout(t, "web").Status.LastKnownGood.BuildHash
 
-	// The edit: the canary takes it; a hold set while the canary is under way (its apply and its
-	// soak leave time to set it) lets the canary finish and keeps the ring from starting.
-	s.patchRollout(ctx, t, "web", retag("v1-patched"))
+	// The edit: the canary takes it; a hold set while the canary is under way lets the canary finish
+	// and keeps the ring from starting. The canary soaks for holdWindow with this edit (a soak is not
+	// part of the build or the plan: the same candidate), so the hold lands while it soaks however
+	// slowly this test's throttled client reads and writes; testSoak alone (3 s) was a race it lost
+	// on a loaded machine, the ring switched before the hold arrived.
+	const holdWindow = 30 * time.Second
+	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) {
+		retag("v1-patched")(fr)
+		fr.Spec.Waves[0].Soak = &metav1.Duration{Duration: holdWindow}
+	})
 	var fr *v1alpha1.FleetRollout
 	eventually(ctx, t, "the canary takes the edit", func() (bool, string) {
 		fr = s.rollout(t, "web")
@@ -76,7 +84,10 @@ func TestE2EATemplateEditIsACandidate(t *testing.T) {
 		}
 	}
 
-	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) { fr.Spec.Hold = nil })
+	s.patchRollout(ctx, t, "web", func(fr *v1alpha1.FleetRollout) {
+		fr.Spec.Hold = nil
+		fr.Spec.Waves[0].Soak = &metav1.Duration{Duration: testSoak}
+	})
 	fr = s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev1)
 	checkWaveOrder(t, fr)
 	if kg := fr.Status.LastKnownGood; kg.BuildHash != edit || kg.Build == nil || len(kg.Build.Images) != 1 || len(fr.Status.History) < 2 || fr.Status.History[1].BuildHash != firstBuild {
