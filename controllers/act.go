@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
@@ -60,7 +61,7 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 	}
 	isMoving := engine.Moving(st)
 	switched := map[waveRevision][]string{}
-	defer r.announceSwitched(fr, switched)
+	defer r.announceSwitched(log.FromContext(ctx), fr, switched)
 	for _, c := range slices.Sorted(maps.Keys(targets)) {
 		t := targets[c]
 		fc := engine.ClusterFor(p.Clusters, st, c, existing[c])

@@ -158,7 +158,7 @@ func (r *FleetRolloutReconciler) Reconcile(ctx context.Context, req reconcile.Re
 				f()
 			}
 			domain().recordRollout(fr, read.Phase)
-			r.announce(fr, read, p.TrackedRefused)
+			r.announce(log.FromContext(ctx), fr, read, p.TrackedRefused)
 		}
 		if r.Metrics != nil {
 			r.Metrics.RecordDuration(ctx, fr, start)

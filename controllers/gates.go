@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
@@ -150,6 +151,8 @@ func (r *FleetRolloutReconciler) decide(ctx context.Context, p *pass, i int, gat
 		}
 		_, reason := metav1ConditionFor(d.Result)
 		r.event(fr, eventType, reason, "%s %s for wave %s of %s: %s", gate, d.Result, wv.Name, fr.Status.Candidate.Revision, summarize(d))
+		log.FromContext(ctx).Info("gate decided", "gate", gate, "result", d.Result, "wave", wv.Name,
+			"revision", fr.Status.Candidate.Revision, "receipt", rc.Name)
 	}
 	return decided, nil
 }

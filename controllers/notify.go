@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -56,12 +57,7 @@ type phaseEvent struct {
 // refusal the pass read from the tracked source (engine.World.TrackedRefused).
 func phaseEvents(read, written *v1alpha1.FleetRolloutStatus, refused string) []phaseEvent {
 	var out []phaseEvent
-	revision := ""
-	if written.Candidate != nil {
-		revision = written.Candidate.Revision
-	} else if written.LastKnownGood != nil {
-		revision = written.LastKnownGood.Revision
-	}
+	revision := revisionOf(written)
 	if read.Phase != written.Phase {
 		if e, ok := phaseChanged(written, revision); ok {
 			out = append(out, e)
@@ -80,6 +76,17 @@ func phaseEvents(read, written *v1alpha1.FleetRolloutStatus, refused string) []p
 		}
 	}
 	return out
+}
+
+// revisionOf is the revision a status is about: the candidate's, else the known-good's.
+func revisionOf(st *v1alpha1.FleetRolloutStatus) string {
+	switch {
+	case st.Candidate != nil:
+		return st.Candidate.Revision
+	case st.LastKnownGood != nil:
+		return st.LastKnownGood.Revision
+	}
+	return ""
 }
 
 // phaseChanged is the event of a rollout that reached its phase, when the phase has one.
@@ -201,11 +208,12 @@ func latestGate(wv *v1alpha1.WaveStatus, match func(*v1alpha1.GateOutcome) bool)
 	return best
 }
 
-// announce emits the events of the transitions from read to the status fr now has: called once
-// that status is written, so a pass whose write failed announces nothing and the pass that writes
-// it announces it. A crash between the write and the event loses the event rather than repeating
-// it; the Ready condition and the ledger still record the transition.
-func (r *FleetRolloutReconciler) announce(fr *v1alpha1.FleetRollout, read *v1alpha1.FleetRolloutStatus, refused string) {
+// announce emits the events, and logs the lines, of the transitions from read to the status fr now
+// has: called once that status is written, so a pass whose write failed announces nothing and the
+// pass that writes it announces it. A crash between the write and the event loses the event rather
+// than repeating it; the Ready condition and the ledger still record the transition.
+func (r *FleetRolloutReconciler) announce(log logr.Logger, fr *v1alpha1.FleetRollout, read *v1alpha1.FleetRolloutStatus, refused string) {
+	logTransitions(log, read, &fr.Status)
 	for _, e := range phaseEvents(read, &fr.Status, refused) {
 		r.annotatedEvent(fr, e.metadata, e.eventType, e.reason, "%s", capMessage(e.message))
 	}
@@ -214,16 +222,46 @@ func (r *FleetRolloutReconciler) announce(fr *v1alpha1.FleetRollout, read *v1alp
 // waveRevision is a wave and the revision its clusters were switched to.
 type waveRevision struct{ Wave, Revision string }
 
-// announceSwitched emits one WaveSwitched event for the clusters of each wave a pass switched to a
-// revision, naming at most maxEventClusters of them in its message and metadata.
-func (r *FleetRolloutReconciler) announceSwitched(fr *v1alpha1.FleetRollout, switched map[waveRevision][]string) {
+// announceSwitched emits one WaveSwitched event, and logs one line, for the clusters of each wave a
+// pass switched to a revision, naming at most maxEventClusters of them in its message and metadata.
+func (r *FleetRolloutReconciler) announceSwitched(log logr.Logger, fr *v1alpha1.FleetRollout, switched map[waveRevision][]string) {
 	for _, t := range slices.SortedFunc(maps.Keys(switched), func(a, b waveRevision) int {
 		return cmp.Or(cmp.Compare(a.Wave, b.Wave), cmp.Compare(a.Revision, b.Revision))
 	}) {
 		clusters := switched[t]
 		names := engine.FirstNames(clusters, maxEventClusters)
+		log.Info("wave switched", "wave", t.Wave, "revision", t.Revision, "clusters", len(clusters))
 		r.annotatedEvent(fr, map[string]string{metaRevision: t.Revision, metaWave: t.Wave, metaClusters: names},
 			corev1.EventTypeNormal, WaveSwitchedEventReason, "switched %s of wave %s to revision %s: %s",
 			engine.Plural(len(clusters), "cluster", "clusters"), t.Wave, t.Revision, names)
+	}
+}
+
+// logTransitions writes, at info, one structured line for each transition from read to written: the
+// rollout's phase (Progressing, Held, RollingBack, RolledBack, Completed, ...) and each wave's (a
+// wave started, soaked, its soak ended, it succeeded or failed). Like the events, they come from the
+// two statuses, so a pass that changes nothing logs nothing.
+func logTransitions(log logr.Logger, read, written *v1alpha1.FleetRolloutStatus) {
+	revision := revisionOf(written)
+	if read.Phase != written.Phase {
+		kv := []any{"from", read.Phase, "to", written.Phase, "revision", revision}
+		if w := written.WaitingFor; w != nil && w.Message != "" {
+			kv = append(kv, "reason", w.Reason, "message", w.Message)
+		}
+		log.Info("rollout phase changed", kv...)
+	}
+	// The waves of another candidate are new waves, not the old ones moved on.
+	was := map[string]string{}
+	if (read.Candidate == nil && written.Candidate == nil) ||
+		(read.Candidate != nil && written.Candidate != nil && sameCandidate(read.Candidate, written.Candidate)) {
+		for _, wv := range read.Waves {
+			was[wv.Name] = wv.Phase
+		}
+	}
+	for _, wv := range written.Waves {
+		if from := was[wv.Name]; from != wv.Phase {
+			log.Info("wave phase changed", "wave", wv.Name, "from", from, "to", wv.Phase, "revision", revision,
+				"clusters", len(wv.Clusters))
+		}
 	}
 }

@@ -2,6 +2,9 @@ package controllers
 
 import (
 	"fmt"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +129,7 @@ func TestAnnounceSwitchedIsOneEventPerWave(t *testing.T) {
 	for i := range 1000 {
 		many = append(many, fmt.Sprintf("member-%04d", i))
 	}
-	r.announceSwitched(fr, map[waveRevision][]string{{"rest", "main@sha1:2"}: many, {"canary", "main@sha1:2"}: {"member-a"}})
+	r.announceSwitched(logr.Discard(), fr, map[waveRevision][]string{{"rest", "main@sha1:2"}: many, {"canary", "main@sha1:2"}: {"member-a"}})
 	got := rec.GetEvents()
 	if len(got) != 2 {
 		t.Fatalf("got %d events, want one per wave: %v", len(got), got)
@@ -141,5 +144,66 @@ func TestAnnounceSwitchedIsOneEventPerWave(t *testing.T) {
 	}
 	if c := rest.Annotations[metaClusters]; !strings.HasSuffix(c, "and 950 more") {
 		t.Errorf("rest's clusters metadata: %q", c)
+	}
+}
+
+// captured is a logger that keeps each line it is given, at info and above, as its message and
+// its key-value pairs.
+func captured() (logr.Logger, *[]string) {
+	var lines []string
+	return funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}), &lines
+}
+
+// A transition of the rollout or of a wave is one info line, with the revision and, for a wave,
+// its name and size; a pass that changes nothing logs nothing, and the waves of a new candidate
+// are new, not moved on.
+func TestTransitionsAreLoggedOnce(t *testing.T) {
+	cand := &v1alpha1.RevisionStatus{Revision: "main@sha1:2"}
+	read := &v1alpha1.FleetRolloutStatus{Phase: v1alpha1.PhaseProgressing, Candidate: cand, Waves: []v1alpha1.WaveStatus{
+		{Name: "canary", Phase: v1alpha1.WaveSoaking, Clusters: []string{"a"}},
+		{Name: "rest", Phase: v1alpha1.WavePending, Clusters: []string{"b", "c"}},
+	}}
+	written := read.DeepCopy()
+	written.Phase = v1alpha1.PhaseRollingBack
+	written.Waves[0].Phase = v1alpha1.WaveFailed
+	written.WaitingFor = &v1alpha1.WaitingFor{Reason: v1alpha1.WaitingForRollback, Message: "noDisruption failed on canary"}
+
+	log, lines := captured()
+	logTransitions(log, read, written)
+	want := []string{
+		`"level"=0 "msg"="rollout phase changed" "from"="Progressing" "to"="RollingBack" "revision"="main@sha1:2" "reason"="RollingBack" "message"="noDisruption failed on canary"`,
+		`"level"=0 "msg"="wave phase changed" "wave"="canary" "from"="Soaking" "to"="Failed" "revision"="main@sha1:2" "clusters"=1`,
+	}
+	if !slices.Equal(*lines, want) {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(*lines, "\n"), strings.Join(want, "\n"))
+	}
+
+	log, lines = captured()
+	logTransitions(log, written, written.DeepCopy())
+	if len(*lines) != 0 {
+		t.Errorf("a pass that changed nothing logged %q", *lines)
+	}
+
+	next := written.DeepCopy()
+	next.Candidate = &v1alpha1.RevisionStatus{Revision: "main@sha1:3"}
+	next.Phase = v1alpha1.PhaseProgressing
+	next.Waves[0].Phase = v1alpha1.WaveProgressing
+	next.Waves[1].Phase = v1alpha1.WavePending
+	log, lines = captured()
+	logTransitions(log, written, next)
+	if len(*lines) != 3 || !strings.Contains((*lines)[2], `"wave"="rest" "from"="" "to"="Pending" "revision"="main@sha1:3"`) {
+		t.Errorf("a new candidate's waves: %q", *lines)
+	}
+}
+
+// A switch is one info line per wave, with its count, however many clusters it has.
+func TestAnnounceSwitchedLogsOneLinePerWave(t *testing.T) {
+	r := &FleetRolloutReconciler{EventRecorder: fluxevents.NewFakeRecorder(10, false)}
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	log, lines := captured()
+	r.announceSwitched(log, fr, map[waveRevision][]string{{"rest", "main@sha1:2"}: {"b", "c", "d"}})
+	want := []string{`"level"=0 "msg"="wave switched" "wave"="rest" "revision"="main@sha1:2" "clusters"=3`}
+	if !slices.Equal(*lines, want) {
+		t.Errorf("lines %q, want %q", *lines, want)
 	}
 }
