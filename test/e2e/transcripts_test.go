@@ -194,15 +194,26 @@ func TestE2ETranscripts(t *testing.T) {
 		tr.command("flux "+shellJoin(args), r)
 		expectLine(t, r.stdout, "web", "ring", v1alpha1.ShortRevision(cand.Revision), "(candidate)")
 		args = []string{"get", "kustomizations", "-n", s.ns, "-l", v1alpha1.RolloutLabel + "=web"}
-		r = fluxRun(0, args...)
-		tr.command("flux "+shellJoin(args), r)
-		for _, m := range s.members {
-			rev := shortRevision(kg.Revision)
-			if m.Name == member("canary") || m.Name == member("ring") {
-				rev = shortRevision(cand.Revision)
+		ready := func(out string) (bool, string) {
+			for _, m := range s.members {
+				rev := shortRevision(kg.Revision)
+				if m.Name == member("canary") || m.Name == member("ring") {
+					rev = shortRevision(cand.Revision)
+				}
+				if !hasLineWithFields(out, v1alpha1.KustomizationName("web", m.Name), rev, "False", "True", "Applied", "revision:", rev) {
+					return false, out
+				}
 			}
-			expectLine(t, r.stdout, v1alpha1.KustomizationName("web", m.Name), rev, "False", "True", "Applied", "revision:", rev)
+			return true, ""
 		}
+		// kustomize-controller reconciles each Kustomization every interval, and shows it Unknown
+		// ("Reconciliation in progress") meanwhile: the session is the one that caught none of them
+		// mid-reconcile, as a person would run it again.
+		eventually(ctx, t, "flux get kustomizations shows every cluster Ready at its revision", func() (bool, string) {
+			r = fluxRun(0, args...)
+			return ready(r.stdout)
+		})
+		tr.command("flux "+shellJoin(args), r)
 		if n := len(nonEmptyLines(r.stdout)); n != len(s.members)+1 {
 			t.Errorf("flux get kustomizations -l %s=web shows %d lines, want a header and %d Kustomizations:\n%s", v1alpha1.RolloutLabel, n, len(s.members), r.stdout)
 		}
