@@ -92,7 +92,7 @@ func (f *Fleet) startHub(kubeControllerManager string) error {
 		return err
 	}
 	f.fluxKubeConfig = f.HubKubeConfigPath
-	if f.Hub, err = client.New(f.HubConfig, client.Options{Scheme: f.Scheme}); err != nil {
+	if f.Hub, err = client.New(unthrottled(f.HubConfig), client.Options{Scheme: f.Scheme}); err != nil {
 		return err
 	}
 	return f.startGarbageCollector(kubeControllerManager)
@@ -111,8 +111,19 @@ func (f *Fleet) startMember(m *Member) error {
 		return err
 	}
 	m.secret = m.kubeConfig
-	m.Client, err = client.New(m.Config, client.Options{Scheme: f.Scheme})
+	m.Client, err = client.New(unthrottled(m.Config), client.Options{Scheme: f.Scheme})
 	return err
+}
+
+// unthrottled is cfg without client-go's client-side rate limit (5 requests a second by default):
+// Hub and Member.Client serve every scenario of a test package at once, and under that limit a
+// scenario's read waited seconds behind the others' and lost races with the controller it was
+// watching (a hold set after the wave it was to stop had switched). The API servers' own priority
+// and fairness still bound them.
+func unthrottled(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS = -1
+	return c
 }
 
 // AddHubUser adds a user of the hub in groups and returns a REST config and a kubeconfig for it: a
