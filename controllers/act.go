@@ -101,9 +101,11 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 		if wrote {
 			key := waveRevision{t.Wave, t.Revision}
 			switched[key] = append(switched[key], c)
-			// The cached copy is older than the write: observe what was written, with no status yet,
-			// so this pass, and the next ones until the cache shows the write, count the cluster as
-			// switched and not yet healthy, and do not write it again.
+			// The cached copy is older than the write: observe what the API server answered (the
+			// written spec, with the status kustomize-controller gave the spec before), so this pass,
+			// and the next ones until the cache shows the write, count the cluster as switched and
+			// not yet healthy at a revision it had not applied, keep a soaking member that applied
+			// the candidate at its health (engine.Observation.AwaitingAt), and do not write it again.
 			r.writes.wrote(fr, c, existing[c], desired)
 			existing[c] = desired
 		}

@@ -58,6 +58,14 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(v1alpha1.FieldManager), client.ForceOwnership); err != nil {
 		return false, &writeError{reason: writeReason(err), ks: client.ObjectKeyFromObject(ks), err: err}
 	}
+	// ks becomes what the API server answered: the written spec with the status it keeps across a
+	// spec write (kustomize-controller's of the earlier spec) and the generation it moved, which is
+	// what the cache will show of this write.
+	written := kustomizev1.Kustomization{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &written); err != nil {
+		return true, fmt.Errorf("reading the answer to the write of kustomization %s: %w", client.ObjectKeyFromObject(ks), err)
+	}
+	*ks = written
 	return true, nil
 }
 

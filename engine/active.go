@@ -91,7 +91,9 @@ func tallyMembers(st *v1alpha1.FleetRolloutStatus, w *World, wv *v1alpha1.WaveSt
 		switch {
 		case slices.Contains(wv.Missing, c) || o.FailedAt(cand.Source, cand.Revision):
 			t.failed++
-		case o.ReadyAt(cand.Source, cand.Revision), soaking && o.StillAt(cand.Source, cand.Revision):
+		case o.ReadyAt(cand.Source, cand.Revision), soaking && (o.StillAt(cand.Source, cand.Revision) || o.AwaitingAt(cand.Source, cand.Revision)):
+			// Mid-soak, a member that applied the candidate keeps its health until
+			// kustomize-controller says otherwise of the spec it has now.
 			t.healthy++
 		case soaking && o.RetryingAt(cand.Source, cand.Revision):
 			// A retried failure of the revision it had applied: not judged before the soak ends.

@@ -219,6 +219,9 @@ var unavailableMessages = []string{
 // with no finished reconcile to go by (no status.history) or right after such a failure. A
 // decision waits for it, within a bound, then judges it as seen.
 func (o Observation) Unsettled(source, revision string) bool {
+	if o.AwaitingAt(source, revision) {
+		return true
+	}
 	if !o.Exists || o.Source != source || !o.Current || !SameRevision(o.LastApplied, revision) {
 		return false
 	}
@@ -288,6 +291,16 @@ func (o Observation) Seen() string {
 // health; only a failure is.
 func (o Observation) StillAt(source, revision string) bool {
 	return o.Exists && o.Source == source && o.Ready != metav1.ConditionFalse && SameRevision(o.LastApplied, revision)
+}
+
+// AwaitingAt tells whether kustomize-controller, which last applied revision from source, has said
+// nothing yet of the Kustomization's current spec: its Ready condition is of an earlier generation,
+// or of a spec that was not tidegate's (notOurSpec in the controllers). A spec tidegate wrote back
+// over someone else's edit during a soak is one: what the condition says, a failure of the edited
+// path say, is about a spec that no longer is, so it neither passes nor fails the cluster, and the
+// soak's decision waits for the reconcile of the current spec (Unsettled).
+func (o Observation) AwaitingAt(source, revision string) bool {
+	return o.Exists && o.Source == source && !o.ReadyCurrent && SameRevision(o.LastApplied, revision)
 }
 
 // SameRevision compares two Flux revisions by the commit or digest they name: a source pinned by

@@ -189,6 +189,13 @@ func TestTransientObservations(t *testing.T) {
 				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.HealthCheckFailedReason, "timeout waiting for: [Deployment/demo/web status: 'InProgress']"),
 				cond(meta.HealthyCondition, metav1.ConditionFalse, meta.HealthCheckFailedReason, "timeout")),
 			want{failed: true, health: verdict.HealthChecksFailed}},
+		{"a failure of an edited spec, written back since: awaited, neither passed nor failed",
+			func() *kustomizev1.Kustomization {
+				k := reconciling(1, rev, "", "", cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ArtifactFailedReason, "kustomization path not found"))
+				k.Generation = 3
+				return k
+			}(),
+			want{unsettled: true, health: verdict.HealthChecksUnknown}},
 		{"a failed apply of a revision it never applied: a failure at once",
 			reconciling(2, "main@sha1:1", "main@sha1:1", meta.ReconciliationSucceededReason,
 				cond(meta.ReadyCondition, metav1.ConditionFalse, meta.ReconciliationFailedReason, "ServiceMonitor/demo/web dry-run failed: no matches for kind")),

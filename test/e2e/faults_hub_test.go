@@ -429,7 +429,7 @@ func TestE2EFaultKustomizationEditedOrSuspended(t *testing.T) {
 	// switched cluster: controllers.deadlineFor), it still waits and has failed nothing.
 	waveDeadline := 2*testHealthTimeout + time.Minute + time.Duration(len(rest.Clusters))*time.Second/2
 	deadline := rest.StartedAt.Add(waveDeadline + 10*time.Second)
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && ctx.Err() == nil {
 		fr = s.rollout(t, "web")
 		if fr.Status.Waves[1].Phase != v1alpha1.WaveProgressing || fr.Status.Phase != v1alpha1.PhaseProgressing {
 			t.Fatalf("the wave waiting for a suspended Kustomization moved: %s", describe(fr))
