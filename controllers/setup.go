@@ -124,6 +124,7 @@ func Setup(mgr ctrl.Manager, hubConfig *rest.Config, opts Options) error {
 		Rollouts:     mgr.GetClient(),
 		PolicyBudget: policies,
 		RenderBudget: &boundedrender.Renderer{Budget: renderBudget},
+		Secrets:      mgr.GetAPIReader(),
 	}
 	gates := opts.Gates
 	if gates == nil {

@@ -376,7 +376,9 @@ func TestSettingsDefaults(t *testing.T) {
 		Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: "Hold", InconclusiveAfter: 10 * time.Minute,
 		OnInconclusive: "Fail", CatchUp: CatchUpSettings{MaxConcurrent: 10},
 		Approvals:  ApprovalSettings{Waves: []string{}, Classes: []string{}},
-		Tolerances: Tolerances{MinAvailableRatio: 0.9, MaxUnavailableSeconds: 30, MaxRehearsalSeconds: 600, MinSampleCoverage: 0.8},
+		Tolerances: Tolerances{MinAvailableRatio: 0.9, MaxUnavailableSeconds: 30, MaxRehearsalSeconds: 600, MinSampleCoverage: 0.8,
+			MaxErrorRatio: 0.01, MaxToBaseline: 1.5},
+		Metrics: MetricSettings{ClusterLabel: "cluster", BaselineClusters: 5, Queries: map[string]string{}},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("settings %+v, want %+v", s, want)
@@ -592,7 +594,7 @@ func TestUnmeasuredAvailabilityIsAbsentAndInconclusive(t *testing.T) {
 	if err != nil || d.Pass || !d.Inconclusive || !reflect.DeepEqual(d.Unobserved, []string{"member-0003"}) {
 		t.Fatalf("a member not measured, no budget: %+v %v, want Inconclusive naming member-0003", d, err)
 	}
-	want := `noDisruption.clusters.3.unset.0: not measured: no sample read any workload, and a measure that was not taken passes nothing (clusters.3: member-0003; unset.0: "minAvailableRatio")`
+	want := `noDisruption.clusters.3.unset.0: not measured, and a measure that was not taken passes nothing (the gate's unobserved says why) (clusters.3: member-0003; unset.0: "minAvailableRatio")`
 	if !slices.Contains(d.Reasons, want) {
 		t.Errorf("reasons %q should say what was not measured: %q", d.Reasons, want)
 	}

@@ -170,7 +170,43 @@ type NoDisruptionEvidence struct {
 	ExpectedSamples int                 `json:"expectedSamples"`
 	HeldBack        []HeldBack          `json:"heldBack,omitempty"`
 	Clusters        []ClusterContinuity `json:"clusters,omitempty"`
+	// Metrics says how the policy's metric queries were asked, when it names any.
+	Metrics *MetricsEvidence `json:"metrics,omitempty"`
 }
+
+// MetricsEvidence is #MetricsEvidence: how the wave's service metrics were queried, and the baseline.
+type MetricsEvidence struct {
+	// Start and End bound the window the queries covered (RFC 3339), Step their resolution.
+	Start string `json:"start"`
+	End   string `json:"end"`
+	Step  string `json:"step"`
+	// Queries are the policy's, as written (with {{clusters}}).
+	Queries map[string]string `json:"queries"`
+	// Baseline is, by query, the same query over clusters still at the known-good.
+	Baseline map[string]Baseline `json:"baseline,omitempty"`
+	// BaselineUnset names the queries that have no baseline, and why.
+	BaselineUnset []Unobserved `json:"baselineUnset,omitempty"`
+}
+
+// Baseline is #Baseline: one query over the baseline's clusters together.
+type Baseline struct {
+	MetricSummary
+	// Kind is BaselineNotYetUpdated or BaselineBeforeSwitch.
+	Kind     string   `json:"kind"`
+	Clusters []string `json:"clusters"`
+	Start    string   `json:"start"`
+	End      string   `json:"end"`
+}
+
+// The kinds of a baseline: clusters still at the known-good over the wave's own window, or, when
+// none is left, the wave's clusters over the window of the same length before they were switched.
+const (
+	BaselineNotYetUpdated = "notYetUpdated"
+	BaselineBeforeSwitch  = "beforeSwitch"
+)
+
+// MeasureMetric is how a cluster's unset names a metric query that has no value for it.
+func MeasureMetric(query string) string { return "metrics." + query }
 
 // HeldBack is #HeldBack: a member the wave did not switch, because its preflight failed.
 type HeldBack struct {
@@ -204,6 +240,19 @@ type ClusterContinuity struct {
 	HealthChecks       string   `json:"healthChecks"`
 	// Transient is what kustomize-controller was doing, when it was between two outcomes.
 	Transient string `json:"transient,omitempty"`
+	// Metrics are the policy's metric queries' summaries for this cluster, by query; a query with
+	// no value for it is named in Unset (MeasureMetric).
+	Metrics map[string]MetricSummary `json:"metrics,omitempty"`
+}
+
+// MetricSummary is #MetricSummary: what the evidence keeps of one query's points for one cluster,
+// or for a baseline's clusters together.
+type MetricSummary struct {
+	Count int     `json:"count"`
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
+	Mean  float64 `json:"mean"`
+	Last  float64 `json:"last"`
 }
 
 // The measures of #ClusterContinuity that its unset can name, sorted.

@@ -31,6 +31,19 @@ type Settings struct {
 	Approvals ApprovalSettings `json:"approvals"`
 	// Tolerances are the numbers the policy's gate constraints refer to.
 	Tolerances Tolerances `json:"tolerances"`
+	// Metrics names the service metrics noDisruption reads, and how.
+	Metrics MetricSettings `json:"metrics"`
+}
+
+// MetricSettings names the service metrics noDisruption reads (#Settings.metrics).
+type MetricSettings struct {
+	// ClusterLabel is the label whose value, a FleetCluster's name, says which cluster a series is of.
+	ClusterLabel string `json:"clusterLabel"`
+	// BaselineClusters is how many clusters still at the known-good are queried as the baseline.
+	BaselineClusters int `json:"baselineClusters"`
+	// Queries are PromQL expressions by name, each with {{clusters}} where a regular expression
+	// matching the queried clusters' names goes, grouped by ClusterLabel.
+	Queries map[string]string `json:"queries,omitempty"`
 }
 
 // OnInconclusiveExcuse is settings.onInconclusive's value that excuses the clusters a gate could
@@ -63,7 +76,8 @@ func (s Settings) MarshalJSON() ([]byte, error) {
 		CatchUp        CatchUpSettings  `json:"catchUp"`
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
-	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances})
+		Metrics        MetricSettings   `json:"metrics"`
+	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances, s.Metrics})
 }
 
 // NeedsApproval reports whether a wave of a rollout of the given class waits for an approval.
@@ -87,6 +101,11 @@ type Tolerances struct {
 	MaxUnavailableSeconds float64 `json:"maxUnavailableSeconds"`
 	MaxRehearsalSeconds   float64 `json:"maxRehearsalSeconds"`
 	MinSampleCoverage     float64 `json:"minSampleCoverage"`
+	// MaxErrorRatio and MaxToBaseline are what the default policy holds the errorRatio and
+	// latencyP95 queries to: an error ratio at most MaxErrorRatio, and each at most MaxToBaseline
+	// times the baseline's.
+	MaxErrorRatio float64 `json:"maxErrorRatio"`
+	MaxToBaseline float64 `json:"maxToBaseline"`
 }
 
 // Settings reads the policy's settings, with #Settings' defaults for what it leaves out. It
@@ -112,12 +131,13 @@ func (p *Policy) Settings() (s Settings, err error) {
 		CatchUp        CatchUpSettings  `json:"catchUp"`
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
+		Metrics        MetricSettings   `json:"metrics"`
 	}
 	if err := v.Decode(&raw); err != nil {
 		return Settings{}, p.policyError(err)
 	}
 	s = Settings{OnFail: raw.OnFail, Rehearsal: raw.Rehearsal, OnInconclusive: raw.OnInconclusive, CatchUp: raw.CatchUp,
-		Approvals: raw.Approvals, Tolerances: raw.Tolerances}
+		Approvals: raw.Approvals, Tolerances: raw.Tolerances, Metrics: raw.Metrics}
 	if s.Soak, err = time.ParseDuration(raw.Soak); err != nil {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.soak: %v", err)}}
 	}

@@ -62,6 +62,12 @@ type FleetRolloutSpec struct {
 	// +optional
 	Policy *PolicyReference `json:"policy,omitempty"`
 
+	// metrics names where noDisruption reads the service metrics the policy's queries ask for
+	// (settings.metrics.queries). Without it, a policy that names queries cannot be decided: the
+	// gate is Inconclusive, saying so.
+	// +optional
+	Metrics *MetricsSource `json:"metrics,omitempty"`
+
 	// class of the package: UserWorkload, SystemService or SystemConfiguration. A SystemConfiguration
 	// rollout reaches only clusters that opted in (FleetCluster spec.optIns).
 	// +optional
@@ -273,6 +279,32 @@ type PolicyReference struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",message="path must stay inside the source's artifact: write it relative to the artifact's root, without '..' segments, such as ./policies/web"
 	Path string `json:"path,omitempty"`
+}
+
+// MetricsSource is where a rollout's metric evidence comes from.
+type MetricsSource struct {
+	// prometheus is a Prometheus-compatible query API (Prometheus, Thanos Query, Mimir, VictoriaMetrics)
+	// holding the metrics of the fleet's clusters, each series with a label naming its cluster
+	// (settings.metrics.clusterLabel, `cluster` by default, whose values are FleetCluster names).
+	// +required
+	Prometheus PrometheusSource `json:"prometheus"`
+}
+
+// PrometheusSource is a Prometheus HTTP API endpoint.
+type PrometheusSource struct {
+	// address is the API's base URL, such as http://thanos-query.monitoring:9090 (the path before
+	// /api/v1).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	Address string `json:"address"`
+
+	// secretRef names a Secret in the rollout's namespace with the API's credentials: `token` (a
+	// bearer token) or `username` and `password` (basic auth). They are sent with each query and
+	// never written to receipts, status, events or logs.
+	// +optional
+	SecretRef *meta.LocalObjectReference `json:"secretRef,omitempty"`
 }
 
 // Hold stops a rollout where it is.

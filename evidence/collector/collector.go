@@ -22,6 +22,7 @@ import (
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
+	"github.com/tidegate/tidegate/evidence/metrics"
 	"github.com/tidegate/tidegate/internal/member"
 	"github.com/tidegate/tidegate/verdict"
 	"github.com/tidegate/tidegate/verdict/bounded"
@@ -75,6 +76,11 @@ type Collector struct {
 	// RenderBudget, when set, renders each package in a worker process under its budget; nil
 	// renders in-process.
 	RenderBudget *boundedrender.Renderer
+	// Secrets reads the Secrets of rollouts' spec.metrics, from the API server; nil reads none.
+	Secrets client.Reader
+	// MetricsProvider, when set, is the metrics Provider of every rollout instead of its
+	// spec.metrics (tests).
+	MetricsProvider func(ctx context.Context, fr *v1alpha1.FleetRollout) (metrics.Provider, error)
 
 	answered   answered
 	policies   digestCache[*RolloutPolicy]
@@ -149,8 +155,8 @@ var collectors = map[string]collectFunc{
 	v1alpha1.GateRollbackSucceeds: func(c *Collector, ctx context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, _ string) (Collected, error) {
 		return Collected{Evidence: c.rollbackSucceeds(ctx, sc, wv)}, nil
 	},
-	v1alpha1.GateNoDisruption: func(c *Collector, _ context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, _ string) (Collected, error) {
-		return Collected{Evidence: c.noDisruption(sc, wv)}, nil
+	v1alpha1.GateNoDisruption: func(c *Collector, ctx context.Context, sc *engine.World, wv *v1alpha1.WaveStatus, _ string) (Collected, error) {
+		return Collected{Evidence: c.noDisruption(ctx, sc, wv)}, nil
 	},
 }
 

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,7 +15,7 @@ import (
 
 // noDisruption summarises the wave's soak per cluster: the Kustomization's readiness and health
 // checks at the candidate, and the workload availability sampled since the wave was Ready.
-func (c *Collector) noDisruption(sc *engine.World, wv *v1alpha1.WaveStatus) verdict.NoDisruptionEvidence {
+func (c *Collector) noDisruption(ctx context.Context, sc *engine.World, wv *v1alpha1.WaveStatus) verdict.NoDisruptionEvidence {
 	fr, w := sc.Rollout, sc
 	spec := fr.WaveSpec(wv.Name)
 	soak := engine.WaveSoak(spec, w.Settings)
@@ -79,6 +80,11 @@ func (c *Collector) noDisruption(sc *engine.World, wv *v1alpha1.WaveStatus) verd
 		}
 		ev.Clusters = append(ev.Clusters, cc)
 	}
+	win := metricWindow{start: since, end: w.Now, step: settings.SampleInterval, required: required}
+	if wv.StartedAt != nil {
+		win.switched = wv.StartedAt.Time
+	}
+	c.serviceMetrics(ctx, w, wv, win, &ev)
 	ev.Limits = append(ev.Limits, availability.Limits(summaries...)...)
 	if len(settled) > 0 {
 		ev.Limits = append(ev.Limits, fmt.Sprintf("%d clusters were mid-reconcile when the evidence was collected (%s): their ready and healthChecks are those of their last finished reconcile of the candidate (status.history)",

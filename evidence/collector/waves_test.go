@@ -87,7 +87,7 @@ func TestNoDisruptionEvidenceReadsThroughTransientStates(t *testing.T) {
 			}
 		}
 	}
-	ev := c.noDisruption(sc, &sc.Rollout.Status.Waves[0])
+	ev := c.noDisruption(context.Background(), sc, &sc.Rollout.Status.Waves[0])
 	if len(ev.HeldBack) != 1 || ev.HeldBack[0].Name != "c" || len(ev.Clusters) != 3 {
 		t.Fatalf("held back %+v, clusters %+v", ev.HeldBack, ev.Clusters)
 	}
@@ -145,7 +145,7 @@ func TestNoDisruptionEvidenceLeavesOutWhatWasNotMeasured(t *testing.T) {
 			t.Fatal("a read without a client should fail")
 		}
 	}
-	ev := c.noDisruption(sc, &sc.Rollout.Status.Waves[0])
+	ev := c.noDisruption(context.Background(), sc, &sc.Rollout.Status.Waves[0])
 	data, err := json.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
