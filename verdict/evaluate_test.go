@@ -375,7 +375,7 @@ func TestSettingsDefaults(t *testing.T) {
 	want := Settings{
 		Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: "Hold", InconclusiveAfter: 10 * time.Minute,
 		OnInconclusive: "Fail", CatchUp: CatchUpSettings{MaxConcurrent: 10},
-		Approvals:  ApprovalSettings{Waves: []string{}, Classes: []string{}},
+		Approvals: ApprovalSettings{Waves: []string{}, Classes: []string{}},
 		Tolerances: Tolerances{MinAvailableRatio: 0.9, MaxUnavailableSeconds: 30, MaxRehearsalSeconds: 600, MinSampleCoverage: 0.8,
 			MaxErrorRatio: 0.01, MaxToBaseline: 1.5},
 		Metrics: MetricSettings{ClusterLabel: "cluster", BaselineClusters: 5, Queries: map[string]string{}},
