@@ -378,7 +378,7 @@ func TestSettingsDefaults(t *testing.T) {
 		Approvals: ApprovalSettings{Waves: []string{}, Classes: []string{}},
 		Tolerances: Tolerances{MinAvailableRatio: 0.9, MaxUnavailableSeconds: 30, MaxRehearsalSeconds: 600, MinSampleCoverage: 0.8,
 			MaxErrorRatio: 0.01, MaxToBaseline: 1.5},
-		Metrics: MetricSettings{ClusterLabel: "cluster", BaselineClusters: 5, Queries: map[string]string{}},
+		Metrics: MetricSettings{ClusterLabel: "cluster", BaselineClusters: 5, Queries: map[string]string{}}, Checks: map[string]CheckSettings{},
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("settings %+v, want %+v", s, want)

@@ -243,7 +243,28 @@ type ClusterContinuity struct {
 	// Metrics are the policy's metric queries' summaries for this cluster, by query; a query with
 	// no value for it is named in Unset (MeasureMetric).
 	Metrics map[string]MetricSummary `json:"metrics,omitempty"`
+	// Checks are the results of the functional checks that ran on this cluster, by check; a check
+	// that could not run (or not finish) is named in Unset instead (MeasureCheck).
+	Checks map[string]CheckResult `json:"checks,omitempty"`
 }
+
+// CheckResult is #CheckResult: one functional check's run on one cluster.
+type CheckResult struct {
+	// Result is CheckPassed or CheckFailed.
+	Result  string `json:"result"`
+	Message string `json:"message"`
+	// Logs is the tail of a Job's logs, when they could be read.
+	Logs string `json:"logs,omitempty"`
+}
+
+// The results of a functional check that ran.
+const (
+	CheckPassed = "Passed"
+	CheckFailed = "Failed"
+)
+
+// MeasureCheck is how a cluster's unset names a check that could not run there.
+func MeasureCheck(check string) string { return "checks." + check }
 
 // MetricSummary is #MetricSummary: what the evidence keeps of one query's points for one cluster,
 // or for a baseline's clusters together.

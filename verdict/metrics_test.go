@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -87,6 +88,48 @@ func TestTheDefaultPolicysMetricRules(t *testing.T) {
 				if !strings.Contains(strings.Join(d.Reasons, "\n"), want) {
 					t.Errorf("the reasons do not say %q:\n%s", want, strings.Join(d.Reasons, "\n"))
 				}
+			}
+		})
+	}
+}
+
+// The default policy's check rule: a check that failed fails its cluster, with the check's name and
+// message; within a failure budget the wave passes; a check that could not run is unset and its
+// cluster unobserved: Inconclusive.
+func TestTheDefaultPolicysCheckRule(t *testing.T) {
+	checked := func(ev NoDisruptionEvidence, failed ...string) NoDisruptionEvidence {
+		for i := range ev.Clusters {
+			c := &ev.Clusters[i]
+			c.Checks = map[string]CheckResult{"smoke": {Result: CheckPassed, Message: "Job smoke-1 completed"}}
+			if slices.Contains(failed, c.Name) {
+				c.Checks["smoke"] = CheckResult{Result: CheckFailed, Message: "Job smoke-1 failed: BackoffLimitExceeded", Logs: "curl: (7) refused"}
+			}
+		}
+		return ev
+	}
+	notRun := checked(wave(3, 0))
+	delete(notRun.Clusters[1].Checks, "smoke")
+	notRun.Clusters[1].Unset = []string{MeasureCheck("smoke")}
+	notRun.Unobserved = []Unobserved{{Name: notRun.Clusters[1].Name, Reason: "check smoke: the Job is still running"}}
+	for _, tc := range []struct {
+		name         string
+		ev           NoDisruptionEvidence
+		pass, inconc bool
+		reason       string
+	}{
+		{name: "every check passed", ev: checked(wave(5, 0)), pass: true},
+		{name: "one failed, no budget", ev: checked(wave(5, 0), "member-0003"), reason: "cluster member-0003: check smoke failed: Job smoke-1 failed: BackoffLimitExceeded"},
+		{name: "one failed within a budget of one", ev: checked(wave(5, 1), "member-0003"), pass: true},
+		{name: "two failed over a budget of one", ev: checked(wave(5, 1), "member-0001", "member-0003"), reason: "2 clusters failed, more than the wave's maxFailures of 1: member-0001, member-0003"},
+		{name: "one could not run", ev: notRun, inconc: true, reason: "target member-0001 could not be observed: check smoke: the Job is still running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Evaluate(DefaultPolicy(), GateNoDisruption, tc.ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Pass != tc.pass || d.Inconclusive != tc.inconc || (tc.reason != "" && !strings.Contains(strings.Join(d.Reasons, "\n"), tc.reason)) {
+				t.Fatalf("pass %v inconclusive %v, reasons %q; want %v %v and %q", d.Pass, d.Inconclusive, d.Reasons, tc.pass, tc.inconc, tc.reason)
 			}
 		})
 	}

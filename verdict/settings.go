@@ -3,7 +3,9 @@ package verdict
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"cuelang.org/go/cue"
@@ -33,6 +35,44 @@ type Settings struct {
 	Tolerances Tolerances `json:"tolerances"`
 	// Metrics names the service metrics noDisruption reads, and how.
 	Metrics MetricSettings `json:"metrics"`
+	// Checks are the functional checks run on a wave's members after its switch, by name.
+	Checks map[string]CheckSettings `json:"checks,omitempty"`
+}
+
+// CheckSettings is one functional check (#Settings.checks): a Job run in the member cluster, or an
+// HTTP request from the hub; exactly one of Job and HTTP is set.
+type CheckSettings struct {
+	// Waves it runs in, by name; empty: every wave.
+	Waves []string `json:"waves"`
+	// Sample is how many members of a wave run it (the first by name); 0: every member.
+	Sample int `json:"sample"`
+	// Timeout bounds one run.
+	Timeout string `json:"timeout"`
+	Job     *JobCheck  `json:"job,omitempty"`
+	HTTP    *HTTPCheck `json:"http,omitempty"`
+}
+
+// JobCheck is a check run as a Job in the member cluster: it passes when the Job completes.
+type JobCheck struct {
+	Image   string   `json:"image"`
+	Command []string `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	// Namespace is where the Job runs; empty: the template's targetNamespace, else "default".
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// HTTPCheck is a check run as an HTTP GET from the hub: it passes when the answer has Status (and
+// holds BodyContains, when set).
+type HTTPCheck struct {
+	// URL, with {{cluster}} where the member's FleetCluster name goes.
+	URL          string `json:"url"`
+	Status       int    `json:"status"`
+	BodyContains string `json:"bodyContains,omitempty"`
+}
+
+// AppliesTo tells whether the check runs in wave.
+func (c CheckSettings) AppliesTo(wave string) bool {
+	return len(c.Waves) == 0 || slices.Contains(c.Waves, wave)
 }
 
 // MetricSettings names the service metrics noDisruption reads (#Settings.metrics).
@@ -77,7 +117,8 @@ func (s Settings) MarshalJSON() ([]byte, error) {
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
 		Metrics        MetricSettings   `json:"metrics"`
-	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances, s.Metrics})
+		Checks         map[string]CheckSettings `json:"checks,omitempty"`
+	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances, s.Metrics, s.Checks})
 }
 
 // NeedsApproval reports whether a wave of a rollout of the given class waits for an approval.
@@ -132,12 +173,13 @@ func (p *Policy) Settings() (s Settings, err error) {
 		Approvals      ApprovalSettings `json:"approvals"`
 		Tolerances     Tolerances       `json:"tolerances"`
 		Metrics        MetricSettings   `json:"metrics"`
+		Checks         map[string]CheckSettings `json:"checks"`
 	}
 	if err := v.Decode(&raw); err != nil {
 		return Settings{}, p.policyError(err)
 	}
 	s = Settings{OnFail: raw.OnFail, Rehearsal: raw.Rehearsal, OnInconclusive: raw.OnInconclusive, CatchUp: raw.CatchUp,
-		Approvals: raw.Approvals, Tolerances: raw.Tolerances, Metrics: raw.Metrics}
+		Approvals: raw.Approvals, Tolerances: raw.Tolerances, Metrics: raw.Metrics, Checks: raw.Checks}
 	if s.Soak, err = time.ParseDuration(raw.Soak); err != nil {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: []string{fmt.Sprintf("settings.soak: %v", err)}}
 	}
@@ -168,6 +210,15 @@ func (p *Policy) Settings() (s Settings, err error) {
 			problems = append(problems, fmt.Sprintf("settings.%s: %q is outside %s to %s: %s", b.field, b.raw, b.min, b.max, b.why))
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(s.Checks)) {
+		c := s.Checks[name]
+		if (c.Job == nil) == (c.HTTP == nil) {
+			problems = append(problems, fmt.Sprintf("settings.checks.%s: give it exactly one of job (a Job run in the member) and http (a request from the hub)", name))
+		}
+		if d, err := time.ParseDuration(c.Timeout); err != nil || d <= 0 || d > MaxCheckTimeout {
+			problems = append(problems, fmt.Sprintf("settings.checks.%s.timeout: %q is not a duration above 0s and at most %s", name, c.Timeout, MaxCheckTimeout))
+		}
+	}
 	if len(problems) > 0 {
 		return Settings{}, &PolicyError{Digest: p.digest, Problems: problems}
 	}
@@ -181,6 +232,7 @@ const (
 	MinSampleInterval    = time.Second
 	MaxSampleInterval    = 10 * time.Minute
 	MinInconclusiveAfter = 30 * time.Second
+	MaxCheckTimeout      = time.Hour
 )
 
 // withSettings unifies the policy's settings (present or not) with #Settings, so that its
