@@ -38,11 +38,12 @@ release: image ## Write the release into dist/: the manifests (crds.yaml, contro
 	go run ./hack/release -o dist
 
 .PHONY: testbin
-testbin: ## Build and cache kube-apiserver, kube-controller-manager, etcd, Flux controllers and controller-gen from pinned modules (once).
+testbin: ## Build and cache kube-apiserver, kube-controller-manager, etcd, Flux controllers, Prometheus and controller-gen from pinned modules (once).
 	@hack/testbin.sh
 	@hack/kube-controller-manager.sh
 	@hack/flux-cli.sh
 	@hack/flux-controllers.sh
+	@hack/prometheus.sh
 
 $(CONTROLLER_GEN):
 	@hack/testbin.sh
@@ -50,6 +51,10 @@ $(CONTROLLER_GEN):
 .PHONY: flux-cli
 flux-cli: ## Build and cache the Flux CLI from its pinned module (bin/flux-cli/bin/flux; once, part of testbin).
 	@hack/flux-cli.sh
+
+.PHONY: prometheus
+prometheus: ## Build and cache the Prometheus server at go.mod's version (bin/prometheus/bin/prometheus; once, part of testbin).
+	@hack/prometheus.sh
 
 .PHONY: kube-controller-manager
 kube-controller-manager: ## Build and cache kube-controller-manager, the local fleet hub's garbage collector (bin/kube-controller-manager/bin; once, part of testbin).

@@ -5,21 +5,23 @@
 #
 # Each script keeps what it builds outside the work tree, in
 # ${TIDEGATE_<NAME>_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/<name>}/<KEY>, where KEY is a
-# hash of the files that decide what is built (the script itself, and hack/versions.env when it
-# reads it; not this file, which decides only where and when), and points bin/<name> in the repo at
-# it. A second run with the same key does nothing. Two runs at once (make -j, two checkouts) share
-# the directory: the second waits for the first, then finds its work done.
+# hash of what decides what is built (the script itself, and hack/versions.env when it reads it, or
+# the version it reads from go.mod; not this file, which decides only where and when), and points
+# bin/<name> in the repo at it. A second run with the same key does nothing. Two runs at once
+# (make -j, two checkouts) share the directory: the second waits for the first, then finds its work
+# done.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # open_cache NAME ARG FILE...: sets DIR, the cache directory of NAME keyed by FILE... (paths in the
-# repo), and links bin/NAME to it. With ARG --print-dir, prints DIR and exits instead.
+# repo) and by CACHE_KEY_TEXT when set (a version read from go.mod, whose other lines are not to
+# rebuild anything), and links bin/NAME to it. With ARG --print-dir, prints DIR and exits instead.
 open_cache() {
   local name=$1 arg=$2
   shift 2
   local env key
   env="TIDEGATE_$(tr 'a-z-' 'A-Z_' <<<"$name")_CACHE"
-  key="$(cd "$ROOT" && cat "$@" | sha256sum | cut -c1-12)"
+  key="$(cd "$ROOT" && { cat "$@" && printf '%s' "${CACHE_KEY_TEXT:-}"; } | sha256sum | cut -c1-12)"
   DIR="${!env:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/$name}/$key"
   if [[ "$arg" == "--print-dir" ]]; then
     echo "$DIR"

@@ -113,6 +113,10 @@ type Fleet struct {
 	logMu          sync.Mutex
 	logFiles       []string
 	stopOnce       sync.Once
+	// prometheus are the Prometheus servers StartPrometheus started, which a test may start from a
+	// goroutine of its own while others read the fleet: promMu guards the list.
+	promMu     sync.Mutex
+	prometheus []*Prometheus
 }
 
 // NewScheme returns a scheme with the Kubernetes, Flux source and kustomize, and tidegate types.

@@ -18,6 +18,7 @@ func (f *Fleet) Stop() {
 			_ = f.reaper.Process.Kill()
 			_, _ = f.reaper.Process.Wait()
 		}
+		f.closePrometheus()
 		for i := len(f.processes) - 1; i >= 0; i-- {
 			f.processes[i].stop()
 		}

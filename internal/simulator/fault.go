@@ -2,11 +2,14 @@ package simulator
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
 
-// Mode is how a faulty workload misbehaves.
+// Mode is how a faulty workload misbehaves. The empty Mode leaves its availability alone: a fault
+// that sets only ErrorRatio or LatencyFactor (a release that serves errors or slowly while its pods
+// stay ready).
 type Mode string
 
 const (
@@ -34,7 +37,7 @@ type Fault struct {
 	// Workload is the name ("web") or namespace/name ("demo/web") of the Deployment, StatefulSet or DaemonSet
 	// it applies to; "" applies it to every workload of the cluster. A named fault wins over the "" one.
 	Workload string
-	// Mode says how the workload misbehaves.
+	// Mode says how the workload's availability misbehaves; "" leaves it healthy.
 	Mode Mode
 	// After is how long a LoseAvailability workload stays healthy, counted from when its current generation
 	// became healthy or from SetFault, whichever is later (so a fault set on a long-healthy workload does not
@@ -43,9 +46,32 @@ type Fault struct {
 	// Delay is how long a Slow workload's new generation takes to become healthy, counted from when the
 	// generation was first seen or from SetFault, whichever is later.
 	Delay time.Duration
+	// ErrorRatio is the fraction of the workload's requests answered 500 in its simulated traffic
+	// (MetricsHandler), from 0 to 1, while it has available pods; 0 answers them all 200.
+	ErrorRatio float64
+	// LatencyFactor multiplies the latency of the workload's requests in its simulated traffic; 0 and
+	// 1 leave it as a healthy workload's.
+	LatencyFactor float64
 	// Image, when set, limits the fault to workloads whose pod template has a container image
-	// containing it (e.g. ":v2"): a bad release crash-loops, the previous one keeps working.
+	// containing it (e.g. ":v2"): a bad release crash-loops (or answers errors, or slowly), the
+	// previous one keeps working.
 	Image string
+}
+
+// check says what is wrong with f, for SetFault.
+func (f Fault) check() error {
+	if f.Mode != "" {
+		if _, err := ParseMode(string(f.Mode)); err != nil {
+			return err
+		}
+	}
+	if !(f.ErrorRatio >= 0 && f.ErrorRatio <= 1) {
+		return fmt.Errorf("error ratio %v is not between 0 and 1", f.ErrorRatio)
+	}
+	if !(f.LatencyFactor >= 0) || math.IsInf(f.LatencyFactor, 0) {
+		return fmt.Errorf("latency factor %v is not a finite number of 0 or more", f.LatencyFactor)
+	}
+	return nil
 }
 
 // activeFault is a Fault with the time it was set, which the After and Delay clocks never start before.
@@ -57,6 +83,8 @@ type activeFault struct {
 // tracked is what the simulator remembers about one workload: only what its status cannot carry, all of it
 // keyed by generation so that a new revision starts over (a slow cluster is slow again for it).
 type tracked struct {
+	// key is kind/namespace/name, as member.tracked keys it.
+	key        string
 	uid        string
 	generation int64
 	// firstSeen is when this generation was first seen; Slow delays and progress deadlines count from it.
@@ -117,13 +145,14 @@ func later(a, b time.Time) time.Time {
 }
 
 // SetFault injects f into cluster, replacing any fault set before for the same f.Workload; it takes effect
-// on the next pass. It panics on an unknown cluster or mode: both are mistakes in the calling test that
-// would otherwise pass silently with a healthy workload (ParseMode checks a mode taken from a person).
+// on the next pass. It panics on an unknown cluster or mode, an error ratio outside 0 to 1 or a negative
+// latency factor: each is a mistake in the calling test that would otherwise pass silently with a
+// healthy workload (ParseMode checks a mode taken from a person).
 func (s *Simulator) SetFault(cluster string, f Fault) {
 	if _, ok := s.members[cluster]; !ok {
 		panic(fmt.Sprintf("simulator: SetFault on unknown cluster %q (known: %v)", cluster, s.Clusters()))
 	}
-	if _, err := ParseMode(string(f.Mode)); err != nil {
+	if err := f.check(); err != nil {
 		panic(fmt.Sprintf("simulator: SetFault on cluster %q: %v", cluster, err))
 	}
 	s.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,6 +29,9 @@ type Options struct {
 	// stuck on a stalled API server (a dead connection client-go notices only after its health
 	// ping) cannot stop that cluster's workloads from moving. Defaults to 10s.
 	PassTimeout time.Duration
+	// RequestsPerSecond is how many requests of simulated traffic (MetricsHandler) each available pod
+	// answers per second. Defaults to DefaultRequestsPerSecond.
+	RequestsPerSecond float64
 }
 
 // Simulator moves the status of Deployments, StatefulSets and DaemonSets in a set of member clusters
@@ -41,6 +45,10 @@ type Simulator struct {
 	faults map[string]map[string]activeFault // cluster → Fault.Workload → fault
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+
+	// traffic is the workloads' simulated service traffic, which registry exports (MetricsHandler).
+	traffic  *traffic
+	registry *prometheus.Registry
 }
 
 // member is one cluster's worker state. Its lock makes a pass exclusive, so Sync from a test and the
@@ -66,7 +74,12 @@ func New(members map[string]client.Client, opts Options) *Simulator {
 	if opts.PassTimeout <= 0 {
 		opts.PassTimeout = 10 * time.Second
 	}
-	s := &Simulator{opts: opts, members: map[string]*member{}, faults: map[string]map[string]activeFault{}}
+	if opts.RequestsPerSecond <= 0 {
+		opts.RequestsPerSecond = DefaultRequestsPerSecond
+	}
+	s := &Simulator{opts: opts, members: map[string]*member{}, faults: map[string]map[string]activeFault{},
+		traffic: &traffic{rps: opts.RequestsPerSecond, flows: map[string]map[string]*flow{}}, registry: prometheus.NewRegistry()}
+	s.registry.MustRegister(newTrafficCollector(s.traffic))
 	for name, c := range members {
 		s.members[name] = &member{name: name, client: c, tracked: map[string]*tracked{}}
 	}
@@ -190,8 +203,9 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 			continue
 		}
 		t := m.track("Deployment", d, seen, now, deploymentRolledOut(d))
-		v := t.assess(s.faultFor(m.name, d.Namespace, d.Name, images(d.Spec.Template.Spec)...), replicas(d.Spec.Replicas), progressDeadline(d), now)
-		st := deploymentStatus(d, v, now)
+		f := s.faultFor(m.name, d.Namespace, d.Name, images(d.Spec.Template.Spec)...)
+		st := deploymentStatus(d, t.assess(f, replicas(d.Spec.Replicas), progressDeadline(d), now), now)
+		s.traffic.observe(m.name, t.key, d.Namespace, d.Name, st.AvailableReplicas, f, now)
 		changed := !equality.Semantic.DeepEqual(d.Status, st)
 		d.Status = st
 		write("Deployment", d, changed)
@@ -207,7 +221,9 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 			continue
 		}
 		t := m.track("StatefulSet", o, seen, now, statefulSetRolledOut(o))
-		st := statefulSetStatus(o, t.assess(s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...), replicas(o.Spec.Replicas), 0, now))
+		f := s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...)
+		st := statefulSetStatus(o, t.assess(f, replicas(o.Spec.Replicas), 0, now))
+		s.traffic.observe(m.name, t.key, o.Namespace, o.Name, st.AvailableReplicas, f, now)
 		changed := !equality.Semantic.DeepEqual(o.Status, st)
 		o.Status = st
 		write("StatefulSet", o, changed)
@@ -223,7 +239,9 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 			continue
 		}
 		t := m.track("DaemonSet", o, seen, now, daemonSetRolledOut(o, nodes))
-		st := daemonSetStatus(o, nodes, t.assess(s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...), nodes, 0, now))
+		f := s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...)
+		st := daemonSetStatus(o, nodes, t.assess(f, nodes, 0, now))
+		s.traffic.observe(m.name, t.key, o.Namespace, o.Name, st.NumberAvailable, f, now)
 		changed := !equality.Semantic.DeepEqual(o.Status, st)
 		o.Status = st
 		write("DaemonSet", o, changed)
@@ -236,6 +254,7 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 				delete(m.tracked, k)
 			}
 		}
+		s.traffic.forget(m.name, seen)
 	}
 	return written, errors.Join(errs...)
 }
@@ -248,7 +267,7 @@ func (m *member) track(kind string, obj client.Object, seen map[string]bool, now
 	seen[key] = true
 	t := m.tracked[key]
 	if t == nil || t.uid != string(obj.GetUID()) || t.generation != obj.GetGeneration() {
-		t = &tracked{uid: string(obj.GetUID()), generation: obj.GetGeneration(), firstSeen: now}
+		t = &tracked{key: key, uid: string(obj.GetUID()), generation: obj.GetGeneration(), firstSeen: now}
 		if rolledOut {
 			t.rolledOutAt = now
 		}

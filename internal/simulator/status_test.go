@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -420,8 +421,13 @@ func TestFaultForPrefersTheNamedWorkload(t *testing.T) {
 func TestSetFaultPanicsOnMistakes(t *testing.T) {
 	s := New(map[string]client.Client{"member-1": nil}, Options{})
 	for name, f := range map[string]func(){
-		"unknown cluster": func() { s.SetFault("member-9", Fault{Mode: Slow}) },
-		"unknown mode":    func() { s.SetFault("member-1", Fault{Mode: "Flaky"}) },
+		"unknown cluster":         func() { s.SetFault("member-9", Fault{Mode: Slow}) },
+		"unknown mode":            func() { s.SetFault("member-1", Fault{Mode: "Flaky"}) },
+		"error ratio above 1":     func() { s.SetFault("member-1", Fault{ErrorRatio: 1.5}) },
+		"negative error ratio":    func() { s.SetFault("member-1", Fault{ErrorRatio: -0.1}) },
+		"error ratio NaN":         func() { s.SetFault("member-1", Fault{ErrorRatio: math.NaN()}) },
+		"negative latency factor": func() { s.SetFault("member-1", Fault{LatencyFactor: -1}) },
+		"infinite latency factor": func() { s.SetFault("member-1", Fault{LatencyFactor: math.Inf(1)}) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

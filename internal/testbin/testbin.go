@@ -2,7 +2,8 @@
 // with them: hack/testbin.sh builds kube-apiserver, etcd, Flux's source-controller and
 // kustomize-controller (and copies their CRDs) and controller-gen; hack/kube-controller-manager.sh
 // builds kube-controller-manager; hack/flux-cli.sh builds the Flux CLI; hack/flux-controllers.sh
-// builds notification-controller (and copies its CRDs). It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
+// builds notification-controller (and copies its CRDs); hack/prometheus.sh builds the Prometheus
+// server. It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
 // in a directory named explicitly, else in the one an environment variable names, else in the
 // scripts' cache (see Dir).
 package testbin
@@ -25,6 +26,8 @@ const (
 	// FluxControllersEnv names the directory of hack/flux-controllers.sh's build (what
 	// `hack/flux-controllers.sh --print-dir` prints): bin/notification-controller and crds/.
 	FluxControllersEnv = "TIDEGATE_FLUX_CONTROLLERS"
+	// PrometheusEnv names the Prometheus server binary.
+	PrometheusEnv = "TIDEGATE_PROMETHEUS"
 )
 
 // The scripts' caches, as they compute them: each build goes into a directory of its own under the
@@ -58,6 +61,12 @@ var (
 		stamps: []string{"notification-controller"},
 		files:  []string{notificationControllerPath, "crds"},
 	}
+	prometheusCache = cache{
+		what: "Prometheus (hack/prometheus.sh, about 5 minutes)", setBy: PrometheusEnv, setTo: "a prometheus binary",
+		env: "TIDEGATE_PROMETHEUS_CACHE", name: "prometheus",
+		stamps: []string{"prometheus"},
+		files:  []string{prometheusPath},
+	}
 )
 
 // fluxCLIPath is the Flux CLI in a build of hack/flux-cli.sh, kubeControllerManagerPath
@@ -67,6 +76,7 @@ var (
 	fluxCLIPath                = filepath.Join("bin", "flux")
 	kubeControllerManagerPath  = filepath.Join("bin", "kube-controller-manager")
 	notificationControllerPath = filepath.Join("bin", "notification-controller")
+	prometheusPath             = filepath.Join("bin", "prometheus")
 )
 
 // binaries are what the local fleet runs, in a testbin directory.
@@ -114,6 +124,15 @@ func Dir(dir string) (string, error) {
 // the fix, when the binary has not been built.
 func FluxCLI() (string, error) {
 	return fluxCLICache.binary("the Flux CLI", fluxCLIPath, "hack/flux-cli.sh, a few minutes")
+}
+
+// Prometheus returns the path of the Prometheus server (`prometheus`) that `make testbin` builds,
+// which the local fleet runs to scrape the simulated workloads' service metrics: $TIDEGATE_PROMETHEUS
+// when set, else bin/prometheus of the build that finished last in hack/prometheus.sh's cache,
+// ${TIDEGATE_PROMETHEUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/prometheus}. It fails, naming
+// the fix, when the binary has not been built.
+func Prometheus() (string, error) {
+	return prometheusCache.binary("Prometheus", prometheusPath, "hack/prometheus.sh, about 5 minutes")
 }
 
 // KubeControllerManager returns the path of the kube-controller-manager that `make testbin` builds,

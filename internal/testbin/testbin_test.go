@@ -33,8 +33,8 @@ func build(t *testing.T, c cache, dir string, stamps []string, done time.Time) {
 
 // noEnv clears what would point the lookups elsewhere than the test's directories.
 func noEnv(t *testing.T) {
-	for _, env := range []string{DirEnv, FluxCLIEnv, KubeControllerManagerEnv, FluxControllersEnv,
-		testbinCache.env, fluxCLICache.env, kubeControllerManagerCache.env, fluxControllersCache.env} {
+	for _, env := range []string{DirEnv, FluxCLIEnv, KubeControllerManagerEnv, FluxControllersEnv, PrometheusEnv,
+		testbinCache.env, fluxCLICache.env, kubeControllerManagerCache.env, fluxControllersCache.env, prometheusCache.env} {
 		t.Setenv(env, "")
 	}
 }
@@ -115,6 +115,35 @@ func TestFluxCLIFromTheEnvironmentOrTheCache(t *testing.T) {
 	t.Setenv(FluxCLIEnv, notExecutable)
 	if _, err := FluxCLI(); err == nil || !strings.Contains(err.Error(), "not an executable file") {
 		t.Errorf("FluxCLI with a file that is not executable: %v", err)
+	}
+}
+
+// Prometheus is found where $TIDEGATE_PROMETHEUS says, else in hack/prometheus.sh's newest complete
+// build (its cache moved by $TIDEGATE_PROMETHEUS_CACHE); without one, the error names the script and
+// make testbin.
+func TestPrometheusFromTheEnvironmentOrTheCache(t *testing.T) {
+	noEnv(t)
+	root := t.TempDir()
+	t.Setenv(prometheusCache.env, root)
+	_, err := Prometheus()
+	for _, want := range []string{"no Prometheus", "hack/prometheus.sh", "make testbin", PrometheusEnv, root} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Prometheus without a build: %v; want it to say %q", err, want)
+		}
+	}
+	build(t, prometheusCache, filepath.Join(root, "aaaaaaaaaaaa"), prometheusCache.stamps, time.Now().Add(-time.Hour))
+	build(t, prometheusCache, filepath.Join(root, "bbbbbbbbbbbb"), prometheusCache.stamps, time.Now())
+	build(t, prometheusCache, filepath.Join(root, "cccccccccccc"), nil, time.Now()) // still building
+	if got, err := Prometheus(); err != nil || got != filepath.Join(root, "bbbbbbbbbbbb", "bin", "prometheus") {
+		t.Errorf("Prometheus() = %q, %v; want the newest complete build's bin/prometheus", got, err)
+	}
+	named := filepath.Join(t.TempDir(), "prometheus")
+	if err := os.WriteFile(named, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(PrometheusEnv, named)
+	if got, err := Prometheus(); err != nil || got != named {
+		t.Errorf("Prometheus with $%s set = %q, %v; want %s", PrometheusEnv, got, err, named)
 	}
 }
 
@@ -212,6 +241,7 @@ func TestTheLookupsMatchTheScripts(t *testing.T) {
 		{"kube-controller-manager.sh", kubeControllerManagerCache, []string{
 			`mv -f "$DIR/bin/kube-controller-manager.tmp" "$DIR/bin/kube-controller-manager"`,
 		}},
+		{"prometheus.sh", prometheusCache, []string{`mv -f "$DIR/bin/prometheus.tmp" "$DIR/bin/prometheus"`}},
 		{"flux-controllers.sh", fluxControllersCache, []string{
 			`mv -f "$DIR/bin/notification-controller.tmp" "$DIR/bin/notification-controller"`, `cp "$src/config/crd/bases/"*.yaml "$DIR/crds/"`,
 		}},
