@@ -47,7 +47,7 @@ type CheckSettings struct {
 	// Sample is how many members of a wave run it (the first by name); 0: every member.
 	Sample int `json:"sample"`
 	// Timeout bounds one run.
-	Timeout string `json:"timeout"`
+	Timeout string     `json:"timeout"`
 	Job     *JobCheck  `json:"job,omitempty"`
 	HTTP    *HTTPCheck `json:"http,omitempty"`
 }
@@ -107,16 +107,16 @@ type ApprovalSettings struct {
 // MarshalJSON writes durations as Go duration strings ("1m0s"), the way policies write them.
 func (s Settings) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Soak           string           `json:"soak"`
-		SampleInterval string           `json:"sampleInterval"`
-		OnFail         string           `json:"onFail"`
-		Rehearsal      bool             `json:"rehearsal"`
-		Inconclusive   string           `json:"inconclusiveAfter"`
-		OnInconclusive string           `json:"onInconclusive"`
-		CatchUp        CatchUpSettings  `json:"catchUp"`
-		Approvals      ApprovalSettings `json:"approvals"`
-		Tolerances     Tolerances       `json:"tolerances"`
-		Metrics        MetricSettings   `json:"metrics"`
+		Soak           string                   `json:"soak"`
+		SampleInterval string                   `json:"sampleInterval"`
+		OnFail         string                   `json:"onFail"`
+		Rehearsal      bool                     `json:"rehearsal"`
+		Inconclusive   string                   `json:"inconclusiveAfter"`
+		OnInconclusive string                   `json:"onInconclusive"`
+		CatchUp        CatchUpSettings          `json:"catchUp"`
+		Approvals      ApprovalSettings         `json:"approvals"`
+		Tolerances     Tolerances               `json:"tolerances"`
+		Metrics        MetricSettings           `json:"metrics"`
 		Checks         map[string]CheckSettings `json:"checks,omitempty"`
 	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances, s.Metrics, s.Checks})
 }
@@ -163,16 +163,16 @@ func (p *Policy) Settings() (s Settings, err error) {
 		return Settings{}, p.policyError(err)
 	}
 	var raw struct {
-		Soak           string           `json:"soak"`
-		SampleInterval string           `json:"sampleInterval"`
-		OnFail         string           `json:"onFail"`
-		Rehearsal      bool             `json:"rehearsal"`
-		Inconclusive   string           `json:"inconclusiveAfter"`
-		OnInconclusive string           `json:"onInconclusive"`
-		CatchUp        CatchUpSettings  `json:"catchUp"`
-		Approvals      ApprovalSettings `json:"approvals"`
-		Tolerances     Tolerances       `json:"tolerances"`
-		Metrics        MetricSettings   `json:"metrics"`
+		Soak           string                   `json:"soak"`
+		SampleInterval string                   `json:"sampleInterval"`
+		OnFail         string                   `json:"onFail"`
+		Rehearsal      bool                     `json:"rehearsal"`
+		Inconclusive   string                   `json:"inconclusiveAfter"`
+		OnInconclusive string                   `json:"onInconclusive"`
+		CatchUp        CatchUpSettings          `json:"catchUp"`
+		Approvals      ApprovalSettings         `json:"approvals"`
+		Tolerances     Tolerances               `json:"tolerances"`
+		Metrics        MetricSettings           `json:"metrics"`
 		Checks         map[string]CheckSettings `json:"checks"`
 	}
 	if err := v.Decode(&raw); err != nil {
