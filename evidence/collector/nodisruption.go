@@ -85,6 +85,7 @@ func (c *Collector) noDisruption(ctx context.Context, sc *engine.World, wv *v1al
 		win.switched = wv.StartedAt.Time
 	}
 	c.serviceMetrics(ctx, w, wv, win, &ev)
+	c.functionalChecks(ctx, w, wv, &ev)
 	ev.Limits = append(ev.Limits, availability.Limits(summaries...)...)
 	if len(settled) > 0 {
 		ev.Limits = append(ev.Limits, fmt.Sprintf("%d clusters were mid-reconcile when the evidence was collected (%s): their ready and healthChecks are those of their last finished reconcile of the candidate (status.history)",

@@ -1,0 +1,275 @@
+package collector
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
+	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/verdict"
+)
+
+// checksParallel bounds the members whose checks are run or read at once.
+const checksParallel = 16
+
+// Bounds of what a check's evidence keeps of a failed Job's logs.
+const (
+	checkLogLines = 20
+	checkLogBytes = 2048
+)
+
+// CheckLabel names, on a check's Job, the check it runs.
+const CheckLabel = "tidegate.dev/check"
+
+// functionalChecks runs the policy's checks that apply to wave wv (settings.checks) on its members,
+// or the first sample of them by name, and records each run in ev: Passed or Failed with its
+// message (and a failed Job's logs' tail), or, when it could not run or has not finished, unset
+// and the cluster unobserved. A Job is created once per candidate, wave and cluster, and read at
+// every decision until it finishes; an HTTP check is asked at each decision.
+func (c *Collector) functionalChecks(ctx context.Context, w *engine.World, wv *v1alpha1.WaveStatus, ev *verdict.NoDisruptionEvidence) {
+	var failed []string
+	for _, name := range slices.Sorted(maps.Keys(w.Settings.Checks)) {
+		chk := w.Settings.Checks[name]
+		if !chk.AppliesTo(wv.Name) {
+			continue
+		}
+		run := checkSample(ev, chk.Sample)
+		results := make([]checkRun, len(run))
+		evidence.Each(len(run), checksParallel, func(j int) {
+			results[j] = c.runCheck(ctx, w, name, chk, ev.Clusters[run[j]].Name)
+		})
+		for j, i := range run {
+			cc, r := &ev.Clusters[i], results[j]
+			if r.couldNotRun != "" {
+				cc.Unset = append(cc.Unset, verdict.MeasureCheck(name))
+				slices.Sort(cc.Unset)
+				ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Name: cc.Name, Reason: "check " + name + ": " + r.couldNotRun})
+				continue
+			}
+			if cc.Checks == nil {
+				cc.Checks = map[string]verdict.CheckResult{}
+			}
+			cc.Checks[name] = r.result
+			if r.result.Result == verdict.CheckFailed {
+				failed = append(failed, cc.Name+" ("+name+")")
+			}
+		}
+		if len(run) < len(ev.Clusters) {
+			ev.Limits = append(ev.Limits, fmt.Sprintf("check %s ran on %d of the wave's %d clusters (settings.checks.%s.sample)", name, len(run), len(ev.Clusters), name))
+		}
+	}
+	if len(failed) > 0 {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("checks failed on %s", firstOf(failed)))
+	}
+}
+
+// checkSample is the indexes in ev.Clusters of the clusters a check runs on: the first n by name, or
+// every one when n is 0.
+func checkSample(ev *verdict.NoDisruptionEvidence, n int) []int {
+	idx := make([]int, len(ev.Clusters))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(ev.Clusters[a].Name, ev.Clusters[b].Name) })
+	if n > 0 && n < len(idx) {
+		idx = idx[:n]
+	}
+	slices.Sort(idx)
+	return idx
+}
+
+// checkRun is one check's run on one cluster: its result, or why it could not run (yet).
+type checkRun struct {
+	result      verdict.CheckResult
+	couldNotRun string
+}
+
+func (c *Collector) runCheck(ctx context.Context, w *engine.World, name string, chk verdict.CheckSettings, cluster string) checkRun {
+	timeout, _ := time.ParseDuration(chk.Timeout) // Settings checked it
+	if chk.HTTP != nil {
+		return httpCheck(ctx, chk.HTTP, cluster, timeout)
+	}
+	fc := w.Clusters[cluster]
+	if fc == nil {
+		return checkRun{couldNotRun: "its FleetCluster is gone"}
+	}
+	return c.jobCheck(ctx, w.Rollout, fc, name, chk.Job, timeout)
+}
+
+// httpCheck asks the check's URL, for cluster, from the hub. A request that got no answer could not
+// run the check (the gate is Inconclusive); an answer other than the one expected fails it.
+func httpCheck(ctx context.Context, h *verdict.HTTPCheck, cluster string, timeout time.Duration) checkRun {
+	url := strings.ReplaceAll(h.URL, "{{cluster}}", cluster)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return checkRun{couldNotRun: fmt.Sprintf("GET %s: %v", url, err)}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return checkRun{couldNotRun: fmt.Sprintf("GET %s got no answer: %v", url, redactURLError(err))}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	switch {
+	case resp.StatusCode != h.Status:
+		return checkRun{result: verdict.CheckResult{Result: verdict.CheckFailed,
+			Message: fmt.Sprintf("GET %s answered %d, want %d", url, resp.StatusCode, h.Status), Logs: tail(string(body))}}
+	case h.BodyContains != "" && !strings.Contains(string(body), h.BodyContains):
+		return checkRun{result: verdict.CheckResult{Result: verdict.CheckFailed,
+			Message: fmt.Sprintf("GET %s answered %d without %q in its body", url, resp.StatusCode, h.BodyContains), Logs: tail(string(body))}}
+	}
+	return checkRun{result: verdict.CheckResult{Result: verdict.CheckPassed, Message: fmt.Sprintf("GET %s answered %d", url, resp.StatusCode)}}
+}
+
+// CheckJobName is the name of the Job that runs check for the rollout's candidate in wave on
+// cluster: the same at every decision, another for another candidate, wave or cluster.
+func CheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string {
+	h := sha256.Sum256([]byte(string(fr.UID) + "/" + fr.Status.Candidate.Key() + "/" + wave + "/" + cluster))
+	if len(check) > 40 {
+		check = check[:40]
+	}
+	return strings.TrimSuffix(check, "-") + "-" + hex.EncodeToString(h[:])[:10]
+}
+
+// jobCheck creates the check's Job in the member when it is not there, and reads how it went.
+func (c *Collector) jobCheck(ctx context.Context, fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, name string, j *verdict.JobCheck, timeout time.Duration) checkRun {
+	cl, err := c.Members.Client(ctx, fc)
+	if err != nil {
+		return checkRun{couldNotRun: "the member cannot be reached: " + err.Error()}
+	}
+	ns := j.Namespace
+	if ns == "" {
+		ns = fr.Spec.Template.TargetNamespace
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	wave := waveOfCluster(fr, fc.Name)
+	key := client.ObjectKey{Namespace: ns, Name: CheckJobName(fr, name, wave, fc.Name)}
+	var job batchv1.Job
+	switch err := cl.Get(ctx, key, &job); {
+	case apierrors.IsNotFound(err):
+		if err := cl.Create(ctx, checkJob(fr, key, name, fc.Name, j, timeout)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return checkRun{couldNotRun: fmt.Sprintf("creating Job %s: %v", key, err)}
+		}
+		return checkRun{couldNotRun: fmt.Sprintf("Job %s started; it has not finished", key)}
+	case err != nil:
+		return checkRun{couldNotRun: fmt.Sprintf("reading Job %s: %v", key, err)}
+	}
+	if cond := apimeta.FindStatusCondition(jobConditions(&job), string(batchv1.JobComplete)); cond != nil && cond.Status == metav1.ConditionTrue {
+		return checkRun{result: verdict.CheckResult{Result: verdict.CheckPassed, Message: fmt.Sprintf("Job %s completed", key)}}
+	}
+	if cond := apimeta.FindStatusCondition(jobConditions(&job), string(batchv1.JobFailed)); cond != nil && cond.Status == metav1.ConditionTrue {
+		return checkRun{result: verdict.CheckResult{Result: verdict.CheckFailed,
+			Message: fmt.Sprintf("Job %s failed: %s: %s", key, cond.Reason, cond.Message), Logs: c.jobLogs(ctx, fc, cl, &job)}}
+	}
+	return checkRun{couldNotRun: fmt.Sprintf("Job %s has not finished (created %s ago)", key, time.Since(job.CreationTimestamp.Time).Round(time.Second))}
+}
+
+// waveOfCluster is the name of the rollout's wave cluster is in.
+func waveOfCluster(fr *v1alpha1.FleetRollout, cluster string) string {
+	for _, wv := range fr.Status.Waves {
+		if slices.Contains(wv.Clusters, cluster) {
+			return wv.Name
+		}
+	}
+	return ""
+}
+
+// checkJob is the Job that runs check j on cluster: no retry (a check that fails once failed), its
+// run bounded by the check's timeout, its pods told which cluster and revision they check.
+func checkJob(fr *v1alpha1.FleetRollout, key client.ObjectKey, name, cluster string, j *verdict.JobCheck, timeout time.Duration) *batchv1.Job {
+	labels := map[string]string{CheckLabel: name, v1alpha1.ClusterLabel: cluster}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			ActiveDeadlineSeconds:   ptr.To(int64(timeout.Seconds())),
+			TTLSecondsAfterFinished: ptr.To[int32](86400),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{
+						Name: "check", Image: j.Image, Command: j.Command, Args: j.Args,
+						Env: []corev1.EnvVar{
+							{Name: "TIDEGATE_CLUSTER", Value: cluster},
+							{Name: "TIDEGATE_REVISION", Value: fr.Status.Candidate.Revision},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// jobConditions are a Job's conditions as metav1 conditions, for FindStatusCondition.
+func jobConditions(job *batchv1.Job) []metav1.Condition {
+	out := make([]metav1.Condition, 0, len(job.Status.Conditions))
+	for _, c := range job.Status.Conditions {
+		out = append(out, metav1.Condition{Type: string(c.Type), Status: metav1.ConditionStatus(c.Status), Reason: c.Reason, Message: c.Message})
+	}
+	return out
+}
+
+// jobLogs is the tail of the logs of the Job's newest pod, or a word on why there is none.
+func (c *Collector) jobLogs(ctx context.Context, fc *v1alpha1.FleetCluster, cl client.Client, job *batchv1.Job) string {
+	var pods corev1.PodList
+	if err := cl.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil || len(pods.Items) == 0 {
+		return "(no pod of the Job to read logs from)"
+	}
+	newest := slices.MaxFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	cfg, err := c.Members.Config(ctx, fc)
+	if err != nil {
+		return "(logs not read: " + err.Error() + ")"
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "(logs not read: " + err.Error() + ")"
+	}
+	b, err := cs.CoreV1().Pods(job.Namespace).GetLogs(newest.Name, &corev1.PodLogOptions{
+		TailLines: ptr.To[int64](checkLogLines), LimitBytes: ptr.To[int64](checkLogBytes)}).DoRaw(ctx)
+	if err != nil {
+		return "(logs not read: " + err.Error() + ")"
+	}
+	return tail(string(b))
+}
+
+// tail is the end of s, at most checkLogBytes.
+func tail(s string) string {
+	if len(s) > checkLogBytes {
+		s = "..." + s[len(s)-checkLogBytes+3:]
+	}
+	return s
+}
+
+// redactURLError drops the URL a transport error names (it can carry credentials).
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
