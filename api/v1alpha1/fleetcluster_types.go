@@ -54,6 +54,13 @@ type FleetClusterSpec struct {
 	// +kubebuilder:validation:Pattern="^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="interval must be at least 10s: a probe more often loads the member's API server and the hub and tells nothing sooner that matters; leave it out for 1m"
 	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// metrics, when set, is this cluster's own Prometheus: noDisruption asks it this cluster's
+	// service metrics instead of the rollout's spec.metrics, with {{clusters}} matching any value
+	// (a cluster's own Prometheus need not label its series with the cluster), and takes the one
+	// series it answers as this cluster's.
+	// +optional
+	Metrics *MetricsSource `json:"metrics,omitempty"`
 }
 
 // MaintenanceWindow is a weekly window, in UTC, in which a cluster may be updated.

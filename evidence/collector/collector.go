@@ -22,7 +22,6 @@ import (
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
-	"github.com/tidegate/tidegate/evidence/metrics"
 	"github.com/tidegate/tidegate/internal/member"
 	"github.com/tidegate/tidegate/verdict"
 	"github.com/tidegate/tidegate/verdict/bounded"
@@ -78,9 +77,6 @@ type Collector struct {
 	RenderBudget *boundedrender.Renderer
 	// Secrets reads the Secrets of rollouts' spec.metrics, from the API server; nil reads none.
 	Secrets client.Reader
-	// MetricsProvider, when set, is the metrics Provider of every rollout instead of its
-	// spec.metrics (tests).
-	MetricsProvider func(ctx context.Context, fr *v1alpha1.FleetRollout) (metrics.Provider, error)
 
 	answered   answered
 	policies   digestCache[*RolloutPolicy]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
+	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/metrics"
 	"github.com/tidegate/tidegate/verdict"
 )
@@ -31,11 +33,12 @@ type metricWindow struct {
 
 // serviceMetrics adds to ev what the policy's metric queries (settings.metrics.queries) say of the
 // wave's clusters and of its baseline. Each query is asked once for the wave and its baseline
-// together, by cluster label, never once per cluster: a range query over the window, at the
-// sample interval, so the points cover the soak however often the rollout was reconciled, and a
-// controller restarted mid-soak loses none. A query that could not be asked, or that has too few
-// points for a cluster, leaves that cluster's measure unset and the cluster unobserved, with the
-// query's name and why: the gate is then Inconclusive, never passed.
+// together, by cluster label, never once per cluster (but for clusters with a Prometheus of their
+// own, asked each at theirs): a range query over the window, at the sample interval, so the points
+// cover the soak however often the rollout was reconciled, and a controller restarted mid-soak loses
+// none. A query that could not be asked, or that has too few points for a cluster, leaves that
+// cluster's measure unset and the cluster unobserved, with the query's name and why: the gate is
+// then Inconclusive, never passed.
 func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1alpha1.WaveStatus, win metricWindow, ev *verdict.NoDisruptionEvidence) {
 	ms := w.Settings.Metrics
 	if len(ms.Queries) == 0 || len(ev.Clusters) == 0 {
@@ -51,30 +54,22 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 	for i := range ev.Clusters {
 		names[i] = ev.Clusters[i].Name
 	}
-	provider, err := c.metricsProvider(ctx, w.Rollout)
 	base := baselineOf(w, wv, ms.BaselineClusters, win)
 	for _, q := range slices.Sorted(maps.Keys(ms.Queries)) {
-		var wave, baseline map[string][]float64
-		if err == nil {
-			wave, baseline, err = askMetric(ctx, provider, ms, q, names, base, win)
+		asked := names
+		if base.kind == verdict.BaselineNotYetUpdated {
+			asked = append(slices.Clone(names), base.clusters...)
 		}
-		if err != nil {
-			for i := range ev.Clusters {
-				unsetMetric(ev, i, q, err.Error())
-			}
-			me.BaselineUnset = append(me.BaselineUnset, verdict.Unobserved{Name: q, Reason: err.Error()})
-			err = nil // the next query is asked all the same, unless the provider itself is missing
-			if provider == nil {
-				err = errNoProvider
-			}
-			continue
-		}
+		series, errs := c.askMetric(ctx, w, q, asked, win.start, win.end, win.step)
 		for i := range ev.Clusters {
-			pts, found := wave[ev.Clusters[i].Name]
+			name := ev.Clusters[i].Name
+			pts, found := series[name]
 			s, ok := metrics.Summarize(pts)
 			switch {
+			case errs[name] != nil:
+				unsetMetric(ev, i, q, errs[name].Error())
 			case !found:
-				unsetMetric(ev, i, q, fmt.Sprintf("no series for the cluster (label %s=%q) in %s to %s", ms.ClusterLabel, ev.Clusters[i].Name, me.Start, me.End))
+				unsetMetric(ev, i, q, fmt.Sprintf("no series for the cluster (label %s=%q) in %s to %s", ms.ClusterLabel, name, me.Start, me.End))
 			case !ok || s.Count < win.required:
 				unsetMetric(ev, i, q, fmt.Sprintf("%d points that are numbers, %d needed (settings.tolerances.minSampleCoverage of the window at %s)", s.Count, win.required, win.step))
 			default:
@@ -84,7 +79,10 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 				ev.Clusters[i].Metrics[q] = s
 			}
 		}
-		recordBaseline(me, q, base, baseline, win.required)
+		if base.kind == verdict.BaselineBeforeSwitch {
+			series, errs = c.askMetric(ctx, w, q, base.clusters, base.start, base.end, win.step)
+		}
+		recordBaseline(me, q, base, series, errs, win.required)
 	}
 	for i := range ev.Clusters {
 		slices.Sort(ev.Clusters[i].Unset)
@@ -93,36 +91,74 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 		me.Start, me.End, me.Step))
 }
 
-var errNoProvider = errors.New("spec.metrics names no Prometheus to ask, and the policy's settings.metrics.queries need one")
-
-// askMetric asks query q for the wave's clusters and its baseline: once for both when the baseline
-// is of the same window, else once for each.
-func askMetric(ctx context.Context, p metrics.Provider, ms verdict.MetricSettings, q string, names []string, base baseline, win metricWindow) (wave, baseline map[string][]float64, err error) {
-	ask := func(clusters []string, start, end time.Time) (map[string][]float64, error) {
-		out, err := p.Range(ctx, metrics.Expand(ms.Queries[q], clusters), ms.ClusterLabel, start, end, win.step)
-		if err != nil {
-			return nil, fmt.Errorf("query %s: %w", q, err)
+// askMetric asks query q over start to end for clusters: once at the rollout's Prometheus
+// (spec.metrics) for every cluster without one of its own, and once at each other cluster's own
+// (its FleetCluster's spec.metrics), where {{clusters}} matches any value and the one series
+// answered is the cluster's. It returns the points by cluster, and why a cluster has none when it
+// could not be asked.
+func (c *Collector) askMetric(ctx context.Context, w *engine.World, q string, clusters []string, start, end time.Time, step time.Duration) (map[string][]float64, map[string]error) {
+	ms := w.Settings.Metrics
+	series, errs := map[string][]float64{}, map[string]error{}
+	var shared, own []string
+	for _, cl := range clusters {
+		if fc := w.Clusters[cl]; fc != nil && fc.Spec.Metrics != nil {
+			own = append(own, cl)
+		} else {
+			shared = append(shared, cl)
 		}
-		return out, nil
 	}
-	switch base.kind {
-	case verdict.BaselineNotYetUpdated:
-		wave, err = ask(append(slices.Clone(names), base.clusters...), win.start, win.end)
-		return wave, wave, err
-	case verdict.BaselineBeforeSwitch:
-		if wave, err = ask(names, win.start, win.end); err != nil {
-			return nil, nil, err
+	if len(shared) > 0 {
+		out, err := c.rangeAt(ctx, w.Rollout.Namespace, w.Rollout.Spec.Metrics, "spec.metrics", metrics.Expand(ms.Queries[q], shared), ms.ClusterLabel, start, end, step)
+		for _, cl := range shared {
+			if err != nil {
+				errs[cl] = fmt.Errorf("query %s: %w", q, err)
+			} else if pts, ok := out[cl]; ok {
+				series[cl] = pts
+			}
 		}
-		baseline, err = ask(base.clusters, base.start, base.end)
-		if err != nil {
-			// The wave's own points stand; only the baseline is missing.
-			return wave, nil, nil
-		}
-		return wave, baseline, nil
 	}
-	wave, err = ask(names, win.start, win.end)
-	return wave, nil, err
+	answers := make([]map[string][]float64, len(own))
+	failures := make([]error, len(own))
+	evidence.Each(len(own), checksParallel, func(j int) {
+		fc := w.Clusters[own[j]]
+		query := strings.ReplaceAll(ms.Queries[q], metrics.ClustersPlaceholder, ".*")
+		answers[j], failures[j] = c.rangeAt(ctx, fc.Namespace, fc.Spec.Metrics, "FleetCluster "+fc.Name+"'s spec.metrics", query, "", start, end, step)
+	})
+	for j, cl := range own {
+		if failures[j] != nil {
+			errs[cl] = fmt.Errorf("query %s: %w", q, failures[j])
+		} else if pts, ok := answers[j][""]; ok {
+			series[cl] = pts
+		}
+	}
+	return series, errs
 }
+
+// rangeAt asks src's Prometheus, with the credentials of its Secret, read for each query and kept
+// nowhere else; what names src in messages.
+func (c *Collector) rangeAt(ctx context.Context, namespace string, src *v1alpha1.MetricsSource, what, query, label string, start, end time.Time, step time.Duration) (map[string][]float64, error) {
+	if src == nil {
+		return nil, errNoProvider
+	}
+	p := &metrics.Prometheus{Address: src.Prometheus.Address}
+	if ref := src.Prometheus.SecretRef; ref != nil {
+		if c.Secrets == nil {
+			return nil, fmt.Errorf("%s.prometheus.secretRef %s: this controller reads no Secrets", what, ref.Name)
+		}
+		var s corev1.Secret
+		if err := c.Secrets.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, &s); err != nil {
+			return nil, fmt.Errorf("%s.prometheus.secretRef: reading Secret %s/%s: %w", what, namespace, ref.Name, err)
+		}
+		p.Token, p.Username, p.Password = string(s.Data["token"]), string(s.Data["username"]), string(s.Data["password"])
+		if p.Token == "" && p.Username == "" {
+			return nil, fmt.Errorf("%s.prometheus.secretRef: Secret %s/%s has neither token nor username: give it token (a bearer token) or username and password",
+				what, namespace, ref.Name)
+		}
+	}
+	return p.Range(ctx, query, label, start, end, step)
+}
+
+var errNoProvider = errors.New("spec.metrics names no Prometheus to ask, and the policy's settings.metrics.queries need one")
 
 // unsetMetric records that query q has no value for cluster i, and why.
 func unsetMetric(ev *verdict.NoDisruptionEvidence, i int, q, why string) {
@@ -177,50 +213,31 @@ func baselineOf(w *engine.World, wv *v1alpha1.WaveStatus, n int, win metricWindo
 	return baseline{kind: verdict.BaselineBeforeSwitch, clusters: own, start: win.switched.Add(-length), end: win.switched}
 }
 
-// recordBaseline puts query q's baseline into the evidence: the baseline's clusters' points
-// pooled, when there are enough of them, or why there is none.
-func recordBaseline(me *verdict.MetricsEvidence, q string, base baseline, series map[string][]float64, required int) {
+// recordBaseline puts query q's baseline into the evidence: the points of the baseline's clusters
+// that could be asked, pooled, when there are enough of them, or why there is none.
+func recordBaseline(me *verdict.MetricsEvidence, q string, base baseline, series map[string][]float64, errs map[string]error, required int) {
 	why := base.why
 	if base.kind != "" {
-		s, ok := metrics.Pool(series, base.clusters)
-		if ok && s.Count >= required {
-			me.Baseline[q] = verdict.Baseline{MetricSummary: s, Kind: base.kind, Clusters: base.clusters,
+		var asked []string
+		var failed error
+		for _, cl := range base.clusters {
+			if errs[cl] != nil {
+				failed = errs[cl]
+				continue
+			}
+			asked = append(asked, cl)
+		}
+		s, ok := metrics.Pool(series, asked)
+		switch {
+		case ok && s.Count >= required:
+			me.Baseline[q] = verdict.Baseline{MetricSummary: s, Kind: base.kind, Clusters: asked,
 				Start: base.start.UTC().Format(time.RFC3339), End: base.end.UTC().Format(time.RFC3339)}
 			return
-		}
-		why = fmt.Sprintf("the %s baseline (%s) has %d points that are numbers, %d needed", base.kind, firstOf(base.clusters), s.Count, required)
-		if series == nil {
-			why = fmt.Sprintf("the %s baseline (%s) could not be asked", base.kind, firstOf(base.clusters))
+		case len(asked) == 0 && failed != nil:
+			why = fmt.Sprintf("the %s baseline (%s) could not be asked: %v", base.kind, firstOf(base.clusters), failed)
+		default:
+			why = fmt.Sprintf("the %s baseline (%s) has %d points that are numbers, %d needed", base.kind, firstOf(base.clusters), s.Count, required)
 		}
 	}
 	me.BaselineUnset = append(me.BaselineUnset, verdict.Unobserved{Name: q, Reason: why})
-}
-
-// metricsProvider is the Provider of the rollout's spec.metrics, with the credentials of its
-// Secret. The credentials are read for each decision and kept nowhere else.
-func (c *Collector) metricsProvider(ctx context.Context, fr *v1alpha1.FleetRollout) (metrics.Provider, error) {
-	if c.MetricsProvider != nil {
-		return c.MetricsProvider(ctx, fr)
-	}
-	if fr.Spec.Metrics == nil {
-		return nil, errNoProvider
-	}
-	src := fr.Spec.Metrics.Prometheus
-	p := &metrics.Prometheus{Address: src.Address}
-	if src.SecretRef == nil {
-		return p, nil
-	}
-	if c.Secrets == nil {
-		return nil, fmt.Errorf("spec.metrics.prometheus.secretRef %s: this controller reads no Secrets", src.SecretRef.Name)
-	}
-	var s corev1.Secret
-	if err := c.Secrets.Get(ctx, client.ObjectKey{Namespace: fr.Namespace, Name: src.SecretRef.Name}, &s); err != nil {
-		return nil, fmt.Errorf("spec.metrics.prometheus.secretRef: reading Secret %s/%s: %w", fr.Namespace, src.SecretRef.Name, err)
-	}
-	p.Token, p.Username, p.Password = string(s.Data["token"]), string(s.Data["username"]), string(s.Data["password"])
-	if p.Token == "" && p.Username == "" {
-		return nil, fmt.Errorf("spec.metrics.prometheus.secretRef: Secret %s/%s has neither token nor username: give it token (a bearer token) or username and password",
-			fr.Namespace, src.SecretRef.Name)
-	}
-	return p, nil
 }

@@ -12,7 +12,8 @@ import (
 // Provider evaluates queries over a window of time.
 type Provider interface {
 	// Range evaluates query at every step from start to end and returns the points of each series
-	// by the value of its label named label (series without it are left out). A query that could
+	// by the value of its label named label (series without it are left out); with label "", the
+	// points of the one series it answers (more than one is an error), by "". A query that could
 	// not be evaluated is an error that names it; a query that matched nothing is an empty map.
 	Range(ctx context.Context, query, label string, start, end time.Time, step time.Duration) (map[string][]float64, error)
 }

@@ -83,7 +83,8 @@ type answer struct {
 	} `json:"data"`
 }
 
-// parseMatrix reads a range query's answer: the points of each series, by its label's value.
+// parseMatrix reads a range query's answer: the points of each series, by its label's value; with
+// label "", the points of the one series answered, by "".
 func parseMatrix(address string, status int, body []byte, label string) (map[string][]float64, error) {
 	var a answer
 	if err := json.Unmarshal(body, &a); err != nil {
@@ -98,8 +99,11 @@ func parseMatrix(address string, status int, body []byte, label string) (map[str
 	out := map[string][]float64{}
 	for _, s := range a.Data.Result {
 		name, ok := s.Metric[label]
-		if !ok {
+		if !ok && label != "" {
 			continue
+		}
+		if _, dup := out[name]; dup && label == "" {
+			return nil, fmt.Errorf("prometheus at %s answers more than one series for the query, where one cluster's own Prometheus should answer one: aggregate it, as in sum (...)", address)
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("the query answers more than one series for %s %q: aggregate it by that label, as in sum by (%s) (...)", label, name, label)
