@@ -1,3 +1,4 @@
 // Package simulator plays kubelet and kube-controller-manager for node-less member clusters, moving
-// Deployment, StatefulSet and DaemonSet status the way a healthy (or a deliberately broken) cluster would.
+// Deployment, StatefulSet, DaemonSet and Job status the way a healthy (or a deliberately broken) cluster
+// would.
 package simulator

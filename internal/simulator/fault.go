@@ -7,9 +7,11 @@ import (
 	"time"
 )
 
-// Mode is how a faulty workload misbehaves. The empty Mode leaves its availability alone: a fault
-// that sets only ErrorRatio or LatencyFactor (a release that serves errors or slowly while its pods
-// stay ready).
+// Mode is how a faulty workload or Job misbehaves. The empty Mode leaves its availability alone: a
+// fault that sets only ErrorRatio or LatencyFactor (a release that serves errors or slowly while its
+// pods stay ready). NeverAvailable and LoseAvailability affect only workloads, FailJob only Jobs, Slow
+// both: a fault that crash-loops every workload of a cluster ("" NeverAvailable) still lets its Jobs
+// complete, and one that fails every Job ("" FailJob) leaves its workloads healthy.
 type Mode string
 
 const (
@@ -19,32 +21,36 @@ const (
 	NeverAvailable Mode = "NeverAvailable"
 	// LoseAvailability: the workload rolls out and is healthy, then After later its pods stop being ready.
 	LoseAvailability Mode = "LoseAvailability"
-	// Slow: a new generation becomes healthy only Delay after it was first seen.
+	// Slow: a new generation becomes healthy, or a Job completes, only Delay after it was first seen.
 	Slow Mode = "Slow"
+	// FailJob: a Job fails (its pod exits with an error until the backoff limit is reached) instead of
+	// completing. It leaves Deployments, StatefulSets and DaemonSets healthy.
+	FailJob Mode = "FailJob"
 )
 
 // ParseMode returns the Mode named s, for callers that take a mode from a person (a CLI flag).
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case NeverAvailable, LoseAvailability, Slow:
+	case NeverAvailable, LoseAvailability, Slow, FailJob:
 		return m, nil
 	}
-	return "", fmt.Errorf("unknown fault mode %q: use %s, %s or %s", s, NeverAvailable, LoseAvailability, Slow)
+	return "", fmt.Errorf("unknown fault mode %q: use %s, %s, %s or %s", s, NeverAvailable, LoseAvailability, Slow, FailJob)
 }
 
-// Fault is a misbehaviour injected into the workloads of one member cluster.
+// Fault is a misbehaviour injected into the workloads and Jobs of one member cluster.
 type Fault struct {
-	// Workload is the name ("web") or namespace/name ("demo/web") of the Deployment, StatefulSet or DaemonSet
-	// it applies to; "" applies it to every workload of the cluster. A named fault wins over the "" one.
+	// Workload is the name ("web") or namespace/name ("demo/web") of the Deployment, StatefulSet, DaemonSet
+	// or Job it applies to; "" applies it to every workload and Job of the cluster. A named fault wins over
+	// the "" one, whatever their modes.
 	Workload string
-	// Mode says how the workload's availability misbehaves; "" leaves it healthy.
+	// Mode says how the workload's availability misbehaves, or how a Job ends; "" leaves them healthy.
 	Mode Mode
 	// After is how long a LoseAvailability workload stays healthy, counted from when its current generation
 	// became healthy or from SetFault, whichever is later (so a fault set on a long-healthy workload does not
 	// fire at once).
 	After time.Duration
-	// Delay is how long a Slow workload's new generation takes to become healthy, counted from when the
-	// generation was first seen or from SetFault, whichever is later.
+	// Delay is how long a Slow workload's new generation takes to become healthy, or a Slow Job to
+	// complete, counted from when the generation or Job was first seen or from SetFault, whichever is later.
 	Delay time.Duration
 	// ErrorRatio is the fraction of the workload's requests answered 500 in its simulated traffic
 	// (MetricsHandler), from 0 to 1, while it has available pods; 0 answers them all 200.
@@ -52,9 +58,9 @@ type Fault struct {
 	// LatencyFactor multiplies the latency of the workload's requests in its simulated traffic; 0 and
 	// 1 leave it as a healthy workload's.
 	LatencyFactor float64
-	// Image, when set, limits the fault to workloads whose pod template has a container image
-	// containing it (e.g. ":v2"): a bad release crash-loops (or answers errors, or slowly), the
-	// previous one keeps working.
+	// Image, when set, limits the fault to workloads and Jobs whose pod template has a container image
+	// containing it (e.g. ":v2"): a bad release crash-loops (or answers errors, or slowly, or fails its
+	// check Job), the previous one keeps working.
 	Image string
 }
 

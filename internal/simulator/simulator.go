@@ -34,8 +34,8 @@ type Options struct {
 	RequestsPerSecond float64
 }
 
-// Simulator moves the status of Deployments, StatefulSets and DaemonSets in a set of member clusters
-// the way kube-controller-manager and kubelets would, with faults injected per cluster. It is safe for
+// Simulator moves the status of Deployments, StatefulSets, DaemonSets and Jobs in a set of member
+// clusters the way kube-controller-manager and kubelets would, with faults injected per cluster. It is safe for
 // concurrent use: tests change faults while it runs.
 type Simulator struct {
 	opts    Options
@@ -166,8 +166,9 @@ func (s *Simulator) Sync(ctx context.Context, cluster string) (int, error) {
 	return s.pass(ctx, m)
 }
 
-// pass lists the three kinds in every namespace of m and writes each status that differs from the one a
-// cluster would show now. Conflicts and deleted objects are left to the next pass, which reads them anew.
+// pass lists the three workload kinds and Jobs in every namespace of m and writes each status that differs
+// from the one a cluster would show now. Conflicts and deleted objects are left to the next pass, which
+// reads them anew.
 func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -245,6 +246,10 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 		changed := !equality.Semantic.DeepEqual(o.Status, st)
 		o.Status = st
 		write("DaemonSet", o, changed)
+	}
+
+	if err := s.jobs(ctx, m, seen, now, write); err != nil {
+		errs = append(errs, err)
 	}
 
 	// Forget what was deleted, unless a list failed: then absence says nothing.

@@ -196,10 +196,7 @@ func deploymentCondition(prev []appsv1.DeploymentCondition, t appsv1.DeploymentC
 
 // replicas is spec.replicas with the API's default of 1.
 func replicas(r *int32) int32 {
-	if r == nil {
-		return 1
-	}
-	return *r
+	return deref(r, 1)
 }
 
 // templateHash names a pod template the way pod-template-hash and controller-revision-hash do (a short,

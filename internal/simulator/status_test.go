@@ -8,6 +8,7 @@ import (
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,6 +94,8 @@ func kstatusOf(t *testing.T, obj client.Object) status.Status {
 		us.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("StatefulSet"))
 	case *appsv1.DaemonSet:
 		us.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("DaemonSet"))
+	case *batchv1.Job:
+		us.SetGroupVersionKind(batchv1.SchemeGroupVersion.WithKind("Job"))
 	}
 	res, err := status.Compute(us)
 	if err != nil {
