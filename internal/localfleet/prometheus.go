@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,9 @@ type PrometheusOptions struct {
 	// metrics (simulator.Simulator.MetricsHandler), served as a central Prometheus of the fleet would
 	// show them, a cluster label on each series.
 	Targets []string
+	// Only, when set, makes it the Prometheus of that one cluster: it keeps that cluster's series
+	// alone, without their cluster label.
+	Only string
 }
 
 // Prometheus is a Prometheus server (testbin.Prometheus's build) running as a process: what the
@@ -47,12 +51,20 @@ type Prometheus struct {
 // prometheusConfig is its configuration: a scrape and a rule evaluation every second, so that a
 // rate over 30 s has thirty samples, and the targets' labels kept as they are (honor_labels), since
 // they stand for a central store whose series already carry their cluster.
-func prometheusConfig(targets []string) string {
+//
+// With only set, it is one cluster's own Prometheus instead: it keeps the series of that cluster
+// alone, without the cluster label, as a Prometheus inside the cluster has them.
+func prometheusConfig(targets []string, only string) string {
 	var b strings.Builder
 	b.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n")
 	b.WriteString("scrape_configs:\n  - job_name: simulator\n    honor_labels: true\n    static_configs:\n      - targets:\n")
 	for _, t := range targets {
 		b.WriteString("          - " + strconv.Quote(t) + "\n")
+	}
+	if only != "" {
+		b.WriteString("    metric_relabel_configs:\n")
+		b.WriteString("      - {source_labels: [cluster], regex: " + strconv.Quote(regexp.QuoteMeta(only)) + ", action: keep}\n")
+		b.WriteString("      - {regex: cluster, action: labeldrop}\n")
 	}
 	return b.String()
 }
@@ -69,12 +81,22 @@ func StartPrometheus(ctx context.Context, opts PrometheusOptions) (*Prometheus, 
 // (DumpLogs), and waits until it is ready. Stop stops it with the rest of the fleet. A fleet may run
 // several; each has a directory of its own.
 func (f *Fleet) StartPrometheus(ctx context.Context, targets ...string) (*Prometheus, error) {
+	return f.startPrometheus(ctx, PrometheusOptions{Targets: targets})
+}
+
+// StartClusterPrometheus is StartPrometheus for the Prometheus of one cluster (PrometheusOptions.Only).
+func (f *Fleet) StartClusterPrometheus(ctx context.Context, cluster string, targets ...string) (*Prometheus, error) {
+	return f.startPrometheus(ctx, PrometheusOptions{Targets: targets, Only: cluster})
+}
+
+func (f *Fleet) startPrometheus(ctx context.Context, opts PrometheusOptions) (*Prometheus, error) {
 	f.promMu.Lock()
 	defer f.promMu.Unlock()
 	dir := filepath.Join(f.Dir, "prometheus-"+strconv.Itoa(len(f.prometheus)+1))
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	p, err := startPrometheus(ctx, PrometheusOptions{Dir: dir, Targets: targets}, f.addLogFile)
+	opts.Dir = dir
+	p, err := startPrometheus(ctx, opts, f.addLogFile)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +125,7 @@ func startPrometheus(ctx context.Context, opts PrometheusOptions, addLog func(st
 		return nil, err
 	}
 	config := filepath.Join(opts.Dir, "prometheus.yml")
-	if err := os.WriteFile(config, []byte(prometheusConfig(opts.Targets)), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(prometheusConfig(opts.Targets, opts.Only)), 0o644); err != nil {
 		return nil, fmt.Errorf("writing Prometheus's configuration: %w", err)
 	}
 	p := &Prometheus{bin: bin, dir: opts.Dir, logPath: filepath.Join(opts.Dir, "prometheus.log"), addLog: addLog,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/controllers"
@@ -109,11 +110,28 @@ func (s *fleetSetup) noDisruptionOf(ctx context.Context, t *testing.T, rev, wave
 // noDisruption on the canary: the receipt names the query, the cluster, the measured ratio and the
 // baseline's (the two members still at v1, asked in the same query), and the rollout holds with the
 // other members at v1.
+//
+// The canary's metrics come from a Prometheus of its own (its FleetCluster's spec.metrics: its
+// series alone, without a cluster label), the baseline's from the central one named by the
+// rollout: both ways of scoping a query to a cluster in one decision.
 func TestE2EMetricsErrorRatioFailsTheCanary(t *testing.T) {
 	parallel(t)
 	ctx, cancel := testContext(t, 8*time.Minute)
 	defer cancel()
 	s, _, canary := metricScenario(ctx, t, 20*time.Second)
+	own, err := s.f.StartClusterPrometheus(ctx, canary, simMetrics.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Close)
+	var fc v1alpha1.FleetCluster
+	if err := s.f.Hub.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: canary}, &fc); err != nil {
+		t.Fatal(err)
+	}
+	fc.Spec.Metrics = &v1alpha1.MetricsSource{Prometheus: v1alpha1.PrometheusSource{Address: own.URL}}
+	if err := s.f.Hub.Update(ctx, &fc); err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range s.members {
 		s.faults.SetFault(m.Name, simulator.Fault{Workload: "web", ErrorRatio: 0.3, Image: ":v2"})
 	}
