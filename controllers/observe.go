@@ -24,7 +24,23 @@ func (r *FleetRolloutReconciler) observe(ctx context.Context, p *pass) outcome {
 		p.KnownGood = r.readPinned(ctx, fr, kg.Source)
 	}
 	r.renderDigests(ctx, p)
+	r.rehearsalChecks(ctx, p)
 	return proceeding()
+}
+
+// rehearsalChecks runs, while a wave's rehearsal rolls back, the policy's functional checks on it at
+// the known-good (collector.RehearsalChecks), for the step to wait on and record.
+func (r *FleetRolloutReconciler) rehearsalChecks(ctx context.Context, p *pass) {
+	fr := p.Rollout
+	if r.Evidence == nil || fr.Status.Candidate == nil || fr.Status.LastKnownGood == nil {
+		return
+	}
+	for i, wv := range fr.Status.Waves {
+		if wv.Rehearsal != nil && wv.Rehearsal.Phase == v1alpha1.RehearsalRollingBack {
+			p.RehearsalChecks = r.Evidence.RehearsalChecks(ctx, p.World, i)
+			return
+		}
+	}
 }
 
 // readPinned reads the state of the rollout's pinned source name. A source that is not there is a

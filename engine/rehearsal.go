@@ -55,6 +55,18 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *World, i int, now metav1.Time, 
 			if rh.BackReadyAt == nil {
 				rh.BackReadyAt = &now
 			}
+			if rc := w.RehearsalChecks; rc != nil {
+				if len(rc.Pending) > 0 {
+					if w.Now.Sub(rh.BackStartedAt.Time) > deadline {
+						rh.Phase, rh.Message = v1alpha1.RehearsalDone, fmt.Sprintf("rolling back: the checks at the known-good did not finish within %s: %s", deadline, FirstNames(rc.Pending, 3))
+						break
+					}
+					res.waitFor(v1alpha1.WaitingForRehearsal, wv.Name, rh.BackReadyAt, nil, "rehearsal of wave %s: checks at the known-good %s: %s",
+						wv.Name, st.LastKnownGood.Revision, FirstNames(rc.Pending, 3))
+					return res
+				}
+				rh.BackChecks = rc.Runs
+			}
 			if fr.Spec.Hold != nil {
 				res.waitFor(v1alpha1.WaitingForHold, wv.Name, rh.BackReadyAt, nil, "held: %s", fr.Spec.Hold.Reason)
 				return res

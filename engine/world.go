@@ -50,7 +50,17 @@ type World struct {
 	TargetRender, KnownGoodRender string
 	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
 	Settings verdict.Settings
-	Now      time.Time
+	// RehearsalChecks are, while a wave's rehearsal rolls back, the policy's functional checks run
+	// on it at the known-good (Collector.RehearsalChecks); nil when the policy has none for it.
+	RehearsalChecks *RehearsalChecks
+	Now             time.Time
+}
+
+// RehearsalChecks are the functional checks of a rehearsal's way back: the runs that finished, and
+// what has not (not Ready at the known-good yet, running, could not run), with why.
+type RehearsalChecks struct {
+	Runs    []v1alpha1.CheckRun
+	Pending []string
 }
 
 // Observe records what the Kustomizations say, by cluster.

@@ -356,4 +356,15 @@ type RehearsalLeg struct {
 	OK      bool    `json:"ok"`
 	Seconds float64 `json:"seconds"`
 	Message string  `json:"message,omitempty"`
+	// Checks are the policy's functional checks run at the leg's revision once it was Ready (the
+	// way back's, today).
+	Checks []RehearsalCheck `json:"checks,omitempty"`
+}
+
+// RehearsalCheck is #RehearsalCheck: one functional check's run on one cluster in a rehearsal.
+type RehearsalCheck struct {
+	Cluster string `json:"cluster"`
+	Check   string `json:"check"`
+	Result  string `json:"result"`
+	Message string `json:"message"`
 }

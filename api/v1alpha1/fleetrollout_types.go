@@ -956,6 +956,34 @@ type RehearsalStatus struct {
 	// message says why a leg did not become healthy in time.
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// backChecks are the policy's functional checks (settings.checks) run on the wave at the
+	// known-good once it was Ready there, before it went forward again: the way back executed and
+	// checked. rollbackSucceeds reads them.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	BackChecks []CheckRun `json:"backChecks,omitempty"`
+}
+
+// CheckRun is one functional check's run on one cluster.
+type CheckRun struct {
+	// cluster the check ran on.
+	// +required
+	Cluster string `json:"cluster"`
+
+	// check is the check's name in the policy's settings.checks.
+	// +required
+	Check string `json:"check"`
+
+	// result: Passed or Failed.
+	// +required
+	// +kubebuilder:validation:Enum=Passed;Failed
+	Result string `json:"result"`
+
+	// message says how it went.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // GateOutcome is one gate decision, with the receipt that records it.

@@ -55,8 +55,9 @@ func (c *Collector) functionalChecks(ctx context.Context, w *engine.World, wv *v
 		}
 		run := checkSample(ev, chk.Sample)
 		results := make([]checkRun, len(run))
+		at := candidateCheck(w.Rollout)
 		evidence.Each(len(run), checksParallel, func(j int) {
-			results[j] = c.runCheck(ctx, w, name, chk, ev.Clusters[run[j]].Name)
+			results[j] = c.runCheck(ctx, w, at, name, chk, ev.Clusters[run[j]].Name)
 		})
 		for j, i := range run {
 			cc, r := &ev.Clusters[i], results[j]
@@ -104,7 +105,21 @@ type checkRun struct {
 	couldNotRun string
 }
 
-func (c *Collector) runCheck(ctx context.Context, w *engine.World, name string, chk verdict.CheckSettings, cluster string) checkRun {
+// checkAt is the revision a check runs against: the candidate after a wave's switch, or the
+// known-good in a rehearsal's way back. key tells its Jobs apart.
+type checkAt struct {
+	key, revision string
+}
+
+func candidateCheck(fr *v1alpha1.FleetRollout) checkAt {
+	return checkAt{key: fr.Status.Candidate.Key(), revision: fr.Status.Candidate.Revision}
+}
+
+func rehearsalCheck(fr *v1alpha1.FleetRollout) checkAt {
+	return checkAt{key: "rehearsal/" + fr.Status.LastKnownGood.Key() + "/" + fr.Status.Candidate.Key(), revision: fr.Status.LastKnownGood.Revision}
+}
+
+func (c *Collector) runCheck(ctx context.Context, w *engine.World, at checkAt, name string, chk verdict.CheckSettings, cluster string) checkRun {
 	timeout, _ := time.ParseDuration(chk.Timeout) // Settings checked it
 	if chk.HTTP != nil {
 		return httpCheck(ctx, chk.HTTP, cluster, timeout)
@@ -113,7 +128,7 @@ func (c *Collector) runCheck(ctx context.Context, w *engine.World, name string, 
 	if fc == nil {
 		return checkRun{couldNotRun: "its FleetCluster is gone"}
 	}
-	return c.jobCheck(ctx, w.Rollout, fc, name, chk.Job, timeout)
+	return c.jobCheck(ctx, w.Rollout, at, fc, name, chk.Job, timeout)
 }
 
 // httpCheck asks the check's URL, for cluster, from the hub. A request that got no answer could not
@@ -146,7 +161,17 @@ func httpCheck(ctx context.Context, h *verdict.HTTPCheck, cluster string, timeou
 // CheckJobName is the name of the Job that runs check for the rollout's candidate in wave on
 // cluster: the same at every decision, another for another candidate, wave or cluster.
 func CheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string {
-	h := sha256.Sum256([]byte(string(fr.UID) + "/" + fr.Status.Candidate.Key() + "/" + wave + "/" + cluster))
+	return checkJobName(fr, candidateCheck(fr), check, wave, cluster)
+}
+
+// RehearsalCheckJobName is the name of the Job that runs check at the known-good on cluster, in the
+// rehearsal of wave.
+func RehearsalCheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string {
+	return checkJobName(fr, rehearsalCheck(fr), check, wave, cluster)
+}
+
+func checkJobName(fr *v1alpha1.FleetRollout, at checkAt, check, wave, cluster string) string {
+	h := sha256.Sum256([]byte(string(fr.UID) + "/" + at.key + "/" + wave + "/" + cluster))
 	if len(check) > 40 {
 		check = check[:40]
 	}
@@ -154,7 +179,7 @@ func CheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string
 }
 
 // jobCheck creates the check's Job in the member when it is not there, and reads how it went.
-func (c *Collector) jobCheck(ctx context.Context, fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, name string, j *verdict.JobCheck, timeout time.Duration) checkRun {
+func (c *Collector) jobCheck(ctx context.Context, fr *v1alpha1.FleetRollout, at checkAt, fc *v1alpha1.FleetCluster, name string, j *verdict.JobCheck, timeout time.Duration) checkRun {
 	cl, err := c.Members.Client(ctx, fc)
 	if err != nil {
 		return checkRun{couldNotRun: "the member cannot be reached: " + err.Error()}
@@ -167,11 +192,11 @@ func (c *Collector) jobCheck(ctx context.Context, fr *v1alpha1.FleetRollout, fc 
 		ns = "default"
 	}
 	wave := waveOfCluster(fr, fc.Name)
-	key := client.ObjectKey{Namespace: ns, Name: CheckJobName(fr, name, wave, fc.Name)}
+	key := client.ObjectKey{Namespace: ns, Name: checkJobName(fr, at, name, wave, fc.Name)}
 	var job batchv1.Job
 	switch err := cl.Get(ctx, key, &job); {
 	case apierrors.IsNotFound(err):
-		if err := cl.Create(ctx, checkJob(fr, key, name, fc.Name, j, timeout)); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := cl.Create(ctx, checkJob(at, key, name, fc.Name, j, timeout)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return checkRun{couldNotRun: fmt.Sprintf("creating Job %s: %v", key, err)}
 		}
 		return checkRun{couldNotRun: fmt.Sprintf("Job %s started; it has not finished", key)}
@@ -200,7 +225,7 @@ func waveOfCluster(fr *v1alpha1.FleetRollout, cluster string) string {
 
 // checkJob is the Job that runs check j on cluster: no retry (a check that fails once failed), its
 // run bounded by the check's timeout, its pods told which cluster and revision they check.
-func checkJob(fr *v1alpha1.FleetRollout, key client.ObjectKey, name, cluster string, j *verdict.JobCheck, timeout time.Duration) *batchv1.Job {
+func checkJob(at checkAt, key client.ObjectKey, name, cluster string, j *verdict.JobCheck, timeout time.Duration) *batchv1.Job {
 	labels := map[string]string{CheckLabel: name, v1alpha1.ClusterLabel: cluster}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels},
@@ -216,7 +241,7 @@ func checkJob(fr *v1alpha1.FleetRollout, key client.ObjectKey, name, cluster str
 						Name: "check", Image: j.Image, Command: j.Command, Args: j.Args,
 						Env: []corev1.EnvVar{
 							{Name: "TIDEGATE_CLUSTER", Value: cluster},
-							{Name: "TIDEGATE_REVISION", Value: fr.Status.Candidate.Revision},
+							{Name: "TIDEGATE_REVISION", Value: at.revision},
 						},
 					}},
 				},
@@ -272,4 +297,71 @@ func redactURLError(err error) error {
 		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
 	return err
+}
+
+// maxBackChecks bounds the rehearsal's check runs status keeps (RehearsalStatus.backChecks).
+const maxBackChecks = 100
+
+// RehearsalChecks runs the policy's functional checks that apply to wave i on its members (or the
+// sample of them) at the known-good, while its rehearsal rolls back: each once the member is Ready
+// there, and read until it finishes. Failed runs come first in what it returns, so that a bounded
+// status keeps them. nil when the policy has no check for the wave.
+func (c *Collector) RehearsalChecks(ctx context.Context, w *engine.World, i int) *engine.RehearsalChecks {
+	fr := w.Rollout
+	wv := &fr.Status.Waves[i]
+	kg := fr.Status.LastKnownGood
+	var out *engine.RehearsalChecks
+	held := map[string]bool{}
+	for _, h := range wv.HeldBack {
+		held[h.Cluster] = true
+	}
+	var members []string
+	for _, cl := range wv.Clusters {
+		if !held[cl] {
+			members = append(members, cl)
+		}
+	}
+	slices.Sort(members)
+	for _, name := range slices.Sorted(maps.Keys(w.Settings.Checks)) {
+		chk := w.Settings.Checks[name]
+		if !chk.AppliesTo(wv.Name) || kg == nil {
+			continue
+		}
+		if out == nil {
+			out = &engine.RehearsalChecks{}
+		}
+		run := members
+		if chk.Sample > 0 && chk.Sample < len(run) {
+			run = run[:chk.Sample]
+		}
+		results := make([]checkRun, len(run))
+		evidence.Each(len(run), checksParallel, func(j int) {
+			if !w.Kustomizations[run[j]].ReadyAt(kg.Source, kg.Revision) {
+				results[j] = checkRun{couldNotRun: "not Ready at the known-good yet"}
+				return
+			}
+			results[j] = c.runCheck(ctx, w, rehearsalCheck(fr), name, chk, run[j])
+		})
+		for j, cl := range run {
+			r := results[j]
+			if r.couldNotRun != "" {
+				out.Pending = append(out.Pending, cl+" ("+name+"): "+r.couldNotRun)
+				continue
+			}
+			msg := r.result.Message
+			if len(msg) > 1024 {
+				msg = msg[:1021] + "..."
+			}
+			out.Runs = append(out.Runs, v1alpha1.CheckRun{Cluster: cl, Check: name, Result: r.result.Result, Message: msg})
+		}
+	}
+	if out != nil {
+		slices.SortStableFunc(out.Runs, func(a, b v1alpha1.CheckRun) int {
+			return strings.Compare(a.Result, b.Result) // Failed before Passed
+		})
+		if len(out.Runs) > maxBackChecks {
+			out.Runs = out.Runs[:maxBackChecks]
+		}
+	}
+	return out
 }

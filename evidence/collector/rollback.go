@@ -110,6 +110,14 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *engine.World, wv *
 		re := &verdict.RehearsalEvidence{Required: w.Settings.Rehearsal, Done: rh.Phase == v1alpha1.RehearsalDone}
 		re.Rollback = rehearsalLeg(rh.BackStartedAt, rh.BackReadyAt, w.Now)
 		re.Forward = rehearsalLeg(rh.ForwardStartedAt, rh.ForwardReadyAt, w.Now)
+		if re.Rollback != nil {
+			for _, r := range rh.BackChecks {
+				re.Rollback.Checks = append(re.Rollback.Checks, verdict.RehearsalCheck{Cluster: r.Cluster, Check: r.Check, Result: r.Result, Message: r.Message})
+			}
+			if len(rh.BackChecks) > 0 {
+				ev.Limits = append(ev.Limits, fmt.Sprintf("the way back was checked: %d runs of the policy's checks at the known-good %s", len(rh.BackChecks), kg.Revision))
+			}
+		}
 		if rh.Message != "" {
 			if re.Forward != nil && !re.Forward.OK {
 				re.Forward.Message = rh.Message
