@@ -33,8 +33,8 @@ const (
 // t.Source, built with t.Build (the candidate's or the known-good's: spec.path and the template's
 // build fields as they were when it started; nil, the spec's), with the cluster's own install-time
 // values (spec.values) merged over the build's postBuild substitutions. The template's other
-// fields (interval, timeout, wait, prune, force, healthChecks) are the spec's: they change how
-// Flux applies, not what.
+// fields (interval, timeout, wait, prune, force, healthChecks, healthCheckExprs) are the spec's:
+// they change how Flux applies and checks, not what.
 func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Target) *kustomizev1.Kustomization {
 	fr = fr.Built(tg.Build)
 	source, revision, wave := tg.Source, tg.Revision, tg.Wave
@@ -66,6 +66,9 @@ func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 			PostBuild:       fr.PostBuild(fc),
 			SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
 			KubeConfig:      fc.Spec.KubeConfig,
+			// kustomize-controller's health checks use them, and so do noDisruption's samples
+			// (availability.WorkloadsFromInventory): both read them from the Kustomization.
+			HealthCheckExprs: t.HealthCheckExprs,
 			// What deleting this Kustomization does to its member, however it is deleted (finalize.go).
 			DeletionPolicy: fr.GetDeletionPolicy(),
 		},

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"maps"
+	"reflect"
 	"testing"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/kustomize"
 	"github.com/fluxcd/pkg/apis/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -60,13 +62,15 @@ func TestDesiredKustomizationMergesClusterValues(t *testing.T) {
 
 // A Kustomization keeps tidegate's spec while every field tidegate sets is as it set it: fields
 // tidegate does not apply (spec.suspend, a spec.force the template leaves false) do not count; a changed
-// spec.path or spec.interval, or a dropped health check, does, so it is written back.
+// spec.path or spec.interval, a dropped health check, or a health check expression edited or
+// dropped, does, so it is written back.
 func TestSpecKept(t *testing.T) {
 	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
 	fr.Spec.SourceRef = v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}
 	fr.Spec.Path = "./app"
 	fr.Spec.Template.HealthChecks = []meta.NamespacedObjectKindReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Namespace: "demo"}}
 	fr.Spec.Template.PostBuild = &kustomizev1.PostBuild{SubstituteFrom: []kustomizev1.SubstituteReference{{Kind: "ConfigMap", Name: "vars"}}}
+	fr.Spec.Template.HealthCheckExprs = []kustomize.CustomHealthCheck{certificateReady}
 	desired := DesiredKustomization(fr, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}, Target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"})
 	for _, tc := range []struct {
 		name string
@@ -79,6 +83,12 @@ func TestSpecKept(t *testing.T) {
 		{"path changed", func(ks *kustomizev1.Kustomization) { ks.Spec.Path = "./elsewhere" }, false},
 		{"interval changed", func(ks *kustomizev1.Kustomization) { ks.Spec.Interval.Duration *= 7 }, false},
 		{"health check dropped", func(ks *kustomizev1.Kustomization) { ks.Spec.HealthChecks = nil }, false},
+		{"health check expression edited", func(ks *kustomizev1.Kustomization) { ks.Spec.HealthCheckExprs[0].Current = "true" }, false},
+		{"health check expressions dropped", func(ks *kustomizev1.Kustomization) { ks.Spec.HealthCheckExprs = nil }, false},
+		{"health check expression added", func(ks *kustomizev1.Kustomization) {
+			ks.Spec.HealthCheckExprs = append(ks.Spec.HealthCheckExprs, kustomize.CustomHealthCheck{APIVersion: "example.com/v1", Kind: "Widget",
+				HealthCheckExpressions: kustomize.HealthCheckExpressions{Current: "true"}})
+		}, false},
 		{"source changed", func(ks *kustomizev1.Kustomization) { ks.Spec.SourceRef.Name = "web-def" }, false},
 	} {
 		existing := desired.DeepCopy()
@@ -87,6 +97,51 @@ func TestSpecKept(t *testing.T) {
 		if err != nil || kept != tc.kept {
 			t.Errorf("%s: kept %v (%v), want %v", tc.name, kept, err, tc.kept)
 		}
+	}
+}
+
+// certificateReady is a health check expression as Flux's documentation gives it for cert-manager.
+var certificateReady = kustomize.CustomHealthCheck{APIVersion: "cert-manager.io/v1", Kind: "Certificate",
+	HealthCheckExpressions: kustomize.HealthCheckExpressions{
+		InProgress: "status.conditions.filter(e, e.type == 'Issuing').all(e, e.observedGeneration == metadata.generation && e.status == 'True')",
+		Failed:     "status.conditions.filter(e, e.type == 'Ready').all(e, e.observedGeneration == metadata.generation && e.status == 'False')",
+		Current:    "status.conditions.filter(e, e.type == 'Ready').all(e, e.observedGeneration == metadata.generation && e.status == 'True')",
+	}}
+
+// The template's healthCheckExprs are every Kustomization's, as written, and part of what it is
+// hashed on: an edit of them in the rollout writes the Kustomizations again. A template without
+// them leaves the Kustomizations without them.
+func TestDesiredKustomizationCopiesHealthCheckExprs(t *testing.T) {
+	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"}}
+	fr.Spec.SourceRef = v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}
+	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1"}}
+	tg := Target{Source: "web-abc", Revision: "main@sha1:abc", Wave: "canary"}
+	if got := DesiredKustomization(fr, fc, tg).Spec.HealthCheckExprs; got != nil {
+		t.Errorf("a template without healthCheckExprs: %+v", got)
+	}
+	fr.Spec.Template.HealthCheckExprs = []kustomize.CustomHealthCheck{certificateReady}
+	ks := DesiredKustomization(fr, fc, tg)
+	if !reflect.DeepEqual(ks.Spec.HealthCheckExprs, fr.Spec.Template.HealthCheckExprs) {
+		t.Fatalf("healthCheckExprs %+v, want the template's %+v", ks.Spec.HealthCheckExprs, fr.Spec.Template.HealthCheckExprs)
+	}
+	before, err := SpecHash(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := fr.DeepCopy()
+	edited.Spec.Template.HealthCheckExprs[0].Failed = ""
+	after, err := SpecHash(DesiredKustomization(edited, fc, tg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == before {
+		t.Error("an edit of the template's healthCheckExprs leaves the spec hash as it was: the Kustomizations would not be written again")
+	}
+	// They say how Flux checks the package, not what it applies: the build is the same.
+	b1, _ := buildHash(ks)
+	b2, _ := buildHash(DesiredKustomization(edited, fc, tg))
+	if b1 != b2 {
+		t.Error("an edit of healthCheckExprs changes the build hash")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/kustomize"
 	"github.com/fluxcd/pkg/apis/meta"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -50,6 +51,20 @@ func rolloutSpec(set obj) obj {
 		}
 	}
 	return spec
+}
+
+// healthCheckExprs is n entries of a template's healthCheckExprs, one per kind, with or without
+// their required current.
+func healthCheckExprs(n int, current bool) []any {
+	out := make([]any, n)
+	for i := range out {
+		e := obj{"apiVersion": "example.com/v1", "kind": fmt.Sprintf("Widget%d", i), "failed": "status.phase == 'Failed'"}
+		if current {
+			e["current"] = "status.phase == 'Ready'"
+		}
+		out[i] = e
+	}
+	return out
 }
 
 // wave is a wave named name with the given field/value pairs.
@@ -119,6 +134,16 @@ func TestAdmission(t *testing.T) {
 		{name: "minimal rollout", kind: rollout, spec: rolloutSpec(nil)},
 		{name: "no waves", kind: rollout, spec: rolloutSpec(obj{"waves": nil})},
 		{name: "deletionPolicy Delete", kind: rollout, spec: rolloutSpec(obj{"deletionPolicy": "Delete"})},
+		// Template healthCheckExprs, validated as Flux's Kustomization validates them, at most 64.
+		{name: "healthCheckExprs", kind: rollout, spec: rolloutSpec(obj{"template": obj{"healthCheckExprs": healthCheckExprs(64, true)}})},
+		{
+			name: "healthCheckExprs without current", kind: rollout, spec: rolloutSpec(obj{"template": obj{"healthCheckExprs": healthCheckExprs(1, false)}}),
+			wantErr: []string{"spec.template.healthCheckExprs[0].current", "Required value"},
+		},
+		{
+			name: "65 healthCheckExprs", kind: rollout, spec: rolloutSpec(obj{"template": obj{"healthCheckExprs": healthCheckExprs(65, true)}}),
+			wantErr: []string{"spec.template.healthCheckExprs", "must have at most 64 items"},
+		},
 		{name: "rollback timeout", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "90s"}})},
 		{
 			name: "rollback timeout below 10s", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "5s"}}),
@@ -503,6 +528,11 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 				Template: v1alpha1.KustomizationTemplate{
 					TargetNamespace: "podinfo",
 					Timeout:         &metav1.Duration{Duration: 3 * time.Minute},
+					HealthCheckExprs: []kustomize.CustomHealthCheck{{APIVersion: "cert-manager.io/v1", Kind: "Certificate",
+						HealthCheckExpressions: kustomize.HealthCheckExpressions{
+							Current: "status.conditions.filter(e, e.type == 'Ready').all(e, e.status == 'True')",
+							Failed:  "status.conditions.filter(e, e.type == 'Ready').all(e, e.status == 'False')",
+						}}},
 				},
 				ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}},
 				Waves: []v1alpha1.Wave{

@@ -205,6 +205,18 @@ type KustomizationTemplate struct {
 	// +optional
 	HealthChecks []meta.NamespacedObjectKindReference `json:"healthChecks,omitempty"`
 
+	// healthCheckExprs are CEL expressions that judge the health of custom resources, one entry per
+	// apiVersion and kind (no kind: every kind of the apiVersion's group), as Flux's Kustomization
+	// spec.healthCheckExprs: `current`, and optionally `inProgress` and `failed`, evaluated over the
+	// object. They are copied into every Kustomization, whose health checks (wait, healthChecks)
+	// use them, and noDisruption's availability samples judge the package's objects of those kinds
+	// by them during a soak: Current is available, InProgress and Failed are not. An expression
+	// that does not parse, or two entries for one kind, stall the Kustomizations
+	// (kustomize-controller's InvalidCELExpression).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	HealthCheckExprs []kustomize.CustomHealthCheck `json:"healthCheckExprs,omitempty"`
+
 	// patches applied to the package on every cluster.
 	// +optional
 	Patches []kustomize.Patch `json:"patches,omitempty"`

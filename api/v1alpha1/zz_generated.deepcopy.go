@@ -706,6 +706,11 @@ func (in *KustomizationTemplate) DeepCopyInto(out *KustomizationTemplate) {
 		*out = make([]meta.NamespacedObjectKindReference, len(*in))
 		copy(*out, *in)
 	}
+	if in.HealthCheckExprs != nil {
+		in, out := &in.HealthCheckExprs, &out.HealthCheckExprs
+		*out = make([]kustomize.CustomHealthCheck, len(*in))
+		copy(*out, *in)
+	}
 	if in.Patches != nil {
 		in, out := &in.Patches, &out.Patches
 		*out = make([]kustomize.Patch, len(*in))

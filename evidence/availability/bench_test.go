@@ -38,7 +38,7 @@ func benchObservePass(b *testing.B, n, silent int) {
 	for k, m := range f.Members {
 		ns := namespace(b, m.Client)
 		create(b, m.Client, deployment(ns, "web", 2), statefulSet(ns, "db", 1), daemonSet(ns, "agent"))
-		ws[k] = []Workload{{KindDeployment, ns, "web"}, {KindStatefulSet, ns, "db"}, {KindDaemonSet, ns, "agent"}}
+		ws[k] = []Workload{{Kind: KindDeployment, Namespace: ns, Name: "web"}, {Kind: KindStatefulSet, Namespace: ns, Name: "db"}, {Kind: KindDaemonSet, Namespace: ns, Name: "agent"}}
 		waitAvailable(b, m.Client, ws[k])
 	}
 	silentCfg, p := testenv.ProxyConfig(b, f.Members[0].Config)

@@ -63,7 +63,7 @@ func TestSamplingAMemberAPIServer(t *testing.T) {
 	t.Run("a workload that loses availability", func(t *testing.T) {
 		ns := namespace(t, m.Client)
 		create(t, m.Client, deployment(ns, "web", 2))
-		ws := []Workload{{KindDeployment, ns, "web"}}
+		ws := []Workload{{Kind: KindDeployment, Namespace: ns, Name: "web"}}
 		waitAvailable(t, m.Client, ws)
 
 		sim.SetFault(m.Name, simulator.Fault{Workload: ns + "/web", Mode: simulator.LoseAvailability, After: time.Second})
@@ -93,7 +93,7 @@ func TestSamplingAMemberAPIServer(t *testing.T) {
 		ns := namespace(t, m.Client)
 		web := deployment(ns, "web", 1)
 		create(t, m.Client, web)
-		ws := []Workload{{KindDeployment, ns, "web"}}
+		ws := []Workload{{Kind: KindDeployment, Namespace: ns, Name: "web"}}
 		waitAvailable(t, m.Client, ws)
 
 		s := New(Options{Interval: every})
@@ -117,6 +117,8 @@ func TestSamplingAMemberAPIServer(t *testing.T) {
 			t.Fatalf("before the delete: %+v", before)
 		}
 	})
+
+	t.Run("custom resources judged by health check expressions", func(t *testing.T) { testJudgedByExpressions(t, m) })
 }
 
 func logSummary(t *testing.T, s ClusterSummary) {
@@ -150,7 +152,7 @@ func waitAvailable(t testing.TB, c client.Reader, ws []Workload) {
 	for {
 		all := true
 		for _, w := range ws {
-			if r := read(context.Background(), c, "member", w); r.failed || r.below() {
+			if r := read(context.Background(), c, "member", w, nil); r.failed || r.below() {
 				all = false
 			}
 		}

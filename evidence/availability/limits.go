@@ -2,6 +2,8 @@ package availability
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -14,7 +16,8 @@ const maxNamed = 5
 // of limit, naming the clusters it applies to): the outages too short to fall between two samples, the
 // gaps longer than three sample intervals, the start or end of the window that nobody sampled, the
 // clusters with no samples at all, the reads that failed (each counted one interval as unavailable), the clusters
-// with no workload to sample, and summaries that took in folded samples from outside their window.
+// with no workload to sample, the kinds judged by health check expressions rather than by replicas,
+// and summaries that took in folded samples from outside their window.
 // The lines are meant to be copied into the evidence's limits as they are.
 func Limits(summaries ...ClusterSummary) []string {
 	var (
@@ -23,6 +26,8 @@ func Limits(summaries ...ClusterSummary) []string {
 		maxGapOn                                                        string
 		sampled                                                         bool
 		none, noWorkloads, folded, longGaps, lateStart, earlyEnd, reads []string
+		judgedOn                                                        []string
+		judged                                                          = map[string]bool{}
 	)
 	for _, s := range summaries {
 		interval = max(interval, s.Interval)
@@ -54,6 +59,12 @@ func Limits(summaries ...ClusterSummary) []string {
 		}
 		if s.Folded {
 			folded = append(folded, s.Cluster)
+		}
+		if len(s.JudgedKinds) > 0 {
+			judgedOn = append(judgedOn, s.Cluster)
+			for _, k := range s.JudgedKinds {
+				judged[k] = true
+			}
 		}
 	}
 	one := len(summaries) == 1
@@ -91,6 +102,11 @@ func Limits(summaries ...ClusterSummary) []string {
 		out = append(out, fmt.Sprintf("no Deployment, StatefulSet or DaemonSet to sample %s: there is no workload availability to lose (minAvailableRatio 1)",
 			on(noWorkloads)))
 	}
+	if len(judgedOn) > 0 {
+		kinds := slices.Sorted(maps.Keys(judged))
+		out = append(out, fmt.Sprintf("objects of %s judged by the Kustomization's healthCheckExprs %s: each is available (ratio 1) when its expressions say Current and unavailable (ratio 0) when they say InProgress or Failed, not a count of replicas; one whose expressions cannot be evaluated is a failed read",
+			names(kinds), on(judgedOn)))
+	}
 	if len(folded) > 0 {
 		out = append(out, fmt.Sprintf("samples were folded together to bound memory %s: the summary also counts samples from outside the window",
 			on(folded)))
@@ -99,11 +115,14 @@ func Limits(summaries ...ClusterSummary) []string {
 }
 
 // on is "on a, b, c" with at most maxNamed items, then "and N more".
-func on(items []string) string {
+func on(items []string) string { return "on " + names(items) }
+
+// names is "a, b, c" with at most maxNamed items, then "and N more".
+func names(items []string) string {
 	if len(items) > maxNamed {
-		return fmt.Sprintf("on %s and %d more", strings.Join(items[:maxNamed], ", "), len(items)-maxNamed)
+		return fmt.Sprintf("%s and %d more", strings.Join(items[:maxNamed], ", "), len(items)-maxNamed)
 	}
-	return "on " + strings.Join(items, ", ")
+	return strings.Join(items, ", ")
 }
 
 func plural(n int, what string) string {

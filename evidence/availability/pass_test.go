@@ -29,7 +29,7 @@ func TestAPassGivesEachMemberItsOwnDeadline(t *testing.T) {
 	t.Cleanup(func() { sim.Stop(); cancel() })
 	ns := namespace(t, m.Client)
 	create(t, m.Client, deployment(ns, "web", 2), statefulSet(ns, "db", 1))
-	ws := []Workload{{KindDeployment, ns, "web"}, {KindStatefulSet, ns, "db"}}
+	ws := []Workload{{Kind: KindDeployment, Namespace: ns, Name: "web"}, {Kind: KindStatefulSet, Namespace: ns, Name: "db"}}
 	waitAvailable(t, m.Client, ws)
 
 	through := func(delay time.Duration, silent bool) client.Reader {
@@ -107,7 +107,7 @@ func TestMembersNotReachedInAPassFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := 0
-	ws := []Workload{{KindDeployment, "demo", "web"}}
+	ws := []Workload{{Kind: KindDeployment, Namespace: "demo", Name: "web"}}
 	var members []Member
 	for i := range 4 {
 		members = append(members, Member{Cluster: fmt.Sprintf("silent-%d", i), Workloads: ws,

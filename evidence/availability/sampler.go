@@ -24,6 +24,8 @@ const (
 	maxErrorLen = 512
 	// longGapFactor: a gap between samples longer than this many intervals is reported as such.
 	longGapFactor = 3
+	// maxJudgedKinds bounds the kinds a cluster keeps as judged by health check expressions.
+	maxJudgedKinds = 16
 )
 
 // Options tunes a Sampler.
@@ -47,6 +49,8 @@ type Sampler struct {
 
 	mu       sync.Mutex
 	clusters map[string]*history
+	// evals are the health check expressions compiled, shared by every cluster.
+	evals evaluators
 }
 
 // New returns an empty Sampler.
@@ -121,6 +125,10 @@ type ClusterSummary struct {
 	LastBelow bool
 	// Missing is how many workload reads found no object, or one being deleted.
 	Missing int
+	// JudgedKinds are the kinds ("Kind.group") whose objects were judged by health check expressions
+	// rather than by their replicas (see HealthCheck), in any sample of the cluster, sorted; at most
+	// 16 of them.
+	JudgedKinds []string
 	// Errors are the distinct messages of the failed and missing reads last seen in the window, in the
 	// order they were first seen, at most Options.MaxErrors of them, then a line saying how many more
 	// errors had a message not kept.
@@ -217,12 +225,16 @@ type history struct {
 	errs                      map[string]*errorRecord
 	dropped                   int
 	droppedFirst, droppedLast time.Time
+	// judged are the kinds whose objects health check expressions judged, at most maxJudgedKinds.
+	judged map[string]bool
 }
 
 // Observe takes one sample of cluster at now: it reads every workload from c (a few at a time) and
 // records how many of its replicas were available against how many are desired (Deployment:
 // status.availableReplicas / spec.replicas; StatefulSet: status.availableReplicas / spec.replicas;
-// DaemonSet: status.numberAvailable / status.desiredNumberScheduled). A workload that is missing or
+// DaemonSet: status.numberAvailable / status.desiredNumberScheduled), or, for an object judged by
+// health check expressions, whether they say it is Current (1 of 1) or not (0 of 1; see
+// HealthCheck); expressions that cannot be evaluated are a failed read. A workload that is missing or
 // being deleted counts as unavailable in the sample; one of an unsupported kind or that cannot be
 // read (a nil c cannot read anything) is a failed read: the sample did not observe it (see
 // ClusterSummary.FailedSamples). Either reason is kept for Summary.Errors. The sample
@@ -248,7 +260,7 @@ func (s *Sampler) Observe(ctx context.Context, cluster string, c client.Reader, 
 			readings[i] = reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: no client for the cluster", w, cluster)}
 		}
 	} else {
-		readAll(ctx, c, cluster, workloads, readings)
+		readAll(ctx, c, cluster, workloads, readings, &s.evals)
 	}
 	var failures []error
 	for _, r := range readings {
@@ -307,6 +319,14 @@ func (s *Sampler) record(cluster string, now time.Time, workloads []Workload, re
 	for _, r := range readings {
 		if r.err != nil {
 			h.noteError(r.err.Error(), now, s.opts.MaxErrors)
+		}
+	}
+	for _, w := range workloads {
+		if k := w.judgedKind(); k != "" && !h.judged[k] && len(h.judged) < maxJudgedKinds {
+			if h.judged == nil {
+				h.judged = map[string]bool{}
+			}
+			h.judged[k] = true
 		}
 	}
 	return nil
@@ -389,6 +409,10 @@ func (s *Sampler) Summary(cluster string, since, until time.Time) ClusterSummary
 	out.Workloads, out.ReadErrors, out.FailedSamples, out.Missing = t.workloads, t.failed, t.failedSamples, t.missing
 	out.LastFailed, out.Observed, out.LastBelow = t.lastUnseen, t.observed, t.lastBelow
 	out.Errors = h.errorsIn(since, until)
+	for k := range h.judged {
+		out.JudgedKinds = append(out.JudgedKinds, k)
+	}
+	sort.Strings(out.JudgedKinds)
 	return out
 }
 

@@ -8,8 +8,11 @@ import (
 
 	"github.com/fluxcd/cli-utils/pkg/object"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/kustomize"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/evidence"
@@ -22,15 +25,39 @@ const (
 	KindDaemonSet   = "DaemonSet"
 )
 
-// Workload names one Deployment, StatefulSet or DaemonSet (API group apps, version v1).
+// Workload names one object whose availability is sampled: a Deployment, StatefulSet or DaemonSet
+// (API group apps, version v1), or an object of another kind that health check expressions judge
+// (Health).
 type Workload struct {
 	Kind      string
 	Namespace string
 	Name      string
+	// APIVersion is the object's group and version as the inventory lists them, for an object Health
+	// judges; empty for the apps kinds.
+	APIVersion string
+	// Health is the health check expressions that judge the object; nil for the apps kinds, which are
+	// read by their replicas.
+	Health *HealthCheck
 }
 
-// String is "Kind namespace/name", as error messages and limits name a workload.
-func (w Workload) String() string { return w.Kind + " " + w.Namespace + "/" + w.Name }
+// String is "Kind namespace/name" ("Kind name" for a cluster-scoped object), as error messages and
+// limits name a workload.
+func (w Workload) String() string {
+	if w.Namespace == "" {
+		return w.Kind + " " + w.Name
+	}
+	return w.Kind + " " + w.Namespace + "/" + w.Name
+}
+
+// judgedKind is "Kind.group" ("Kind" in the core group) of an object Health judges; "" for the apps
+// kinds.
+func (w Workload) judgedKind() string {
+	if w.Health == nil {
+		return ""
+	}
+	gv, _ := schema.ParseGroupVersion(w.APIVersion)
+	return schema.GroupKind{Group: gv.Group, Kind: w.Kind}.String()
+}
 
 // reading is what one read of one workload found.
 type reading struct {
@@ -70,7 +97,7 @@ const readParallel = 4
 // the reads not done by then are failed reads. It does not wait for them: a client may not heed
 // ctx everywhere (controller-runtime's discovery of a kind's resource does not), and a sample must
 // end with its deadline. Such a read ends in the background, within the client's own timeout.
-func readAll(ctx context.Context, c client.Reader, cluster string, workloads []Workload, readings []reading) {
+func readAll(ctx context.Context, c client.Reader, cluster string, workloads []Workload, readings []reading, evals *evaluators) {
 	type result struct {
 		i int
 		r reading
@@ -81,7 +108,7 @@ func readAll(ctx context.Context, c client.Reader, cluster string, workloads []W
 			results <- result{i, reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: not read before the sample's deadline: %w", workloads[i], cluster, err)}}
 			return
 		}
-		results <- result{i, read(ctx, c, cluster, workloads[i])}
+		results <- result{i, read(ctx, c, cluster, workloads[i], evals)}
 	})
 	done := make([]bool, len(workloads))
 	for range workloads {
@@ -99,28 +126,46 @@ func readAll(ctx context.Context, c client.Reader, cluster string, workloads []W
 	}
 }
 
-// read reads w from c on cluster. It never returns a bare error: a failure is a reading with err set,
-// which counts as unavailable.
-func read(ctx context.Context, c client.Reader, cluster string, w Workload) reading {
+// read reads w from c on cluster. It never returns a bare error: a failure is a reading with err
+// set. A workload judged by health check expressions has them compiled by evals (nil: compiled for
+// this read).
+func read(ctx context.Context, c client.Reader, cluster string, w Workload, evals *evaluators) reading {
 	key := client.ObjectKey{Namespace: w.Namespace, Name: w.Name}
 	var (
 		obj client.Object
-		// available returns status's available count and the desired count, once obj is read.
-		available func() (int32, int32)
+		// measure is the reading of obj, once it is read.
+		measure func() reading
 	)
-	switch w.Kind {
-	case KindDeployment:
+	switch {
+	case w.Health != nil:
+		if w.Health.Invalid != "" {
+			return reading{failed: true, err: fmt.Errorf("judging %s on cluster %s: %s", w, cluster, w.Health.Invalid)}
+		}
+		eval, err := evals.get(w.Health.HealthCheckExpressions)
+		if err != nil {
+			return reading{failed: true, err: fmt.Errorf("judging %s on cluster %s: its health check expressions: %w", w, cluster, err)}
+		}
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(w.APIVersion)
+		u.SetKind(w.Kind)
+		obj = u
+		measure = func() reading { return judge(ctx, eval, u, cluster, w) }
+	case w.Kind == KindDeployment:
 		d := &appsv1.Deployment{}
 		obj = d
-		available = func() (int32, int32) { return d.Status.AvailableReplicas, replicas(d.Spec.Replicas) }
-	case KindStatefulSet:
+		measure = func() reading {
+			return reading{available: d.Status.AvailableReplicas, desired: replicas(d.Spec.Replicas)}
+		}
+	case w.Kind == KindStatefulSet:
 		s := &appsv1.StatefulSet{}
 		obj = s
-		available = func() (int32, int32) { return statefulSetAvailable(s), replicas(s.Spec.Replicas) }
-	case KindDaemonSet:
+		measure = func() reading { return reading{available: statefulSetAvailable(s), desired: replicas(s.Spec.Replicas)} }
+	case w.Kind == KindDaemonSet:
 		d := &appsv1.DaemonSet{}
 		obj = d
-		available = func() (int32, int32) { return d.Status.NumberAvailable, d.Status.DesiredNumberScheduled }
+		measure = func() reading {
+			return reading{available: d.Status.NumberAvailable, desired: d.Status.DesiredNumberScheduled}
+		}
 	default:
 		return reading{failed: true, err: fmt.Errorf("reading %s on cluster %s: unsupported workload kind %q (want %s, %s or %s)",
 			w, cluster, w.Kind, KindDeployment, KindStatefulSet, KindDaemonSet)}
@@ -134,8 +179,7 @@ func read(ctx context.Context, c client.Reader, cluster string, w Workload) read
 	if obj.GetDeletionTimestamp() != nil {
 		return reading{missing: true, err: fmt.Errorf("%s on cluster %s is being deleted", w, cluster)}
 	}
-	a, d := available()
-	return reading{available: a, desired: d}
+	return measure()
 }
 
 // statefulSetAvailable is status.availableReplicas, or status.readyReplicas when the StatefulSet has no
@@ -157,17 +201,20 @@ func replicas(r *int32) int32 {
 	return *r
 }
 
-// WorkloadsFromInventory returns the Deployments, StatefulSets and DaemonSets (API group apps) among
-// the entries of a Flux Kustomization's status.inventory, sorted and without duplicates. Entry IDs
-// are "<namespace>_<name>_<group>_<kind>", parsed with fluxcd/cli-utils's object.ParseObjMetadata
-// as kustomize-controller writes them; the entry's version is not needed (apps/v1 is the only
-// served version of these kinds). An ID that does not parse might be a workload, so it is an error
-// naming the entry; the workloads that did parse are returned with it, for a caller that prefers
-// a partial list to none. A nil inventory (nothing applied yet) has no workloads.
-func WorkloadsFromInventory(inv *kustomizev1.ResourceInventory) ([]Workload, error) {
+// WorkloadsFromInventory returns the Deployments, StatefulSets and DaemonSets (API group apps)
+// among the entries of a Flux Kustomization's status.inventory, and the objects of the kinds its
+// spec.healthCheckExprs (checks) judge, sorted and without duplicates. Entry IDs are
+// "<namespace>_<name>_<group>_<kind>", parsed with fluxcd/cli-utils's object.ParseObjMetadata as
+// kustomize-controller writes them; an apps workload's version is not needed (apps/v1 is the only
+// served version of these kinds), a judged object is read at the entry's version. An ID that does
+// not parse might be a workload, so it is an error naming the entry; the workloads that did parse
+// are returned with it, for a caller that prefers a partial list to none. A nil inventory (nothing
+// applied yet) has no workloads.
+func WorkloadsFromInventory(inv *kustomizev1.ResourceInventory, checks ...kustomize.CustomHealthCheck) ([]Workload, error) {
 	if inv == nil {
 		return nil, nil
 	}
+	health := newHealthChecks(checks)
 	seen := map[Workload]bool{}
 	var (
 		out  []Workload
@@ -179,15 +226,13 @@ func WorkloadsFromInventory(inv *kustomizev1.ResourceInventory) ([]Workload, err
 			errs = append(errs, fmt.Errorf("inventory entry %d (%q): %w", i, e.ID, err))
 			continue
 		}
-		if id.GroupKind.Group != appsv1.GroupName {
-			continue
-		}
-		switch id.GroupKind.Kind {
-		case KindDeployment, KindStatefulSet, KindDaemonSet:
-		default:
-			continue
-		}
 		w := Workload{Kind: id.GroupKind.Kind, Namespace: id.Namespace, Name: id.Name}
+		if hc := health.For(id.GroupKind); hc != nil {
+			w.APIVersion = schema.GroupVersion{Group: id.GroupKind.Group, Version: e.Version}.String()
+			w.Health = hc
+		} else if !isAppsWorkload(id.GroupKind) {
+			continue
+		}
 		if !seen[w] {
 			seen[w] = true
 			out = append(out, w)
@@ -201,7 +246,10 @@ func WorkloadsFromInventory(inv *kustomizev1.ResourceInventory) ([]Workload, err
 		if a.Name != b.Name {
 			return a.Name < b.Name
 		}
-		return a.Kind < b.Kind
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.APIVersion < b.APIVersion
 	})
 	return out, errors.Join(errs...)
 }

@@ -53,16 +53,16 @@ func TestObserveReadsEachKind(t *testing.T) {
 		available int32
 		desired   int32
 	}{
-		{Workload{KindDeployment, "demo", "web"}, 3, 4},
-		{Workload{KindDeployment, "demo", "default-replicas"}, 1, 1},
-		{Workload{KindDeployment, "demo", "scaled-to-zero"}, 0, 0},
-		{Workload{KindStatefulSet, "demo", "db"}, 2, 3},
-		{Workload{KindStatefulSet, "demo", "old"}, 2, 2},
-		{Workload{KindDaemonSet, "demo", "agent"}, 4, 5},
+		{Workload{Kind: KindDeployment, Namespace: "demo", Name: "web"}, 3, 4},
+		{Workload{Kind: KindDeployment, Namespace: "demo", Name: "default-replicas"}, 1, 1},
+		{Workload{Kind: KindDeployment, Namespace: "demo", Name: "scaled-to-zero"}, 0, 0},
+		{Workload{Kind: KindStatefulSet, Namespace: "demo", Name: "db"}, 2, 3},
+		{Workload{Kind: KindStatefulSet, Namespace: "demo", Name: "old"}, 2, 2},
+		{Workload{Kind: KindDaemonSet, Namespace: "demo", Name: "agent"}, 4, 5},
 	}
 	c := fakeReader(t, nil, objs...)
 	for _, tc := range cases {
-		r := read(context.Background(), c, cl, tc.w)
+		r := read(context.Background(), c, cl, tc.w, nil)
 		if r.err != nil || r.available != tc.available || r.desired != tc.desired {
 			t.Errorf("%s: %+v, want %d/%d", tc.w, r, tc.available, tc.desired)
 		}
@@ -77,7 +77,7 @@ func TestObserveReadsEachKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.Summary(cl, time.Time{}, time.Time{})
-	want := &Shortfall{Workload: Workload{KindStatefulSet, "demo", "db"}, Available: 2, Desired: 3, At: t0}
+	want := &Shortfall{Workload: Workload{Kind: KindStatefulSet, Namespace: "demo", Name: "db"}, Available: 2, Desired: 3, At: t0}
 	if got.Samples != 1 || got.MinAvailableRatio != 2.0/3 || !reflect.DeepEqual(got.Worst, want) || got.Workloads != 6 || got.UnavailableSeconds != 5 {
 		t.Fatalf("summary %+v (worst %+v)", got, got.Worst)
 	}
@@ -94,10 +94,10 @@ func TestObserveCountsWhatItCannotSee(t *testing.T) {
 	c := fakeReader(t, map[string]error{"flaky": boom},
 		&appsv1.Deployment{ObjectMeta: meta("flaky"), Status: appsv1.DeploymentStatus{AvailableReplicas: 1}}, deleting)
 	ws := []Workload{
-		{KindDeployment, "demo", "flaky"},
-		{KindDeployment, "demo", "gone"},
-		{KindDeployment, "demo", "leaving"},
-		{"Job", "demo", "migrate"},
+		{Kind: KindDeployment, Namespace: "demo", Name: "flaky"},
+		{Kind: KindDeployment, Namespace: "demo", Name: "gone"},
+		{Kind: KindDeployment, Namespace: "demo", Name: "leaving"},
+		{Kind: "Job", Namespace: "demo", Name: "migrate"},
 	}
 	s := New(Options{})
 	err := s.Observe(context.Background(), cl, c, ws, t0)
@@ -161,9 +161,9 @@ func TestWorkloadsFromInventory(t *testing.T) {
 	}}
 	got, err := WorkloadsFromInventory(inv)
 	want := []Workload{
-		{KindStatefulSet, "demo", "db"},
-		{KindDeployment, "demo", "web"},
-		{KindDaemonSet, "kube-system", "agent"},
+		{Kind: KindStatefulSet, Namespace: "demo", Name: "db"},
+		{Kind: KindDeployment, Namespace: "demo", Name: "web"},
+		{Kind: KindDaemonSet, Namespace: "kube-system", Name: "agent"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("workloads %+v, want %+v", got, want)

@@ -201,10 +201,13 @@ func (c *Collector) planSoak(sc *engine.World, i int, preWave func(int) []string
 	return plan
 }
 
+// workloadsOf are the objects of ks's inventory the member is sampled on: its apps workloads, and
+// the objects of the kinds its healthCheckExprs judge, by the expressions the Kustomization carries
+// (kustomize-controller's, copied from the rollout's template).
 func workloadsOf(ks *kustomizev1.Kustomization) []availability.Workload {
 	// Entries that do not parse are left out: a workload among them is not sampled, and the
 	// summary says the cluster had fewer workloads.
-	ws, _ := availability.WorkloadsFromInventory(ks.Status.Inventory)
+	ws, _ := availability.WorkloadsFromInventory(ks.Status.Inventory, ks.Spec.HealthCheckExprs...)
 	return ws
 }
 
