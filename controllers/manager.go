@@ -9,7 +9,6 @@ import (
 	"github.com/fluxcd/pkg/runtime/leaderelection"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -184,9 +183,10 @@ func cacheOptions(fleetNamespaces []string, watch labels.Selector) cache.Options
 // revisions, the latest entry of status.history, by which a member in the middle of a reconcile is
 // judged: engine.Observation) and drops the rest before it enters the cache: managedFields; the
 // older entries of status.history; and of
-// status.inventory every entry but the workloads sampled for availability (Deployments,
-// StatefulSets and DaemonSets, availability.WorkloadsFromInventory) and any entry whose ID does not
-// parse, which that function reports. At 1,000 clusters the inventory is most of a cached
+// status.inventory every entry but the objects sampled for availability (Deployments,
+// StatefulSets and DaemonSets, and the kinds the Kustomization's spec.healthCheckExprs judge:
+// availability.Sampled, WorkloadsFromInventory) and any entry whose ID does not parse, which that
+// function reports. At 1,000 clusters the inventory is most of a cached
 // Kustomization. Nothing writes a cached Kustomization back: tidegate writes them by server-side
 // apply of the desired object (applyKustomization).
 func trimKustomization(obj any) (any, error) {
@@ -199,10 +199,11 @@ func trimKustomization(obj any) (any, error) {
 		ks.Status.History = slices.Clip(ks.Status.History[:1])
 	}
 	if inv := ks.Status.Inventory; inv != nil {
+		sampled := availability.Sampled(ks.Spec.HealthCheckExprs...)
 		kept := inv.Entries[:0]
 		for _, e := range inv.Entries {
 			id, err := object.ParseObjMetadata(e.ID)
-			if err != nil || (id.GroupKind.Group == appsv1.GroupName && sampledKinds[id.GroupKind.Kind]) {
+			if err != nil || sampled(id.GroupKind) {
 				kept = append(kept, e)
 			}
 		}
@@ -210,9 +211,6 @@ func trimKustomization(obj any) (any, error) {
 	}
 	return ks, nil
 }
-
-// sampledKinds are the workload kinds (API group apps) whose availability is sampled.
-var sampledKinds = map[string]bool{availability.KindDeployment: true, availability.KindStatefulSet: true, availability.KindDaemonSet: true}
 
 // controllerOptions are the options of tidegate's controllers. A nil rateLimiter is
 // controller-runtime's default; the controller binary passes Flux's (--min-retry-delay,
