@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -83,16 +86,27 @@ func metricScenario(ctx context.Context, t *testing.T, soak time.Duration) (*fle
 	s, first := newFleetSetup(t, 3, demoPackage("v1"))
 	prom := s.prometheusFor(t)
 	s.policyRepo(t, map[string]string{"policy/policy.cue": metricsPolicy(t, s.ns)})
+	// The API's credentials, sent with every query (this Prometheus asks for none, and ignores
+	// them): TestE2EMetricsHealthyReleasePasses checks they are written nowhere.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reader", Namespace: s.ns},
+		Data: map[string][]byte{"token": []byte(metricsToken(s.ns))}}
+	if err := s.f.Hub.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
 	startTidegate(t, s, controllers.Options{})
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), s.repo.Revision(first), func(fr *v1alpha1.FleetRollout) {
 		usePolicy(fr)
-		fr.Spec.Metrics = &v1alpha1.MetricsSource{Prometheus: v1alpha1.PrometheusSource{Address: prom.URL}}
+		fr.Spec.Metrics = &v1alpha1.MetricsSource{Prometheus: v1alpha1.PrometheusSource{Address: prom.URL,
+			SecretRef: &meta.LocalObjectReference{Name: secret.Name}}}
 		for i := range fr.Spec.Waves {
 			fr.Spec.Waves[i].Soak = &metav1.Duration{Duration: soak}
 		}
 	})
 	return s, prom, s.rollout(t, "web").Status.Waves[0].Clusters[0]
 }
+
+// metricsToken is the bearer token of a metric scenario's Prometheus.
+func metricsToken(ns string) string { return "metrics-token-of-" + ns }
 
 // noDisruptionOf is the latest noDisruption receipt of wave for rev, and its evidence.
 func (s *fleetSetup) noDisruptionOf(ctx context.Context, t *testing.T, rev, wave string) (*v1alpha1.GateReceipt, verdict.NoDisruptionEvidence) {
@@ -175,7 +189,20 @@ func TestE2EMetricsHealthyReleasePasses(t *testing.T) {
 	defer cancel()
 	s, _, _ := metricScenario(ctx, t, 12*time.Second)
 	rev2 := s.commitVersion(t, "v2")
-	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
+	done := s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
+	// The Prometheus token is in no receipt, event or status.
+	var receipts v1alpha1.GateReceiptList
+	var events corev1.EventList
+	for _, l := range []client.ObjectList{&receipts, &events} {
+		if err := s.f.Hub.List(ctx, l, client.InNamespace(s.ns)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for what, obj := range map[string]any{"receipts": receipts.Items, "events": events.Items, "the rollout": done} {
+		if b, _ := json.Marshal(obj); len(b) < 100 || strings.Contains(string(b), metricsToken(s.ns)) {
+			t.Errorf("%s (%d bytes) hold the Prometheus token, or nothing", what, len(b))
+		}
+	}
 	for wave, kind := range map[string]string{"canary": verdict.BaselineNotYetUpdated, "rest": verdict.BaselineBeforeSwitch} {
 		rc, ev := s.noDisruptionOf(ctx, t, rev2, wave)
 		if rc.Spec.Result != v1alpha1.ResultPass || ev.Metrics == nil {
