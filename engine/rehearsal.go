@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -55,17 +56,11 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *World, i int, now metav1.Time, 
 			if rh.BackReadyAt == nil {
 				rh.BackReadyAt = &now
 			}
-			if rc := w.RehearsalChecks; rc != nil {
-				if len(rc.Pending) > 0 {
-					if w.Now.Sub(rh.BackStartedAt.Time) > deadline {
-						rh.Phase, rh.Message = v1alpha1.RehearsalDone, fmt.Sprintf("rolling back: the checks at the known-good did not finish within %s: %s", deadline, FirstNames(rc.Pending, 3))
-						break
-					}
-					res.waitFor(v1alpha1.WaitingForRehearsal, wv.Name, rh.BackReadyAt, nil, "rehearsal of wave %s: checks at the known-good %s: %s",
-						wv.Name, st.LastKnownGood.Revision, FirstNames(rc.Pending, 3))
-					return res
-				}
-				rh.BackChecks = rc.Runs
+			if waitForBackChecks(w, wv, st.LastKnownGood, deadline, &res) {
+				return res
+			}
+			if rh.Phase == v1alpha1.RehearsalDone {
+				break
 			}
 			if fr.Spec.Hold != nil {
 				res.waitFor(v1alpha1.WaitingForHold, wv.Name, rh.BackReadyAt, nil, "held: %s", fr.Spec.Hold.Reason)
@@ -95,4 +90,23 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *World, i int, now metav1.Time, 
 		res.GateWave, res.Gates = i, []string{v1alpha1.GateRollbackSucceeds}
 	}
 	return res
+}
+
+// waitForBackChecks follows the policy's functional checks on a rehearsal's way back, once the wave
+// is Ready at the known-good kg (World.RehearsalChecks): it waits while some have not finished,
+// ends the rehearsal when they did not finish by the deadline, and records them when they all did.
+func waitForBackChecks(w *World, wv *v1alpha1.WaveStatus, kg *v1alpha1.RevisionStatus, deadline time.Duration, res *StepResult) (wait bool) {
+	rc, rh := w.RehearsalChecks, wv.Rehearsal
+	switch {
+	case rc == nil:
+	case len(rc.Pending) == 0:
+		rh.BackChecks = rc.Runs
+	case w.Now.Sub(rh.BackStartedAt.Time) > deadline:
+		rh.Phase, rh.Message = v1alpha1.RehearsalDone, fmt.Sprintf("rolling back: the checks at the known-good did not finish within %s: %s", deadline, FirstNames(rc.Pending, 3))
+	default:
+		res.waitFor(v1alpha1.WaitingForRehearsal, wv.Name, rh.BackReadyAt, nil, "rehearsal of wave %s: checks at the known-good %s: %s",
+			wv.Name, kg.Revision, FirstNames(rc.Pending, 3))
+		return true
+	}
+	return false
 }
