@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -46,6 +47,14 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 	}
 	if win.end.Sub(win.start) < win.step {
 		win.start = win.end.Add(-win.step)
+	}
+	widened := false
+	if span := win.end.Sub(win.start); span/win.step > maxMetricPoints {
+		// A long window is asked at a coarser step, so that an answer stays bounded (at 1,000
+		// clusters, about 41 bytes a point): the points needed scale down with it.
+		win.step = (span/maxMetricPoints + time.Second - 1).Truncate(time.Second)
+		win.required = min(win.required, int(math.Ceil(float64(span/win.step)*w.Settings.Tolerances.MinSampleCoverage)))
+		widened = true
 	}
 	me := &verdict.MetricsEvidence{Start: win.start.UTC().Format(time.RFC3339), End: win.end.UTC().Format(time.RFC3339),
 		Step: win.step.String(), Queries: ms.Queries, Baseline: map[string]verdict.Baseline{}}
@@ -89,7 +98,14 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 	}
 	ev.Limits = append(ev.Limits, fmt.Sprintf("service metrics are summarised over %s to %s at a %s step: a change shorter than the step, or than a query's own range, may be missed",
 		me.Start, me.End, me.Step))
+	if widened {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("the window is longer than %d sample intervals: it was asked at a %s step instead", maxMetricPoints, me.Step))
+	}
 }
+
+// maxMetricPoints bounds the points of one series in a metric query's answer: a window longer than
+// that many sample intervals is asked at a coarser step.
+const maxMetricPoints = 720
 
 // askMetric asks query q over start to end for clusters: once at the rollout's Prometheus
 // (spec.metrics) for every cluster without one of its own, and once at each other cluster's own
