@@ -171,6 +171,15 @@ bench-scale: testbin ## Run the scale bench (100, 300, 1,000 FleetClusters on si
 	go build -o bin/ ./cmd/tidegate-controller
 	go run ./hack/bench/scale -controller bin/tidegate-controller -out bin/bench-scale.md $(BENCH_SCALE_ARGS)
 
+# BENCH_METRICS_ARGS go to hack/bench/metrics, e.g. BENCH_METRICS_ARGS='-clusters 1000 -window 5m'
+# (flags: go run ./hack/bench/metrics -h; docs/benchmarks.md).
+BENCH_METRICS_ARGS ?=
+
+.PHONY: bench-metrics
+bench-metrics: prometheus ## Run the metric evidence bench (the noDisruption gate's Prometheus queries for 100, 300, 1,000 clusters: synthetic series, a real Prometheus; about 6 minutes once Prometheus is built) and print its table, also into bin/bench-metrics.md.
+	mkdir -p bin
+	go run ./hack/bench/metrics -out bin/bench-metrics.md $(BENCH_METRICS_ARGS)
+
 .PHONY: docs
 docs: ## Regenerate docs/cli.md from the tidegate command tree (a test fails when it is stale).
 	go run ./cmd/tidegate docs

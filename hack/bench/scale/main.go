@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidegate/tidegate/hack/bench/internal/machine"
 	"github.com/tidegate/tidegate/test/fluxstandin"
 	"github.com/tidegate/tidegate/test/scale"
 )
@@ -73,7 +74,7 @@ func main() {
 		}
 	}
 	fmt.Fprintf(w, "# tidegate scale bench, %s\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "\nMachine: %s. Figures marked simulated Flux come from the kustomize-controller stand-in (test/fluxstandin), not from Flux.\n", machine())
+	fmt.Fprintf(w, "\nMachine: %s. Figures marked simulated Flux come from the kustomize-controller stand-in (test/fluxstandin), not from Flux.\n", machine.Describe())
 	var done []*scale.Run
 	for _, spec := range strings.Split(*runs, ",") {
 		mode, n, err := parseRun(spec)
@@ -115,27 +116,4 @@ func parseRun(spec string) (scale.Flux, int, error) {
 		return scale.RealFlux, n, nil
 	}
 	return "", 0, fmt.Errorf("run %q: FLUX is standin or real", spec)
-}
-
-// machine describes the machine: CPUs and the load when the bench started.
-func machine() string {
-	cpus := strings.Count(readFile("/proc/cpuinfo"), "processor\t:")
-	model := ""
-	for _, line := range strings.Split(readFile("/proc/cpuinfo"), "\n") {
-		if v, ok := strings.CutPrefix(line, "model name\t: "); ok {
-			model = v
-			break
-		}
-	}
-	load := strings.Fields(readFile("/proc/loadavg"))
-	l := "?"
-	if len(load) > 0 {
-		l = load[0]
-	}
-	return fmt.Sprintf("%d CPUs (%s), load average %s at start", cpus, model, l)
-}
-
-func readFile(p string) string {
-	b, _ := os.ReadFile(p)
-	return string(b)
 }
