@@ -73,7 +73,8 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 
 // The whole story, through the commands: up --demo starts a sandbox of three clusters in the
 // background and plays v2 (passes), v3 (rolled back), v4 (blocked, approved, completes); the hub then
-// shows v4 known-good everywhere, v3 rejected, a receipt for every gate; status shows it running;
+// shows v4 known-good everywhere, v3 rejected, a receipt for every gate; status shows it running
+// and its Prometheus;
 // down leaves no process of it behind, and a second down has nothing to do. The same story runs,
 // at the same time, with --oci: every release is a Flux OCI artifact in the sandbox's registry,
 // signed with the sandbox's cosign key and verified by source-controller; the waves run on digests,
@@ -221,7 +222,8 @@ func playDemo(t *testing.T, oci bool) {
 		}
 	}
 	for _, want := range []string{"REVISION", "v3", "RolledBack (rejected)", "approved by demo", "Completed after approval",
-		"rollbackSafe failed in wave canary", "noDisruption failed in wave canary", "tidegate status podinfo --kubeconfig " + st.Kubeconfig} {
+		"rollbackSafe failed in wave canary", "noDisruption failed in wave canary", "tidegate status podinfo --kubeconfig " + st.Kubeconfig,
+		"Service metrics: Prometheus at " + st.Prometheus} {
 		if !strings.Contains(output, want) {
 			t.Errorf("the output should say %q", want)
 		}
@@ -283,7 +285,8 @@ func playDemo(t *testing.T, oci bool) {
 
 	var out bytes.Buffer
 	if code := executeTo(ctx, []string{"sandbox", "status", "--dir", dir}, &out, &out); code != 0 ||
-		!strings.Contains(out.String(), "running: pid "+strconv.Itoa(pid)) || !regexpMatch(`podinfo\s+Completed`, out.String()) {
+		!strings.Contains(out.String(), "running: pid "+strconv.Itoa(pid)) || !regexpMatch(`podinfo\s+Completed`, out.String()) ||
+		st.Prometheus == "" || !strings.Contains(out.String(), "Prometheus at "+st.Prometheus) {
 		t.Errorf("status exited %d:\n%s", code, out.String())
 	}
 	t.Logf("status:\n%s", out.String())

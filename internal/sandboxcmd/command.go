@@ -103,8 +103,9 @@ type Actions interface {
 
 const commandLong = `sandbox runs a whole fleet on this machine, as a background process: a hub and N member
 clusters (a kube-apiserver and etcd each), Flux's source-controller and kustomize-controller on the
-hub, a Git server holding a demo fleet, the tidegate controller, and a workload simulator that plays
-the members' kubelets (they have no nodes). The demo fleet is three repositories (fleet, podinfo,
+hub, a Git server holding a demo fleet, the tidegate controller, a workload simulator that plays
+the members' kubelets (they have no nodes) and their service traffic, and a Prometheus scraping that
+traffic every second (sandbox status says where). The demo fleet is three repositories (fleet, podinfo,
 platform-policies) that Flux applies: the rollout podinfo takes the package to the members in three
 waves, and the fleet changes by commits.
 
@@ -246,8 +247,9 @@ func newStatusCommand(a Actions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Say whether the sandbox runs, and show its clusters and rollouts",
-		Long: `status says whether the sandbox's background process runs and its hub answers, and shows the
-member clusters and the rollouts in a short table. It exits 1 when no sandbox runs in DIR.`,
+		Long: `status says whether the sandbox's background process runs and its hub answers, where its
+Prometheus is, and shows the member clusters and the rollouts in a short table. It exits 1 when no
+sandbox runs in DIR.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			abs, err := absDir(dir)
