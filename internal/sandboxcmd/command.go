@@ -169,7 +169,9 @@ until it completes. It then says how to look around; the sandbox runs until ` + 
 
 With --demo it then plays the story against the running sandbox, a commit at a time, showing every
 change of wave, gate and phase as it happens: v2 passes every gate wave by wave; v3 loses
-availability on the canary, fails noDisruption and is rolled back; v4 changes a StatefulSet's
+availability on the canary, fails noDisruption and is rolled back; v4 stays available but answers
+30 % of its requests with errors, fails noDisruption on the canary's error ratio (measured by
+Prometheus against the clusters still at v2) and is rolled back; v5 changes a StatefulSet's
 volumeClaimTemplates, is blocked by rollbackSafe before its first wave, is approved, and completes.
 It ends with a table of every gate decision and its receipt.
 
@@ -196,7 +198,7 @@ cosign.pub), and the rollout's OCIRepository has source-controller verify the si
 		},
 	}
 	cmd.Flags().IntVar(&o.Clusters, "clusters", defaultClusters, "how many member clusters")
-	cmd.Flags().BoolVar(&o.Demo, "demo", false, "then play the demo story (v2 passes, v3 is rolled back, v4 needs an approval)")
+	cmd.Flags().BoolVar(&o.Demo, "demo", false, "then play the demo story (v2 passes, v3 and v4 are rolled back, v5 needs an approval)")
 	cmd.Flags().BoolVar(&o.OCI, "oci", false, "deliver the package as signed Flux OCI artifacts from the sandbox's registry, verified by source-controller with cosign")
 	addDirFlag(cmd, &o.Dir)
 	addTestbinFlag(cmd, &o.Testbin)
