@@ -27,7 +27,8 @@ import (
 //
 //	POST   /v1/commits  {"repo", "message", "files": {path: content}, "remove": [path]} → {"sha", "revision"}
 //	GET    /v1/files?repo=R&path=P                                                    → the file's content
-//	POST   /v1/faults   {"cluster" ("" = every cluster), "workload", "mode", "image", "after", "delay"}
+//	POST   /v1/faults   {"cluster" ("" = every cluster), "workload", "mode", "image", "after", "delay",
+//	                     "errorRatio", "latencyFactor"}
 //	DELETE /v1/faults?cluster=C&workload=W                                            (C "" = every cluster)
 
 // controlBackend is what the endpoint acts on.
@@ -57,14 +58,18 @@ type commitResponse struct {
 	Revision string `json:"revision"`
 }
 
-// faultRequest is a simulator.Fault for one cluster, or every cluster when Cluster is empty.
+// faultRequest is a simulator.Fault for one cluster, or every cluster when Cluster is empty. A
+// fault without a mode leaves the workload's availability alone: with errorRatio or latencyFactor
+// it is a release that answers errors, or slowly, while its pods stay ready.
 type faultRequest struct {
-	Cluster  string `json:"cluster"`
-	Workload string `json:"workload"`
-	Mode     string `json:"mode"`
-	Image    string `json:"image,omitempty"`
-	After    string `json:"after,omitempty"`
-	Delay    string `json:"delay,omitempty"`
+	Cluster       string  `json:"cluster"`
+	Workload      string  `json:"workload"`
+	Mode          string  `json:"mode,omitempty"`
+	Image         string  `json:"image,omitempty"`
+	After         string  `json:"after,omitempty"`
+	Delay         string  `json:"delay,omitempty"`
+	ErrorRatio    float64 `json:"errorRatio,omitempty"`
+	LatencyFactor float64 `json:"latencyFactor,omitempty"`
 }
 
 type errorResponse struct {
@@ -83,11 +88,12 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// listenControl listens on a port of 127.0.0.1 the kernel picks.
-func listenControl() (net.Listener, error) {
+// listenLoopback listens on a port of 127.0.0.1 the kernel picks, for what (the control endpoint,
+// the simulator's metrics): nothing the sandbox serves is for other machines.
+func listenLoopback(what string) (net.Listener, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("listening for the control endpoint on 127.0.0.1: %w", err)
+		return nil, fmt.Errorf("listening for %s on 127.0.0.1: %w", what, err)
 	}
 	return l, nil
 }
@@ -191,12 +197,25 @@ func targetClusters(b controlBackend, cluster string) ([]string, error) {
 	return []string{cluster}, nil
 }
 
+// fault is the simulator.Fault the request asks for. It refuses what SetFault would panic on (the
+// simulator takes a bad fault as a mistake in a test), and a fault that would change nothing.
 func (r faultRequest) fault() (simulator.Fault, error) {
-	mode, err := simulator.ParseMode(r.Mode)
-	if err != nil {
-		return simulator.Fault{}, err
+	f := simulator.Fault{Workload: r.Workload, Image: r.Image, ErrorRatio: r.ErrorRatio, LatencyFactor: r.LatencyFactor}
+	var err error
+	switch {
+	case r.Mode != "":
+		if f.Mode, err = simulator.ParseMode(r.Mode); err != nil {
+			return simulator.Fault{}, err
+		}
+	case r.ErrorRatio == 0 && r.LatencyFactor == 0:
+		return simulator.Fault{}, errors.New("a fault needs a mode, an errorRatio or a latencyFactor")
 	}
-	f := simulator.Fault{Workload: r.Workload, Mode: mode, Image: r.Image}
+	if r.ErrorRatio < 0 || r.ErrorRatio > 1 {
+		return simulator.Fault{}, fmt.Errorf("errorRatio %v is not between 0 and 1", r.ErrorRatio)
+	}
+	if r.LatencyFactor < 0 {
+		return simulator.Fault{}, fmt.Errorf("latencyFactor %v is negative: 0 or 1 leaves the latency as it is", r.LatencyFactor)
+	}
 	for _, d := range []struct {
 		name, value string
 		into        *time.Duration

@@ -153,14 +153,37 @@ func TestControlClientAndEndpoint(t *testing.T) {
 	if err := c.clearFault(ctx, "member-2", "podinfo/web"); err != nil || len(b.faults) != 1 {
 		t.Errorf("clearing member-2: %v, %+v", err, b.faults)
 	}
-	for _, bad := range []faultRequest{
-		{Cluster: "member-9", Mode: "NeverAvailable"},
-		{Mode: "Sometimes"},
-		{Mode: "Slow", Delay: "soon"},
+
+	// A fault of the service's answers alone leaves availability healthy: no mode.
+	if err := c.setFault(ctx, faultRequest{Cluster: "member-1", Workload: "podinfo/web", Image: ":v4", ErrorRatio: 0.3}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.faults["member-1"], (simulator.Fault{Workload: "podinfo/web", Image: ":v4", ErrorRatio: 0.3}); got != want {
+		t.Errorf("an error-ratio fault: %+v, want %+v", got, want)
+	}
+	if err := c.setFault(ctx, faultRequest{Cluster: "member-1", Workload: "web", LatencyFactor: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.faults["member-1"], (simulator.Fault{Workload: "web", LatencyFactor: 2}); got != want {
+		t.Errorf("a latency fault: %+v, want %+v", got, want)
+	}
+	before := b.faults["member-1"]
+
+	for bad, why := range map[faultRequest]string{
+		{Cluster: "member-9", Mode: "NeverAvailable"}: "unknown cluster",
+		{Mode: "Sometimes"}:                           "unknown fault mode",
+		{Mode: "Slow", Delay: "soon"}:                 "delay",
+		{Workload: "web"}:                             "needs a mode, an errorRatio or a latencyFactor",
+		{ErrorRatio: 1.5}:                             "errorRatio 1.5 is not between 0 and 1",
+		{Mode: "Slow", ErrorRatio: -0.1}:              "errorRatio -0.1",
+		{LatencyFactor: -2}:                           "latencyFactor -2 is negative",
 	} {
-		if err := c.setFault(ctx, bad); err == nil {
-			t.Errorf("fault %+v should be refused", bad)
+		if err := c.setFault(ctx, bad); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("fault %+v should be refused with %q: %v", bad, why, err)
 		}
+	}
+	if b.faults["member-1"] != before {
+		t.Errorf("a refused fault reached the backend: %+v", b.faults)
 	}
 	if err := c.clearFault(ctx, "member-9", ""); err == nil || !strings.Contains(err.Error(), "member-1, member-2") {
 		t.Errorf("clearing an unknown cluster should name the known ones: %v", err)
@@ -174,7 +197,7 @@ func TestControlClientAndEndpoint(t *testing.T) {
 }
 
 func TestControlListensOnLoopbackOnly(t *testing.T) {
-	l, err := listenControl()
+	l, err := listenLoopback("the control endpoint")
 	if err != nil {
 		t.Fatal(err)
 	}

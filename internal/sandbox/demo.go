@@ -36,6 +36,7 @@ const (
 	dbFile            = "app/db.yaml"
 	gitServerVar      = "git_server"
 	registryVar       = "oci_registry"
+	prometheusVar     = "prometheus"
 	cosignSecret      = "cosign-pub"
 	ociTag            = "latest"
 	clusterLabel      = "env"

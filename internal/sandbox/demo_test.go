@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/prometheus/prometheus/promql/parser"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -15,6 +17,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/install"
+	"github.com/tidegate/tidegate/evidence/metrics"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -166,6 +169,9 @@ func TestDemoHubObjects(t *testing.T) {
 	if got := fr.Spec.ClusterSelector.MatchLabels; got[clusterLabel] != clusterLabelValue {
 		t.Errorf("the rollout selects %v", got)
 	}
+	if fr.Spec.Metrics == nil || fr.Spec.Metrics.Prometheus.Address != "${"+prometheusVar+"}" {
+		t.Errorf("the rollout should read its metrics from the sandbox's Prometheus, ${%s}: %+v", prometheusVar, fr.Spec.Metrics)
+	}
 	var fc v1alpha1.FleetCluster
 	if err := yaml.UnmarshalStrict([]byte(strings.Split(clustersYAML(1), "---\n")[1]), &fc); err != nil {
 		t.Fatalf("clusters.yaml: %v", err)
@@ -215,8 +221,9 @@ func TestDemoHubObjectsOnOCI(t *testing.T) {
 	}
 }
 
-// The demo's policy is the built-in default with three settings changed; when the default changes,
-// copy verdict/policy/default.cue to demo/platform-policies/podinfo/policy.cue and change them again.
+// The demo's policy is the built-in default with three settings changed and the demo's metric
+// queries added; when the default changes, copy verdict/policy/default.cue to
+// demo/platform-policies/podinfo/policy.cue and change them again.
 func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 	files, err := repoFiles(repoPolicies, 3)
 	if err != nil {
@@ -229,8 +236,14 @@ func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 		}
 		want = strings.Replace(want, r[0], r[1], 1)
 	}
+	// The metric queries sit between rehearsal and tolerances; the rest is the default's.
 	got := files["podinfo/policy.cue"]
-	if got != want {
+	const before, after = "\trehearsal:      false\n", "\ttolerances: {\n"
+	i, j := strings.Index(got, before), strings.Index(got, after)
+	if i < 0 || j < i || !strings.Contains(got[i:j], "\tmetrics: queries: {\n") {
+		t.Fatalf("demo/platform-policies/podinfo/policy.cue should have settings.metrics.queries between rehearsal and tolerances")
+	}
+	if without := got[:i+len(before)] + got[j:]; without != want {
 		t.Fatalf("demo/platform-policies/podinfo/policy.cue is not verdict/policy/default.cue with the sandbox's settings")
 	}
 	p, err := verdict.LoadPolicy(map[string][]byte{"policy.cue": []byte(got)})
@@ -240,6 +253,31 @@ func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 	s, err := p.Settings()
 	if err != nil || s.Soak != 15*time.Second || s.SampleInterval != 2*time.Second || s.OnFail != v1alpha1.OnFailureRollback {
 		t.Errorf("settings %+v, %v", s, err)
+	}
+
+	// The built-in rules judge queries of these two names; each is PromQL over the demo's
+	// workload, grouped by the cluster label, once the rollout's clusters are put in.
+	if names := slices.Sorted(maps.Keys(s.Metrics.Queries)); !slices.Equal(names, []string{"errorRatio", "latencyP95"}) {
+		t.Fatalf("the demo's metric queries are %v, want errorRatio and latencyP95", names)
+	}
+	for name, q := range s.Metrics.Queries {
+		expr, err := parser.NewParser(parser.Options{}).ParseExpr(metrics.Expand(q, []string{"member-1", "member-2"}))
+		if err != nil {
+			t.Errorf("query %s is not PromQL: %v", name, err)
+			continue
+		}
+		for _, sel := range parser.ExtractSelectors(expr) {
+			labels := map[string]string{}
+			for _, m := range sel {
+				labels[m.Name] = m.Value
+			}
+			if labels["namespace"] != appNamespace || labels["workload"] != path.Base(webWorkload) || labels[s.Metrics.ClusterLabel] != "member-1|member-2" {
+				t.Errorf("query %s selects %v: want the demo's workload %s in the clusters asked about", name, sel, webWorkload)
+			}
+		}
+		if !strings.Contains(q, "sum by ("+s.Metrics.ClusterLabel) {
+			t.Errorf("query %s does not aggregate by the cluster label", name)
+		}
 	}
 }
 

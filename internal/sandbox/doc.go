@@ -1,9 +1,9 @@
 // Package sandbox is what `tidegate sandbox` does, in the binary tidegate-sandbox (the commands are
 // internal/sandboxcmd's; the CLI runs that binary for them): a whole fleet on one machine, started
 // in the background (a hub and member API servers, Flux, a Git server with the embedded demo fleet,
-// the tidegate controller and the workload simulator, from internal/localfleet and
-// internal/simulator), and a demo that plays releases of a package against it through commits and
-// approvals.
+// the tidegate controller, the workload simulator and a Prometheus scraping its service traffic,
+// from internal/localfleet and internal/simulator), and a demo that plays releases of a package
+// against it through commits, approvals and simulator faults.
 //
 // `sandbox up` re-executes its binary as the hidden `sandbox run`, in a session of its own, and
 // follows its start-up through DIR/state.json; `run` holds DIR/sandbox.lock while it lives, which is

@@ -36,8 +36,9 @@ import (
 // the logs out of it first, then removes it.
 const keepFleetEnv = "TIDEGATE_KEEP_FLEET"
 
-// sandboxRun is the background process: it starts the fleet, tidegate and the simulator, commits
-// the demo, and serves the control endpoint until its context ends (SIGTERM from `sandbox down`).
+// sandboxRun is the background process: it starts the fleet, tidegate, the simulator and a
+// Prometheus scraping it, commits the demo, and serves the control endpoint until its context ends
+// (SIGTERM from `sandbox down`).
 type sandboxRun struct {
 	dir      string
 	members  int
@@ -54,6 +55,8 @@ type sandboxRun struct {
 	mgrErr   error
 	ready    atomic.Bool // the control endpoint acts only once everything it needs is there
 	stopSim  context.CancelFunc
+	metrics  *http.Server // the simulator's service metrics, for prom
+	prom     *localfleet.Prometheus
 	control  *http.Server
 	stopOnce sync.Once
 }
@@ -126,7 +129,7 @@ func (r *sandboxRun) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ln, err := listenControl()
+	ln, err := listenLoopback("the control endpoint")
 	if err != nil {
 		return err
 	}
@@ -143,6 +146,11 @@ func (r *sandboxRun) start(ctx context.Context) error {
 		return err
 	}
 	if err := st.step("starting tidegate and the workload simulator", func() error { return r.startTidegate(ctx) }); err != nil {
+		return err
+	}
+	if err := st.step("starting Prometheus, scraping the simulator's service metrics every second", func() error {
+		return r.startPrometheus(ctx)
+	}); err != nil {
 		return err
 	}
 	what := "committing the demo repositories fleet, podinfo and platform-policies"
@@ -272,6 +280,24 @@ func (r *sandboxRun) startTidegate(ctx context.Context) error {
 	return nil
 }
 
+// startPrometheus serves the simulator's service metrics (every member's simulated traffic, each
+// series labelled with its cluster) on a port of 127.0.0.1, and starts a Prometheus of the fleet
+// that scrapes them every second: a central store, as noDisruption reads one. The demo rollout's
+// spec.metrics names it (bootstrap substitutes its URL), and a user can ask it what a metric rule
+// would see. It stops with the fleet.
+func (r *sandboxRun) startPrometheus(ctx context.Context) error {
+	ln, err := listenLoopback("the simulator's metrics")
+	if err != nil {
+		return err
+	}
+	r.metrics = &http.Server{Handler: r.sim.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = r.metrics.Serve(ln) }()
+	if r.prom, err = r.fleet.StartPrometheus(ctx, ln.Addr().String()); err != nil {
+		return err
+	}
+	return r.state.update(func(s *State) { s.Prometheus = r.prom.URL })
+}
+
 // commitDemo creates the demo's repositories on the Git server with their first commit.
 func (r *sandboxRun) commitDemo() error {
 	urls, initial := map[string]string{}, map[string]string{}
@@ -336,7 +362,7 @@ func (r *sandboxRun) bootstrap(ctx context.Context) error {
 			Prune:     true,
 			Timeout:   &metav1.Duration{Duration: time.Minute},
 			SourceRef: kustomizev1.CrossNamespaceSourceReference{Kind: sourcev1.GitRepositoryKind, Name: bootstrapName},
-			PostBuild: &kustomizev1.PostBuild{Substitute: map[string]string{gitServerVar: server, registryVar: f.Registry.Host}},
+			PostBuild: &kustomizev1.PostBuild{Substitute: map[string]string{gitServerVar: server, registryVar: f.Registry.Host, prometheusVar: r.prom.URL}},
 		},
 	}
 	for _, obj := range []client.Object{src, ks} {
@@ -354,6 +380,9 @@ func (r *sandboxRun) stop() {
 			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = r.control.Shutdown(shutdownCtx)
 			cancel()
+		}
+		if r.metrics != nil {
+			_ = r.metrics.Close()
 		}
 		if r.sim != nil {
 			r.stopSim()

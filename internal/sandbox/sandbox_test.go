@@ -72,8 +72,10 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 }
 
 // The whole story, through the commands: up --demo starts a sandbox of three clusters in the
-// background and plays v2 (passes), v3 (rolled back), v4 (blocked, approved, completes); the hub then
-// shows v4 known-good everywhere, v3 rejected, a receipt for every gate; status shows it running;
+// background and plays v2 (passes), v3 (loses availability, rolled back), v4 (answers 30 % errors
+// while Available, rolled back on the errorRatio its Prometheus measured), v5 (blocked, approved,
+// completes); the hub then shows v5 known-good everywhere, v3 and v4 rejected, a receipt for every
+// gate, the noDisruption receipts with the service metrics; status shows it running and its Prometheus;
 // down leaves no process of it behind, and a second down has nothing to do. The same story runs,
 // at the same time, with --oci: every release is a Flux OCI artifact in the sandbox's registry,
 // signed with the sandbox's cosign key and verified by source-controller; the waves run on digests,
@@ -117,7 +119,7 @@ func playDemo(t *testing.T, oci bool) {
 	output := log.all.String()
 
 	// The story's releases and their outcomes.
-	if len(res.Releases) != 4 {
+	if len(res.Releases) != 5 {
 		t.Fatalf("releases %+v", res.Releases)
 	}
 	for _, r := range res.Releases {
@@ -129,7 +131,8 @@ func playDemo(t *testing.T, oci bool) {
 	for _, r := range res.Releases {
 		rev[r.Label] = r.Revision
 	}
-	for label, outcome := range map[string]string{"v1": "Completed (first rollout)", "v2": "Completed", "v3": "RolledBack (rejected)", "v4": "Completed after approval"} {
+	for label, outcome := range map[string]string{"v1": "Completed (first rollout)", "v2": "Completed", "v3": "RolledBack (rejected)",
+		"v4": "RolledBack (rejected)", "v5": "Completed after approval"} {
 		found := false
 		for _, r := range res.Releases {
 			found = found || (r.Label == label && r.Outcome == outcome)
@@ -148,23 +151,23 @@ func playDemo(t *testing.T, oci bool) {
 	if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: rolloutName}, &fr); err != nil {
 		t.Fatal(err)
 	}
-	if fr.Status.Phase != v1alpha1.PhaseCompleted || knownGoodOf(&fr) != rev["v4"] || !fr.IsRejected(rev["v3"]) {
-		t.Errorf("the rollout should end Completed at v4 with v3 rejected: %s, rejected %+v", describeRollout(&fr, func(s string) string { return s }), fr.Status.Rejected)
+	if fr.Status.Phase != v1alpha1.PhaseCompleted || knownGoodOf(&fr) != rev["v5"] || !fr.IsRejected(rev["v3"]) || !fr.IsRejected(rev["v4"]) {
+		t.Errorf("the rollout should end Completed at v5 with v3 and v4 rejected: %s, rejected %+v", describeRollout(&fr, func(s string) string { return s }), fr.Status.Rejected)
 	}
 
-	// Every cluster runs v4, with db's bigger volume.
+	// Every cluster runs v5, with db's bigger volume.
 	for _, member := range st.Clusters {
 		var ks kustomizev1.Kustomization
 		if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: v1alpha1.KustomizationName(rolloutName, member)}, &ks); err != nil {
 			t.Fatal(err)
 		}
-		if !engine.SameRevision(ks.Status.LastAppliedRevision, rev["v4"]) || oci != (ks.Status.LastAppliedRevision == digestOf(rev["v4"])) {
-			t.Errorf("%s's Kustomization applied %s, want v4 %s", member, ks.Status.LastAppliedRevision, rev["v4"])
+		if !engine.SameRevision(ks.Status.LastAppliedRevision, rev["v5"]) || oci != (ks.Status.LastAppliedRevision == digestOf(rev["v5"])) {
+			t.Errorf("%s's Kustomization applied %s, want v5 %s", member, ks.Status.LastAppliedRevision, rev["v5"])
 		}
 		mc := memberClient(ctx, t, hub, member)
 		var cm corev1.ConfigMap
-		if err := mc.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "podinfo"}, &cm); err != nil || cm.Data["version"] != "v4" || cm.Data["logLevel"] != "info" {
-			t.Errorf("%s: ConfigMap podinfo %v (%v), want version v4 and logLevel info", member, cm.Data, err)
+		if err := mc.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "podinfo"}, &cm); err != nil || cm.Data["version"] != "v5" || cm.Data["logLevel"] != "info" {
+			t.Errorf("%s: ConfigMap podinfo %v (%v), want version v5 and logLevel info", member, cm.Data, err)
 		}
 		var db appsv1.StatefulSet
 		if err := mc.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "db"}, &db); err != nil {
@@ -174,9 +177,9 @@ func playDemo(t *testing.T, oci bool) {
 		}
 	}
 
-	// A receipt for every gate: each wave of v2 passed all of its gates; v3 failed noDisruption on
-	// the canary; v4 failed rollbackSafe, then passed it with the demo's approval. The summary
-	// names every one of them.
+	// A receipt for every gate: each wave of v2 passed all of its gates; v3 and v4 failed
+	// noDisruption on the canary; v5 failed rollbackSafe, then passed it with the demo's approval.
+	// The summary names every one of them.
 	var receipts v1alpha1.GateReceiptList
 	if err := hub.List(ctx, &receipts, client.InNamespace(fleetNamespace)); err != nil {
 		t.Fatal(err)
@@ -191,29 +194,25 @@ func playDemo(t *testing.T, oci bool) {
 			}
 		}
 		if oci && s.Gate == v1alpha1.GateDeploySafe && s.Result == v1alpha1.ResultPass {
-			raw, err := s.StoredEvidence(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ev verdict.DeploySafeEvidence
-			if err := json.Unmarshal(raw, &ev); err != nil {
-				t.Fatal(err)
-			}
+			ev := evidenceOf[verdict.DeploySafeEvidence](t, rc)
 			if !ev.Source.Verified || ev.Source.Verification != "cosign" || ev.Source.Revision != digestOf(s.Candidate.Revision) {
 				t.Errorf("receipt %s: deploySafe passed on source %+v, want cosign's verification of %s", rc.Name, ev.Source, digestOf(s.Candidate.Revision))
 			}
 		}
-		if s.Gate == v1alpha1.GateRollbackSafe && s.Candidate.Revision == rev["v4"] && s.Result == v1alpha1.ResultPass &&
+		if s.Gate == v1alpha1.GateRollbackSafe && s.Candidate.Revision == rev["v5"] && s.Result == v1alpha1.ResultPass &&
 			(len(s.Approvals) != 1 || s.Approvals[0].By != "demo" || !s.Approvals[0].Irreversible) {
-			t.Errorf("v4's passing rollbackSafe receipt should record the demo's approval: %+v", s.Approvals)
+			t.Errorf("v5's passing rollbackSafe receipt should record the demo's approval: %+v", s.Approvals)
+		}
+		if s.Gate == v1alpha1.GateNoDisruption {
+			checkServiceMetrics(t, rc, s.Candidate.Revision == rev["v4"], s.Candidate.Revision == rev["v2"])
 		}
 	}
 	for _, want := range []string{
 		"v2 canary deploySafe Pass", "v2 canary rollbackSafe Pass", "v2 canary rollbackSucceeds Pass", "v2 canary noDisruption Pass",
 		"v2 ring deploySafe Pass", "v2 ring rollbackSucceeds Pass", "v2 ring noDisruption Pass",
 		"v2 rest deploySafe Pass", "v2 rest rollbackSucceeds Pass", "v2 rest noDisruption Pass",
-		"v3 canary noDisruption Fail",
-		"v4 canary rollbackSafe Fail", "v4 canary rollbackSafe Pass", "v4 rest noDisruption Pass",
+		"v3 canary noDisruption Fail", "v4 canary noDisruption Fail",
+		"v5 canary rollbackSafe Fail", "v5 canary rollbackSafe Pass", "v5 rest noDisruption Pass",
 	} {
 		f := strings.Fields(want)
 		if decided[rev[f[0]]+" "+f[1]+" "+f[2]+" "+f[3]] == 0 {
@@ -221,7 +220,8 @@ func playDemo(t *testing.T, oci bool) {
 		}
 	}
 	for _, want := range []string{"REVISION", "v3", "RolledBack (rejected)", "approved by demo", "Completed after approval",
-		"rollbackSafe failed in wave canary", "noDisruption failed in wave canary", "tidegate status podinfo --kubeconfig " + st.Kubeconfig} {
+		"rollbackSafe failed in wave canary", "noDisruption failed in wave canary", "errorRatio's mean over the soak",
+		"tidegate status podinfo --kubeconfig " + st.Kubeconfig, "Service metrics: Prometheus at " + st.Prometheus} {
 		if !strings.Contains(output, want) {
 			t.Errorf("the output should say %q", want)
 		}
@@ -283,7 +283,8 @@ func playDemo(t *testing.T, oci bool) {
 
 	var out bytes.Buffer
 	if code := executeTo(ctx, []string{"sandbox", "status", "--dir", dir}, &out, &out); code != 0 ||
-		!strings.Contains(out.String(), "running: pid "+strconv.Itoa(pid)) || !regexpMatch(`podinfo\s+Completed`, out.String()) {
+		!strings.Contains(out.String(), "running: pid "+strconv.Itoa(pid)) || !regexpMatch(`podinfo\s+Completed`, out.String()) ||
+		st.Prometheus == "" || !strings.Contains(out.String(), "Prometheus at "+st.Prometheus) {
 		t.Errorf("status exited %d:\n%s", code, out.String())
 	}
 	t.Logf("status:\n%s", out.String())
@@ -332,6 +333,59 @@ func playDemo(t *testing.T, oci bool) {
 	if code := executeTo(ctx, []string{"sandbox", "status", "--dir", dir}, &out, &out); code != 1 || !strings.Contains(out.String(), "no sandbox runs") {
 		t.Errorf("status without a sandbox exited %d:\n%s", code, out.String())
 	}
+}
+
+// checkServiceMetrics checks a noDisruption receipt's service metrics, which the demo policy's
+// queries read at the sandbox's Prometheus: v4's canary failed on its error ratio, the receipt
+// naming the query, the canary, its mean and the baseline's (the clusters still at v2, without
+// errors); every wave of v2 passed with points for both queries and no error.
+func checkServiceMetrics(t *testing.T, rc v1alpha1.GateReceipt, v4, v2 bool) {
+	t.Helper()
+	s := rc.Spec
+	if !(v4 && s.Wave == "canary" && s.Result == v1alpha1.ResultFail) && !(v2 && s.Result == v1alpha1.ResultPass) {
+		return
+	}
+	ev := evidenceOf[verdict.NoDisruptionEvidence](t, rc)
+	if ev.Metrics == nil || len(ev.Clusters) == 0 {
+		t.Errorf("receipt %s (wave %s) has no service metrics: %+v", rc.Name, s.Wave, ev.Metrics)
+		return
+	}
+	if v2 {
+		for _, c := range ev.Clusters {
+			for _, q := range []string{"errorRatio", "latencyP95"} {
+				if m, ok := c.Metrics[q]; !ok || m.Count == 0 || (q == "errorRatio" && m.Max != 0) {
+					t.Errorf("v2's receipt %s, cluster %s: %s %+v (ok %v), want points and no error", rc.Name, c.Name, q, m, ok)
+				}
+			}
+		}
+		return
+	}
+	canary := ev.Clusters[0].Name
+	reasons := strings.Join(s.Reasons, "\n")
+	for _, want := range []string{"cluster " + canary + ": errorRatio's mean over the soak", "the baseline's mean is 0"} {
+		if !strings.Contains(reasons, want) {
+			t.Errorf("v4's failed noDisruption receipt %s should say %q: %q", rc.Name, want, s.Reasons)
+		}
+	}
+	m, b := ev.Clusters[0].Metrics["errorRatio"], ev.Metrics.Baseline["errorRatio"]
+	if m.Mean <= 0.01 || m.Max < 0.25 || b.Kind != verdict.BaselineNotYetUpdated || len(b.Clusters) == 0 || b.Mean != 0 {
+		t.Errorf("v4's canary %s: errorRatio %+v against the baseline %+v, want a mean above 1 %%, near %.1f at its most, and a baseline of clusters at v2 without errors",
+			canary, m, b, v4ErrorRatio)
+	}
+}
+
+// evidenceOf is the evidence a receipt recorded, as the gate's evidence type E.
+func evidenceOf[E any](t *testing.T, rc v1alpha1.GateReceipt) E {
+	t.Helper()
+	var ev E
+	raw, err := rc.Spec.StoredEvidence(nil)
+	if err == nil {
+		err = json.Unmarshal(raw, &ev)
+	}
+	if err != nil {
+		t.Fatalf("the evidence of receipt %s: %v", rc.Name, err)
+	}
+	return ev
 }
 
 func hubOf(t *testing.T, st *State) client.Client {

@@ -53,11 +53,16 @@ type State struct {
 	Initial map[string]string `json:"initial,omitempty"`
 	// OCI is where the package is pushed when the sandbox delivers it as OCI artifacts (--oci).
 	OCI *OCIState `json:"oci,omitempty"`
+	// Prometheus is the base URL of the sandbox's Prometheus, which scrapes the workload simulator's
+	// service metrics (http_requests_total and http_request_duration_seconds, by cluster, namespace
+	// and workload) every second; the demo rollout's spec.metrics names it.
+	Prometheus string `json:"prometheus,omitempty"`
 	// Control is the background process's control endpoint, for the demo driver.
 	Control *Control `json:"control,omitempty"`
 	// Steps are the start-up steps, in order.
 	Steps []Step `json:"steps"`
-	// Ready is true once the fleet, tidegate, the simulator and the demo repositories are up.
+	// Ready is true once the fleet, tidegate, the simulator, Prometheus and the demo repositories
+	// are up.
 	Ready bool `json:"ready"`
 	// Error says why the start-up failed; the background process then exits.
 	Error string `json:"error,omitempty"`

@@ -65,6 +65,9 @@ func status(ctx context.Context, out io.Writer, dir string) error {
 		return &Error{Code: 1, Err: errors.New("the hub does not answer"), Reported: true}
 	}
 	fmt.Fprintf(out, "hub       %s answers; kubeconfig %s (namespace %s)\n", host, st.Kubeconfig, st.Namespace)
+	if st.Prometheus != "" {
+		fmt.Fprintf(out, "metrics   Prometheus at %s scrapes the simulator's service metrics every second\n", st.Prometheus)
+	}
 	fmt.Fprintf(out, "logs      %s/\n\n", st.LogDir)
 	fmt.Fprint(out, statusTables(fcs.Items, frs.Items))
 	return nil
@@ -149,7 +152,7 @@ func down(ctx context.Context, out io.Writer, dir string) error {
 		return failed("a process holds %s but its pid is unknown; stop it yourself", l.lock())
 	}
 	start := time.Now()
-	fmt.Fprintf(out, "stopping the sandbox (pid %d): tidegate, the simulator, Flux, the API servers and etcds… ", pid)
+	fmt.Fprintf(out, "stopping the sandbox (pid %d): tidegate, the simulator, Prometheus, Flux, the API servers and etcds… ", pid)
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		fmt.Fprintln(out, "failed")
 		return failed("signalling pid %d: %v", pid, err)

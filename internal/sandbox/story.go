@@ -44,108 +44,24 @@ const demoFieldManager = "tidegate-sandbox-demo"
 // machine once decided the canary's soak before a sample saw the loss).
 const v3After = 8 * time.Second
 
+// The v4 fault: the share of its requests the pods of image :v4 answer with 500, while they stay
+// ready. Thirty times the policy's maxErrorRatio (1 %), so that the canary's mean over the soak is
+// well above it even with the first points' rates mixing in v2's answers.
+const v4ErrorRatio = 0.3
+
 // story plays the demo against the running sandbox: v2 passes every gate, v3 loses availability
-// and is rolled back, v4 needs an approval of its irreversible change. v1 is the known-good.
+// and is rolled back, v4 answers errors while staying available and is rolled back on its error
+// ratio, v5 needs an approval of its irreversible change. v1 is the known-good.
 func (d *driver) story(ctx context.Context) (*demoResult, error) {
 	res := &demoResult{Releases: []release{{Label: "v1", Revision: d.st.Initial[repoPodinfo], Outcome: "Completed (first rollout)"}}}
-	fmt.Fprintf(d.out, "\nThe demo: three releases of podinfo, each a commit to the podinfo repository.\n")
-
-	// v2: a healthy release.
-	fmt.Fprintf(d.out, "\nv2: a healthy release. It goes wave by wave, and every gate passes.\n")
-	start := d.watch.reset()
-	rev2, err := d.commitRelease(ctx, "v2", nil)
-	if err != nil {
-		return res, d.fail("v2: committing the release", err)
-	}
-	if _, err := d.waitRollout(ctx, completes(rev2, "v2")); err != nil {
-		return res, d.fail("v2: a healthy release should complete", err)
-	}
-	fmt.Fprintf(d.out, "  v2 runs everywhere (%s)\n", roundDuration(time.Since(start)))
-	res.Releases = append(res.Releases, release{Label: "v2", Revision: rev2, Outcome: "Completed"})
-
-	// v3: pods that lose readiness on the canary.
-	fmt.Fprintf(d.out, "\nv3: a bad release. The workload simulator makes the pods of image :v3 lose readiness %s after\n"+
-		"they start; noDisruption fails on the canary, and the policy (onFail: Rollback) rolls it back.\n", v3After)
-	if err := d.ctl.setFault(ctx, faultRequest{Workload: webWorkload, Mode: string(simulator.LoseAvailability), Image: ":v3", After: v3After.String()}); err != nil {
-		return res, d.fail("v3: setting the simulator fault", err)
-	}
-	start = d.watch.reset()
-	rev3, err := d.commitRelease(ctx, "v3", nil)
-	if err != nil {
-		return res, d.fail("v3: committing the release", err)
-	}
-	fr, err := d.waitRollout(ctx, func(fr *v1alpha1.FleetRollout) (bool, error) {
-		if candidateOf(fr) != rev3 {
-			return false, nil
+	fmt.Fprintf(d.out, "\nThe demo: four releases of podinfo, each a commit to the podinfo repository.\n")
+	for _, play := range []func(context.Context) (release, error){d.healthyRelease, d.unavailableRelease, d.erroringRelease, d.irreversibleRelease} {
+		rel, err := play(ctx)
+		if err != nil {
+			return res, err
 		}
-		switch fr.Status.Phase {
-		case v1alpha1.PhaseRolledBack:
-			return true, nil
-		case v1alpha1.PhaseCompleted:
-			return false, fmt.Errorf("v3 completed, but its canary should have lost availability and failed noDisruption")
-		case v1alpha1.PhaseHeld:
-			return false, fmt.Errorf("v3 is held instead of rolled back: the policy in platform-policies should say onFail: \"Rollback\"")
-		}
-		return false, nil
-	})
-	if err != nil {
-		return res, d.fail("v3: a release that loses availability should be rolled back", err)
+		res.Releases = append(res.Releases, rel)
 	}
-	if !fr.IsRejected(rev3) {
-		return res, d.fail("v3: a rolled-back release should be rejected", fmt.Errorf("status.rejected is %+v", fr.Status.Rejected))
-	}
-	why := d.failedGate(ctx, rev3, v1alpha1.GateNoDisruption)
-	fmt.Fprintf(d.out, "  v3 was rolled back and is rejected (%s)\n  %s\n", roundDuration(time.Since(start)), why)
-	if err := d.ctl.clearFault(ctx, "", webWorkload); err != nil {
-		return res, d.fail("v3: clearing the simulator fault", err)
-	}
-	res.Releases = append(res.Releases, release{Label: "v3", Revision: rev3, Outcome: "RolledBack (rejected)"})
-
-	// v4: a change that going back cannot undo.
-	fmt.Fprintf(d.out, "\nv4: a release that grows db's volume (volumeClaimTemplates 1Gi → 2Gi), which going back to v2\n"+
-		"would not undo. rollbackSafe blocks it before the first wave, with nothing applied, until its\n"+
-		"irreversible changes are approved.\n")
-	start = d.watch.reset()
-	rev4, err := d.commitRelease(ctx, "v4", func(ctx context.Context, files map[string]string) error {
-		db, err := d.ctl.readFile(ctx, repoPodinfo, dbFile)
-		if err == nil {
-			files[dbFile], err = setStorage(db, "1Gi", "2Gi")
-		}
-		return err
-	})
-	if err != nil {
-		return res, d.fail("v4: committing the release", err)
-	}
-	_, err = d.waitRollout(ctx, func(fr *v1alpha1.FleetRollout) (bool, error) {
-		if candidateOf(fr) != rev4 || len(fr.Status.Waves) == 0 {
-			return false, nil
-		}
-		first := fr.Status.Waves[0]
-		if first.StartedAt != nil {
-			return false, fmt.Errorf("wave %s of v4 started: rollbackSafe should have blocked it", first.Name)
-		}
-		for _, g := range first.Gates {
-			if g.Gate == v1alpha1.GateRollbackSafe && g.Result == v1alpha1.ResultFail {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return res, d.fail("v4: rollbackSafe should block the first wave", err)
-	}
-	fmt.Fprintf(d.out, "  v4 is blocked before its first wave, nothing applied.\n  %s\n", d.failedGate(ctx, rev4, v1alpha1.GateRollbackSafe))
-	approval := v1alpha1.Approval{Revision: rev4, Irreversible: true, By: "demo", Reason: "db's volume grows; reviewed by the demo"}
-	fmt.Fprintf(d.out, "  approving its irreversible changes, as `%s approve %s --revision %s --irreversible --by demo` would:\n"+
-		"  spec.approvals += {revision: %s, irreversible: true, by: demo}\n", d.cli, rolloutName, shortRevision(rev4), shortRevision(rev4))
-	if err := d.approve(ctx, approval); err != nil {
-		return res, d.fail("v4: approving the irreversible change", err)
-	}
-	if _, err := d.waitRollout(ctx, completes(rev4, "v4")); err != nil {
-		return res, d.fail("v4: an approved release should complete", err)
-	}
-	fmt.Fprintf(d.out, "  v4 runs everywhere (%s)\n", roundDuration(time.Since(start)))
-	res.Releases = append(res.Releases, release{Label: "v4", Revision: rev4, Outcome: "Completed after approval"})
 
 	summary, err := d.summary(ctx, res.Releases)
 	if err != nil {
@@ -160,6 +76,127 @@ func (d *driver) story(ctx context.Context) (*demoResult, error) {
 	res.Record = record
 	fmt.Fprintf(d.out, "\n%s", record)
 	return res, nil
+}
+
+// healthyRelease is v2: it goes wave by wave, and every gate passes.
+func (d *driver) healthyRelease(ctx context.Context) (release, error) {
+	fmt.Fprintf(d.out, "\nv2: a healthy release. It goes wave by wave, and every gate passes.\n")
+	start := d.watch.reset()
+	rev, err := d.commitRelease(ctx, "v2", nil)
+	if err != nil {
+		return release{}, d.fail("v2: committing the release", err)
+	}
+	if _, err := d.waitRollout(ctx, completes(rev, "v2")); err != nil {
+		return release{}, d.fail("v2: a healthy release should complete", err)
+	}
+	fmt.Fprintf(d.out, "  v2 runs everywhere (%s)\n", roundDuration(time.Since(start)))
+	return release{Label: "v2", Revision: rev, Outcome: "Completed"}, nil
+}
+
+// unavailableRelease is v3: its pods lose readiness on the canary.
+func (d *driver) unavailableRelease(ctx context.Context) (release, error) {
+	fmt.Fprintf(d.out, "\nv3: a bad release. The workload simulator makes the pods of image :v3 lose readiness %s after\n"+
+		"they start; noDisruption fails on the canary, and the policy (onFail: Rollback) rolls it back.\n", v3After)
+	return d.rejectedRelease(ctx, "v3", "loses availability", faultRequest{Mode: string(simulator.LoseAvailability), After: v3After.String()})
+}
+
+// erroringRelease is v4: its pods stay ready while it answers errors, which only the service
+// metrics see.
+func (d *driver) erroringRelease(ctx context.Context) (release, error) {
+	fmt.Fprintf(d.out, "\nv4: a bad release whose pods stay Available: the workload simulator makes the pods of image :v4\n"+
+		"answer %.0f %% of their requests with errors, so every availability rule passes it. The policy's\n"+
+		"errorRatio query, asked at the sandbox's Prometheus, compares the canary with the clusters still at\n"+
+		"v2: noDisruption fails on the canary, and the policy rolls it back.\n", v4ErrorRatio*100)
+	return d.rejectedRelease(ctx, "v4", "answers errors", faultRequest{ErrorRatio: v4ErrorRatio})
+}
+
+// rejectedRelease commits version with fault set on the pods of its image in every cluster:
+// noDisruption fails on the canary, and the policy (onFail: Rollback) rolls it back and rejects
+// it. It says why the gate failed, and clears the fault.
+func (d *driver) rejectedRelease(ctx context.Context, version, misbehaves string, fault faultRequest) (release, error) {
+	fault.Workload, fault.Image = webWorkload, ":"+version
+	if err := d.ctl.setFault(ctx, fault); err != nil {
+		return release{}, d.fail(version+": setting the simulator fault", err)
+	}
+	start := d.watch.reset()
+	rev, err := d.commitRelease(ctx, version, nil)
+	if err != nil {
+		return release{}, d.fail(version+": committing the release", err)
+	}
+	fr, err := d.waitRollout(ctx, func(fr *v1alpha1.FleetRollout) (bool, error) {
+		if candidateOf(fr) != rev {
+			return false, nil
+		}
+		switch fr.Status.Phase {
+		case v1alpha1.PhaseRolledBack:
+			return true, nil
+		case v1alpha1.PhaseCompleted:
+			return false, fmt.Errorf("%s completed, but its canary %s and should have failed noDisruption", version, misbehaves)
+		case v1alpha1.PhaseHeld:
+			return false, fmt.Errorf("%s is held instead of rolled back: the policy in platform-policies should say onFail: \"Rollback\"", version)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return release{}, d.fail(fmt.Sprintf("%s: a release that %s should be rolled back", version, misbehaves), err)
+	}
+	if !fr.IsRejected(rev) {
+		return release{}, d.fail(version+": a rolled-back release should be rejected", fmt.Errorf("status.rejected is %+v", fr.Status.Rejected))
+	}
+	why := d.failedGate(ctx, rev, v1alpha1.GateNoDisruption)
+	fmt.Fprintf(d.out, "  %s was rolled back and is rejected (%s)\n  %s\n", version, roundDuration(time.Since(start)), why)
+	if err := d.ctl.clearFault(ctx, "", webWorkload); err != nil {
+		return release{}, d.fail(version+": clearing the simulator fault", err)
+	}
+	return release{Label: version, Revision: rev, Outcome: "RolledBack (rejected)"}, nil
+}
+
+// irreversibleRelease is v5: a change that going back cannot undo, blocked until it is approved.
+func (d *driver) irreversibleRelease(ctx context.Context) (release, error) {
+	fmt.Fprintf(d.out, "\nv5: a release that grows db's volume (volumeClaimTemplates 1Gi → 2Gi), which going back to v2\n"+
+		"would not undo. rollbackSafe blocks it before the first wave, with nothing applied, until its\n"+
+		"irreversible changes are approved.\n")
+	start := d.watch.reset()
+	rev, err := d.commitRelease(ctx, "v5", func(ctx context.Context, files map[string]string) error {
+		db, err := d.ctl.readFile(ctx, repoPodinfo, dbFile)
+		if err == nil {
+			files[dbFile], err = setStorage(db, "1Gi", "2Gi")
+		}
+		return err
+	})
+	if err != nil {
+		return release{}, d.fail("v5: committing the release", err)
+	}
+	_, err = d.waitRollout(ctx, func(fr *v1alpha1.FleetRollout) (bool, error) {
+		if candidateOf(fr) != rev || len(fr.Status.Waves) == 0 {
+			return false, nil
+		}
+		first := fr.Status.Waves[0]
+		if first.StartedAt != nil {
+			return false, fmt.Errorf("wave %s of v5 started: rollbackSafe should have blocked it", first.Name)
+		}
+		for _, g := range first.Gates {
+			if g.Gate == v1alpha1.GateRollbackSafe && g.Result == v1alpha1.ResultFail {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return release{}, d.fail("v5: rollbackSafe should block the first wave", err)
+	}
+	fmt.Fprintf(d.out, "  v5 is blocked before its first wave, nothing applied.\n  %s\n", d.failedGate(ctx, rev, v1alpha1.GateRollbackSafe))
+	approval := v1alpha1.Approval{Revision: rev, Irreversible: true, By: "demo", Reason: "db's volume grows; reviewed by the demo"}
+	fmt.Fprintf(d.out, "  approving its irreversible changes, as `%s approve %s --revision %s --irreversible --by demo` would:\n"+
+		"  spec.approvals += {revision: %s, irreversible: true, by: demo}\n", d.cli, rolloutName, shortRevision(rev), shortRevision(rev))
+	if err := d.approve(ctx, approval); err != nil {
+		return release{}, d.fail("v5: approving the irreversible change", err)
+	}
+	if _, err := d.waitRollout(ctx, completes(rev, "v5")); err != nil {
+		return release{}, d.fail("v5: an approved release should complete", err)
+	}
+	fmt.Fprintf(d.out, "  v5 runs everywhere (%s)\n", roundDuration(time.Since(start)))
+	return release{Label: "v5", Revision: rev, Outcome: "Completed after approval"}, nil
 }
 
 // record says, for each release, what its ledger holds and whether it verifies with the sandbox's

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/internal/scheme"
+	"github.com/tidegate/tidegate/internal/testbin"
 )
 
 func ready(status metav1.ConditionStatus, reason, msg string) []metav1.Condition {
@@ -64,5 +66,23 @@ func TestUpWithoutTestBinariesSaysHowToBuildThem(t *testing.T) {
 	}
 	if running(dir) {
 		t.Errorf("nothing should run")
+	}
+}
+
+// Without a Prometheus build, up says how to build it and starts nothing.
+func TestUpWithoutPrometheusSaysHowToBuildIt(t *testing.T) {
+	if _, err := testbin.Dir(""); err != nil {
+		t.Skipf("needs the test binaries, to get as far as Prometheus: %v", err)
+	}
+	t.Setenv(testbin.PrometheusEnv, filepath.Join(t.TempDir(), "prometheus"))
+	dir := t.TempDir()
+	var out bytes.Buffer
+	_, err := up(context.Background(), &out, upOptions{clusters: 1, dir: dir, runArgs: []string{"sandbox", "run"}, cli: "tidegate"})
+	var e *Error
+	if err == nil || !strings.Contains(err.Error(), "Prometheus") || !strings.Contains(err.Error(), "hack/prometheus.sh") || !errors.As(err, &e) || e.Code != 1 {
+		t.Fatalf("up without Prometheus: %v", err)
+	}
+	if running(dir) || out.Len() != 0 {
+		t.Errorf("nothing should run or be said before the error:\n%s", out.String())
 	}
 }

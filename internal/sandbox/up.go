@@ -62,6 +62,10 @@ func up(ctx context.Context, out io.Writer, o upOptions) (*demoResult, error) {
 		return nil, failed("the sandbox runs the test binaries (--testbin): %v", err)
 	}
 	o.testbin = bin
+	// Checked here too, so that a missing build fails before the fleet takes a minute to start.
+	if _, err := testbin.Prometheus(); err != nil {
+		return nil, failed("the sandbox runs Prometheus to hold its service metrics: %v", err)
+	}
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return nil, failed("creating %s: %v", o.dir, err)
 	}
@@ -436,10 +440,22 @@ The sandbox runs in the background. Look around (the kubeconfig's namespace is %
   git clone -b main %[5]s      # the package: release a version in app/kustomization.yaml
   git clone -b main %[6]s        # the hub objects: clusters, the rollout, sources
   git clone -b main %[7]s   # the policy
-Logs: %[8]s/ (tidegate-controller, source-controller, kustomize-controller, simulator, API servers)
+%[12]sLogs: %[8]s/ (tidegate-controller, source-controller, kustomize-controller, simulator, API servers)
 %[9]s shows the sandbox, %[10]s stops it.
 `, d.cli, rolloutName, d.st.Namespace, kc, d.st.Git[repoPodinfo], d.st.Git[repoFleet], d.st.Git[repoPolicies], l.logs(),
-		sandboxCmd(d.cli, "status", d.st.Dir), sandboxCmd(d.cli, "down", d.st.Dir), fluxHint(kc))
+		sandboxCmd(d.cli, "status", d.st.Dir), sandboxCmd(d.cli, "down", d.st.Dir), fluxHint(kc), prometheusHint(d.st.Prometheus))
+}
+
+// prometheusHint says where the service metrics the policy's queries read are, and how to ask
+// one as noDisruption does (its {{clusters}} put in), when the sandbox runs a Prometheus.
+func prometheusHint(url string) string {
+	if url == "" {
+		return ""
+	}
+	return fmt.Sprintf(`Service metrics: Prometheus at %[1]s scrapes the simulator's traffic every second (the rollout's
+spec.metrics; the policy's settings.metrics.queries are asked there). Ask it yourself:
+  curl -s %[1]s/api/v1/query --data-urlencode 'query=sum by (cluster) (rate(http_requests_total{code="500",namespace="%[2]s"}[5s]))'
+`, url, appNamespace)
 }
 
 // fluxHint is the hint line that lists the Kustomizations with the Flux CLI, when there is one to run.

@@ -103,8 +103,9 @@ type Actions interface {
 
 const commandLong = `sandbox runs a whole fleet on this machine, as a background process: a hub and N member
 clusters (a kube-apiserver and etcd each), Flux's source-controller and kustomize-controller on the
-hub, a Git server holding a demo fleet, the tidegate controller, and a workload simulator that plays
-the members' kubelets (they have no nodes). The demo fleet is three repositories (fleet, podinfo,
+hub, a Git server holding a demo fleet, the tidegate controller, a workload simulator that plays
+the members' kubelets (they have no nodes) and their service traffic, and a Prometheus scraping that
+traffic every second (sandbox status says where). The demo fleet is three repositories (fleet, podinfo,
 platform-policies) that Flux applies: the rollout podinfo takes the package to the members in three
 waves, and the fleet changes by commits.
 
@@ -168,7 +169,9 @@ until it completes. It then says how to look around; the sandbox runs until ` + 
 
 With --demo it then plays the story against the running sandbox, a commit at a time, showing every
 change of wave, gate and phase as it happens: v2 passes every gate wave by wave; v3 loses
-availability on the canary, fails noDisruption and is rolled back; v4 changes a StatefulSet's
+availability on the canary, fails noDisruption and is rolled back; v4 stays available but answers
+30 % of its requests with errors, fails noDisruption on the canary's error ratio (measured by
+Prometheus against the clusters still at v2) and is rolled back; v5 changes a StatefulSet's
 volumeClaimTemplates, is blocked by rollbackSafe before its first wave, is approved, and completes.
 It ends with a table of every gate decision and its receipt.
 
@@ -195,7 +198,7 @@ cosign.pub), and the rollout's OCIRepository has source-controller verify the si
 		},
 	}
 	cmd.Flags().IntVar(&o.Clusters, "clusters", defaultClusters, "how many member clusters")
-	cmd.Flags().BoolVar(&o.Demo, "demo", false, "then play the demo story (v2 passes, v3 is rolled back, v4 needs an approval)")
+	cmd.Flags().BoolVar(&o.Demo, "demo", false, "then play the demo story (v2 passes, v3 and v4 are rolled back, v5 needs an approval)")
 	cmd.Flags().BoolVar(&o.OCI, "oci", false, "deliver the package as signed Flux OCI artifacts from the sandbox's registry, verified by source-controller with cosign")
 	addDirFlag(cmd, &o.Dir)
 	addTestbinFlag(cmd, &o.Testbin)
@@ -246,8 +249,9 @@ func newStatusCommand(a Actions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Say whether the sandbox runs, and show its clusters and rollouts",
-		Long: `status says whether the sandbox's background process runs and its hub answers, and shows the
-member clusters and the rollouts in a short table. It exits 1 when no sandbox runs in DIR.`,
+		Long: `status says whether the sandbox's background process runs and its hub answers, where its
+Prometheus is, and shows the member clusters and the rollouts in a short table. It exits 1 when no
+sandbox runs in DIR.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			abs, err := absDir(dir)
