@@ -104,21 +104,24 @@ type ApprovalSettings struct {
 	Classes []string `json:"classes"`
 }
 
+// settingsJSON is Settings as a policy writes it: durations as Go duration strings.
+type settingsJSON struct {
+	Soak           string                   `json:"soak"`
+	SampleInterval string                   `json:"sampleInterval"`
+	OnFail         string                   `json:"onFail"`
+	Rehearsal      bool                     `json:"rehearsal"`
+	Inconclusive   string                   `json:"inconclusiveAfter"`
+	OnInconclusive string                   `json:"onInconclusive"`
+	CatchUp        CatchUpSettings          `json:"catchUp"`
+	Approvals      ApprovalSettings         `json:"approvals"`
+	Tolerances     Tolerances               `json:"tolerances"`
+	Metrics        MetricSettings           `json:"metrics"`
+	Checks         map[string]CheckSettings `json:"checks,omitempty"`
+}
+
 // MarshalJSON writes durations as Go duration strings ("1m0s"), the way policies write them.
 func (s Settings) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Soak           string                   `json:"soak"`
-		SampleInterval string                   `json:"sampleInterval"`
-		OnFail         string                   `json:"onFail"`
-		Rehearsal      bool                     `json:"rehearsal"`
-		Inconclusive   string                   `json:"inconclusiveAfter"`
-		OnInconclusive string                   `json:"onInconclusive"`
-		CatchUp        CatchUpSettings          `json:"catchUp"`
-		Approvals      ApprovalSettings         `json:"approvals"`
-		Tolerances     Tolerances               `json:"tolerances"`
-		Metrics        MetricSettings           `json:"metrics"`
-		Checks         map[string]CheckSettings `json:"checks,omitempty"`
-	}{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances, s.Metrics, s.Checks})
+	return json.Marshal(settingsJSON{s.Soak.String(), s.SampleInterval.String(), s.OnFail, s.Rehearsal, s.InconclusiveAfter.String(), s.OnInconclusive, s.CatchUp, s.Approvals, s.Tolerances, s.Metrics, s.Checks})
 }
 
 // NeedsApproval reports whether a wave of a rollout of the given class waits for an approval.
@@ -162,19 +165,7 @@ func (p *Policy) Settings() (s Settings, err error) {
 	if err := v.Validate(cue.Concrete(true)); err != nil {
 		return Settings{}, p.policyError(err)
 	}
-	var raw struct {
-		Soak           string                   `json:"soak"`
-		SampleInterval string                   `json:"sampleInterval"`
-		OnFail         string                   `json:"onFail"`
-		Rehearsal      bool                     `json:"rehearsal"`
-		Inconclusive   string                   `json:"inconclusiveAfter"`
-		OnInconclusive string                   `json:"onInconclusive"`
-		CatchUp        CatchUpSettings          `json:"catchUp"`
-		Approvals      ApprovalSettings         `json:"approvals"`
-		Tolerances     Tolerances               `json:"tolerances"`
-		Metrics        MetricSettings           `json:"metrics"`
-		Checks         map[string]CheckSettings `json:"checks"`
-	}
+	var raw settingsJSON
 	if err := v.Decode(&raw); err != nil {
 		return Settings{}, p.policyError(err)
 	}
