@@ -123,8 +123,14 @@ fuzz-short: ## Fuzz each of FUZZ_TARGETS briefly, from its seeds; a failing inpu
 # a scenario's timing checks missed (docs/testing.md). Each phase's -timeout (per test binary) is
 # what its slowest package takes under load with room to spare, so that a wedge fails with every
 # goroutine's stack long before CI's 90 minutes: 15, 30 and 10 minutes.
+#
+# The packages phase starts its slowest packages first (SLOW_PKGS, as measured in whole runs:
+# hack/testsummary), then the others in go list's order, so that the phase does not end on one of
+# them started last with the other worker idle beside it.
 RACE_PKGS_RE = $(subst $(eval) ,|,$(patsubst ./%/,%,$(RACE_PKGS)))
-NON_E2E_PKGS = $$(go list ./... | grep -v -E '/test/e2e$$|/tidegate/($(RACE_PKGS_RE))$$')
+SLOW_PKGS = ./internal/sandbox/ ./test/scale/ ./controllers/ ./test/firstrollout/ ./internal/localfleet/ ./test/shipped/ ./test/deploy/
+SLOW_PKGS_RE = $(subst $(eval) ,|,$(patsubst ./%/,%,$(SLOW_PKGS)))
+NON_E2E_PKGS = $(SLOW_PKGS) $$(go list ./... | grep -v -E '/test/e2e$$|/tidegate/($(RACE_PKGS_RE)|$(SLOW_PKGS_RE))$$')
 
 .PHONY: test
 test: testbin vet fuzz-short ## Run every test: the fuzz targets briefly (fuzz-short), unit and envtest, end to end, and RACE_PKGS under -race (builds the test binaries first when missing).
