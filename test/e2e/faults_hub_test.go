@@ -174,22 +174,24 @@ func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 		mu   sync.Mutex
 		last string
 	)
-	writerCtx, stopWriter := context.WithCancel(ctx)
-	writerDone := make(chan struct{})
+	// Stopping it ends the loop between two writes, never during one: a write cancelled in flight
+	// may have been applied with its answer lost, and its value would then be unknown.
+	stop, writerDone := make(chan struct{}), make(chan struct{})
+	stopWriter := func() { close(stop) }
 	go func() {
 		defer close(writerDone)
-		for i := 0; writerCtx.Err() == nil; i++ {
+		for i := 0; ctx.Err() == nil; i++ {
 			value := fmt.Sprint(i)
 			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				var fr v1alpha1.FleetRollout
-				if err := s.f.Hub.Get(writerCtx, keyOf(s.ns, "web"), &fr); err != nil {
+				if err := s.f.Hub.Get(ctx, keyOf(s.ns, "web"), &fr); err != nil {
 					return err
 				}
 				if fr.Annotations == nil {
 					fr.Annotations = map[string]string{}
 				}
 				fr.Annotations[note] = value
-				return s.f.Hub.Update(writerCtx, &fr)
+				return s.f.Hub.Update(ctx, &fr)
 			})
 			if err == nil {
 				mu.Lock()
@@ -197,7 +199,9 @@ func TestE2EFaultConflictsOnTheRollout(t *testing.T) {
 				mu.Unlock()
 			}
 			select {
-			case <-writerCtx.Done():
+			case <-stop:
+				return
+			case <-ctx.Done():
 			case <-time.After(300 * time.Millisecond):
 			}
 		}
