@@ -55,7 +55,7 @@ func (c *Collector) functionalChecks(ctx context.Context, w *engine.World, wv *v
 		}
 		run := checkSample(ev, chk.Sample)
 		results := make([]checkRun, len(run))
-		at := candidateCheck(w.Rollout)
+		at := candidateCheck(w.Rollout, wv.Name)
 		evidence.Each(len(run), checksParallel, func(j int) {
 			results[j] = c.runCheck(ctx, w, at, name, chk, ev.Clusters[run[j]].Name)
 		})
@@ -108,15 +108,15 @@ type checkRun struct {
 // checkAt is the revision a check runs against: the candidate after a wave's switch, or the
 // known-good in a rehearsal's way back. key tells its Jobs apart.
 type checkAt struct {
-	key, revision string
+	key, revision, wave string
 }
 
-func candidateCheck(fr *v1alpha1.FleetRollout) checkAt {
-	return checkAt{key: fr.Status.Candidate.Key(), revision: fr.Status.Candidate.Revision}
+func candidateCheck(fr *v1alpha1.FleetRollout, wave string) checkAt {
+	return checkAt{key: fr.Status.Candidate.Key(), revision: fr.Status.Candidate.Revision, wave: wave}
 }
 
-func rehearsalCheck(fr *v1alpha1.FleetRollout) checkAt {
-	return checkAt{key: "rehearsal/" + fr.Status.LastKnownGood.Key() + "/" + fr.Status.Candidate.Key(), revision: fr.Status.LastKnownGood.Revision}
+func rehearsalCheck(fr *v1alpha1.FleetRollout, wave string) checkAt {
+	return checkAt{key: "rehearsal/" + fr.Status.LastKnownGood.Key() + "/" + fr.Status.Candidate.Key(), revision: fr.Status.LastKnownGood.Revision, wave: wave}
 }
 
 func (c *Collector) runCheck(ctx context.Context, w *engine.World, at checkAt, name string, chk verdict.CheckSettings, cluster string) checkRun {
@@ -161,17 +161,17 @@ func httpCheck(ctx context.Context, h *verdict.HTTPCheck, cluster string, timeou
 // CheckJobName is the name of the Job that runs check for the rollout's candidate in wave on
 // cluster: the same at every decision, another for another candidate, wave or cluster.
 func CheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string {
-	return checkJobName(fr, candidateCheck(fr), check, wave, cluster)
+	return checkJobName(fr, candidateCheck(fr, wave), check, cluster)
 }
 
 // RehearsalCheckJobName is the name of the Job that runs check at the known-good on cluster, in the
 // rehearsal of wave.
 func RehearsalCheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string {
-	return checkJobName(fr, rehearsalCheck(fr), check, wave, cluster)
+	return checkJobName(fr, rehearsalCheck(fr, wave), check, cluster)
 }
 
-func checkJobName(fr *v1alpha1.FleetRollout, at checkAt, check, wave, cluster string) string {
-	h := sha256.Sum256([]byte(string(fr.UID) + "/" + at.key + "/" + wave + "/" + cluster))
+func checkJobName(fr *v1alpha1.FleetRollout, at checkAt, check, cluster string) string {
+	h := sha256.Sum256([]byte(string(fr.UID) + "/" + at.key + "/" + at.wave + "/" + cluster))
 	if len(check) > 40 {
 		check = check[:40]
 	}
@@ -191,8 +191,7 @@ func (c *Collector) jobCheck(ctx context.Context, fr *v1alpha1.FleetRollout, at 
 	if ns == "" {
 		ns = "default"
 	}
-	wave := waveOfCluster(fr, fc.Name)
-	key := client.ObjectKey{Namespace: ns, Name: checkJobName(fr, at, name, wave, fc.Name)}
+	key := client.ObjectKey{Namespace: ns, Name: checkJobName(fr, at, name, fc.Name)}
 	var job batchv1.Job
 	switch err := cl.Get(ctx, key, &job); {
 	case apierrors.IsNotFound(err):
@@ -211,16 +210,6 @@ func (c *Collector) jobCheck(ctx context.Context, fr *v1alpha1.FleetRollout, at 
 			Message: fmt.Sprintf("Job %s failed: %s: %s", key, cond.Reason, cond.Message), Logs: c.jobLogs(ctx, fc, cl, &job)}}
 	}
 	return checkRun{couldNotRun: fmt.Sprintf("Job %s has not finished (created %s ago)", key, time.Since(job.CreationTimestamp.Time).Round(time.Second))}
-}
-
-// waveOfCluster is the name of the rollout's wave cluster is in.
-func waveOfCluster(fr *v1alpha1.FleetRollout, cluster string) string {
-	for _, wv := range fr.Status.Waves {
-		if slices.Contains(wv.Clusters, cluster) {
-			return wv.Name
-		}
-	}
-	return ""
 }
 
 // checkJob is the Job that runs check j on cluster: no retry (a check that fails once failed), its
@@ -340,7 +329,7 @@ func (c *Collector) RehearsalChecks(ctx context.Context, w *engine.World, i int)
 				results[j] = checkRun{couldNotRun: "not Ready at the known-good yet"}
 				return
 			}
-			results[j] = c.runCheck(ctx, w, rehearsalCheck(fr), name, chk, run[j])
+			results[j] = c.runCheck(ctx, w, rehearsalCheck(fr, wv.Name), name, chk, run[j])
 		})
 		for j, cl := range run {
 			r := results[j]

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,12 +65,13 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 		names[i] = ev.Clusters[i].Name
 	}
 	base := baselineOf(w, wv, ms.BaselineClusters, win)
+	srcs := &metricSources{c: c, known: map[string]sourceAnswer{}}
 	for _, q := range slices.Sorted(maps.Keys(ms.Queries)) {
 		asked := names
 		if base.kind == verdict.BaselineNotYetUpdated {
 			asked = append(slices.Clone(names), base.clusters...)
 		}
-		series, errs := c.askMetric(ctx, w, q, asked, win.start, win.end, win.step)
+		series, errs := srcs.ask(ctx, w, q, asked, win.start, win.end, win.step)
 		for i := range ev.Clusters {
 			name := ev.Clusters[i].Name
 			pts, found := series[name]
@@ -89,7 +91,7 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 			}
 		}
 		if base.kind == verdict.BaselineBeforeSwitch {
-			series, errs = c.askMetric(ctx, w, q, base.clusters, base.start, base.end, win.step)
+			series, errs = srcs.ask(ctx, w, q, base.clusters, base.start, base.end, win.step)
 		}
 		recordBaseline(me, q, base, series, errs, win.required)
 	}
@@ -107,12 +109,12 @@ func (c *Collector) serviceMetrics(ctx context.Context, w *engine.World, wv *v1a
 // that many sample intervals is asked at a coarser step.
 const maxMetricPoints = 720
 
-// askMetric asks query q over start to end for clusters: once at the rollout's Prometheus
+// ask asks query q over start to end for clusters: once at the rollout's Prometheus
 // (spec.metrics) for every cluster without one of its own, and once at each other cluster's own
 // (its FleetCluster's spec.metrics), where {{clusters}} matches any value and the one series
 // answered is the cluster's. It returns the points by cluster, and why a cluster has none when it
 // could not be asked.
-func (c *Collector) askMetric(ctx context.Context, w *engine.World, q string, clusters []string, start, end time.Time, step time.Duration) (map[string][]float64, map[string]error) {
+func (m *metricSources) ask(ctx context.Context, w *engine.World, q string, clusters []string, start, end time.Time, step time.Duration) (map[string][]float64, map[string]error) {
 	ms := w.Settings.Metrics
 	series, errs := map[string][]float64{}, map[string]error{}
 	var shared, own []string
@@ -124,7 +126,7 @@ func (c *Collector) askMetric(ctx context.Context, w *engine.World, q string, cl
 		}
 	}
 	if len(shared) > 0 {
-		out, err := c.rangeAt(ctx, w.Rollout.Namespace, w.Rollout.Spec.Metrics, "spec.metrics", metrics.Expand(ms.Queries[q], shared), ms.ClusterLabel, start, end, step)
+		out, err := m.rangeAt(ctx, w.Rollout.Namespace, w.Rollout.Spec.Metrics, "spec.metrics", metrics.Expand(ms.Queries[q], shared), ms.ClusterLabel, start, end, step)
 		for _, cl := range shared {
 			if err != nil {
 				errs[cl] = fmt.Errorf("query %s: %w", q, err)
@@ -138,7 +140,7 @@ func (c *Collector) askMetric(ctx context.Context, w *engine.World, q string, cl
 	evidence.Each(len(own), checksParallel, func(j int) {
 		fc := w.Clusters[own[j]]
 		query := strings.ReplaceAll(ms.Queries[q], metrics.ClustersPlaceholder, ".*")
-		answers[j], failures[j] = c.rangeAt(ctx, fc.Namespace, fc.Spec.Metrics, "FleetCluster "+fc.Name+"'s spec.metrics", query, "", start, end, step)
+		answers[j], failures[j] = m.rangeAt(ctx, fc.Namespace, fc.Spec.Metrics, "FleetCluster "+fc.Name+"'s spec.metrics", query, "", start, end, step)
 	})
 	for j, cl := range own {
 		if failures[j] != nil {
@@ -150,9 +152,38 @@ func (c *Collector) askMetric(ctx context.Context, w *engine.World, q string, cl
 	return series, errs
 }
 
-// rangeAt asks src's Prometheus, with the credentials of its Secret, read for each query and kept
-// nowhere else; what names src in messages.
-func (c *Collector) rangeAt(ctx context.Context, namespace string, src *v1alpha1.MetricsSource, what, query, label string, start, end time.Time, step time.Duration) (map[string][]float64, error) {
+// metricSources are the Prometheus APIs one decision asks, each with the credentials of its
+// Secret, read once for the decision and kept nowhere else.
+type metricSources struct {
+	c     *Collector
+	mu    sync.Mutex
+	known map[string]sourceAnswer // by what names the source
+}
+
+type sourceAnswer struct {
+	p   *metrics.Prometheus
+	err error
+}
+
+// rangeAt asks src's Prometheus; what names src in messages.
+func (m *metricSources) rangeAt(ctx context.Context, namespace string, src *v1alpha1.MetricsSource, what, query, label string, start, end time.Time, step time.Duration) (map[string][]float64, error) {
+	m.mu.Lock()
+	a, ok := m.known[what]
+	m.mu.Unlock()
+	if !ok {
+		a.p, a.err = m.c.prometheus(ctx, namespace, src, what)
+		m.mu.Lock()
+		m.known[what] = a
+		m.mu.Unlock()
+	}
+	if a.err != nil {
+		return nil, a.err
+	}
+	return a.p.Range(ctx, query, label, start, end, step)
+}
+
+// prometheus is src's Prometheus with the credentials of its Secret.
+func (c *Collector) prometheus(ctx context.Context, namespace string, src *v1alpha1.MetricsSource, what string) (*metrics.Prometheus, error) {
 	if src == nil {
 		return nil, errNoProvider
 	}
@@ -171,7 +202,7 @@ func (c *Collector) rangeAt(ctx context.Context, namespace string, src *v1alpha1
 				what, namespace, ref.Name)
 		}
 	}
-	return p.Range(ctx, query, label, start, end, step)
+	return p, nil
 }
 
 var errNoProvider = errors.New("spec.metrics names no Prometheus to ask, and the policy's settings.metrics.queries need one")
