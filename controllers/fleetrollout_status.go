@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // maxConditionMessage caps condition messages; receipts hold the whole story.
@@ -157,6 +158,9 @@ func rollbackMessage(rb *v1alpha1.RollbackStatus) string {
 	if n := len(rb.Unconfirmed); n > 0 {
 		msg += fmt.Sprintf(", %d unconfirmed: %s (%s at %s: Flux converges %s when %s back)", n, engine.FirstNames(rb.Unconfirmed, 5),
 			engine.Plural(n, "Kustomization points", "Kustomizations point"), rb.To, pick(n, "it", "them"), pick(n, "it is", "they are"))
+	}
+	if c := ops.RollbackChecks(rb); c != "" {
+		msg += "; " + c
 	}
 	return msg
 }

@@ -16,8 +16,8 @@ import (
 
 // recordLedger appends to the ledger of the rollout's candidate what the status about to be
 // written records and the ledger does not yet list: each gate's receipt, wave by wave, after the
-// approvals it counted, and the outcome of a rollout that came to rest (Completed, RolledBack,
-// Held). When the candidate changed from one whose ledger has no outcome, that ledger ends
+// approvals it counted, and the outcome of a rollout that came to rest (Completed, RolledBack with
+// the reversal as executed and checked, Held). When the candidate changed from one whose ledger has no outcome, that ledger ends
 // Superseded. It runs before the status patch: what status records, the ledger lists, and a pass
 // whose ledger write failed records nothing (the next pass takes its decisions up from their
 // receipts). receipts are the receipts the pass decided by; others are read from the cache.
@@ -105,7 +105,22 @@ func (r *FleetRolloutReconciler) ledgerEntries(ctx context.Context, fr *v1alpha1
 		}
 		o.Waves = append(o.Waves, lw)
 	}
+	if rb := st.Rollback; st.Phase == v1alpha1.PhaseRolledBack && rb != nil {
+		o.Rollback = ledgerRollback(rb)
+	}
 	return append(add, v1alpha1.LedgerEntry{Type: v1alpha1.LedgerEntryOutcome, Outcome: o}), nil
+}
+
+// ledgerRollback is the rollback rb as the ledger's outcome records it: how many clusters were
+// seen Ready at the known-good, those that were not, and the checks run there (bounded as status
+// bounds them).
+func ledgerRollback(rb *v1alpha1.RollbackStatus) *v1alpha1.LedgerRollback {
+	lr := &v1alpha1.LedgerRollback{To: rb.To, Confirmed: int32(len(rb.Confirmed)), Unconfirmed: rb.Unconfirmed,
+		Checks: rb.Checks, Unchecked: rb.Unchecked}
+	if len(lr.Unconfirmed) > 100 {
+		lr.Unconfirmed = lr.Unconfirmed[:100]
+	}
+	return lr.DeepCopy()
 }
 
 // ledgerReceipt is the receipt named name: one the pass decided by, else the API server's (the

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
+	"github.com/tidegate/tidegate/internal/ops"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // The reasons of the events that say where a rollout went: one each time it gets there, for
@@ -123,6 +125,13 @@ func phaseChanged(st *v1alpha1.FleetRolloutStatus, revision string) (phaseEvent,
 			// The rollback's deadline passed with clusters not seen Ready at the known-good.
 			e.eventType = corev1.EventTypeWarning
 			e.message += fmt.Sprintf("; not confirmed Ready at %s: %s", knownGood, engine.FirstNames(rb.Unconfirmed, 10))
+		}
+		if c := ops.RollbackChecks(st.Rollback); c != "" {
+			e.message += "; " + c
+			if len(st.Rollback.Unchecked) > 0 || slices.ContainsFunc(st.Rollback.Checks, func(r v1alpha1.CheckRun) bool { return r.Result == verdict.CheckFailed }) {
+				// The known-good runs again, but it does not pass its own checks.
+				e.eventType = corev1.EventTypeWarning
+			}
 		}
 	case v1alpha1.PhaseHeld:
 		e.eventType, e.reason = corev1.EventTypeWarning, HeldEventReason

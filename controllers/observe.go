@@ -24,20 +24,25 @@ func (r *FleetRolloutReconciler) observe(ctx context.Context, p *pass) outcome {
 		p.KnownGood = r.readPinned(ctx, fr, kg.Source)
 	}
 	r.renderDigests(ctx, p)
-	r.rehearsalChecks(ctx, p)
+	r.knownGoodChecks(ctx, p)
 	return proceeding()
 }
 
-// rehearsalChecks runs, while a wave's rehearsal rolls back, the policy's functional checks on it at
-// the known-good (collector.RehearsalChecks), for the step to wait on and record.
-func (r *FleetRolloutReconciler) rehearsalChecks(ctx context.Context, p *pass) {
+// knownGoodChecks runs, while a wave's rehearsal rolls back or the rollout rolls back, the
+// policy's functional checks at the known-good on the clusters sent back
+// (collector.RehearsalChecks, collector.RollbackChecks), for the step to wait on and record.
+func (r *FleetRolloutReconciler) knownGoodChecks(ctx context.Context, p *pass) {
 	fr := p.Rollout
 	if r.Evidence == nil || fr.Status.Candidate == nil || fr.Status.LastKnownGood == nil {
 		return
 	}
+	if fr.Status.Phase == v1alpha1.PhaseRollingBack {
+		p.KnownGoodChecks = r.Evidence.RollbackChecks(ctx, p.World)
+		return
+	}
 	for i, wv := range fr.Status.Waves {
 		if wv.Rehearsal != nil && wv.Rehearsal.Phase == v1alpha1.RehearsalRollingBack {
-			p.RehearsalChecks = r.Evidence.RehearsalChecks(ctx, p.World, i)
+			p.KnownGoodChecks = r.Evidence.RehearsalChecks(ctx, p.World, i)
 			return
 		}
 	}

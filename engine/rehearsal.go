@@ -93,10 +93,10 @@ func stepRehearsal(fr *v1alpha1.FleetRollout, w *World, i int, now metav1.Time, 
 }
 
 // waitForBackChecks follows the policy's functional checks on a rehearsal's way back, once the wave
-// is Ready at the known-good kg (World.RehearsalChecks): it waits while some have not finished,
+// is Ready at the known-good kg (World.KnownGoodChecks): it waits while some have not finished,
 // ends the rehearsal when they did not finish by the deadline, and records them when they all did.
 func waitForBackChecks(w *World, wv *v1alpha1.WaveStatus, kg *v1alpha1.RevisionStatus, deadline time.Duration, res *StepResult) (wait bool) {
-	rc, rh := w.RehearsalChecks, wv.Rehearsal
+	rc, rh := w.KnownGoodChecks, wv.Rehearsal
 	switch {
 	case rc == nil:
 	case len(rc.Pending) == 0:

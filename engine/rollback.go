@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/verdict"
 )
 
 // onFailure holds or rolls back after a failed wave: spec.rollback.onFailure, else the policy's onFail.
@@ -40,13 +41,8 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *World, now metav1.Time) StepResu
 		present[c.Name] = true
 	}
 	var confirmed, unconfirmed, gone []string
-	for c, o := range w.Kustomizations {
-		if !o.Exists {
-			continue
-		}
-		if !rolledBack(o.Source, st) {
-			continue // held back at an older revision by an earlier rollout: it stays there
-		}
+	for _, c := range SentBack(fr, w) {
+		o := w.Kustomizations[c]
 		if !present[c] {
 			// Its FleetCluster is gone: it is sent back all the same, with the kubeconfig its
 			// Kustomization has (ClusterFor).
@@ -68,6 +64,27 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *World, now metav1.Time) StepResu
 			len(confirmed), len(confirmed)+len(unconfirmed), kg.Revision, rb.Deadline.UTC().Format(time.RFC3339))
 		res.RequeueAfter = rb.Deadline.Sub(w.Now)
 		return res
+	}
+	kc := w.KnownGoodChecks
+	if kc == nil && w.Now.Before(rb.Deadline.Time) && checksApply(w.Settings, CheckedBack(fr, w)) {
+		// The pass that began the rollback observed none: the next one runs them.
+		res.waitFor(v1alpha1.WaitingForRollback, "", rb.StartedAt, rb.Deadline, "rolling back: every cluster is Ready at known-good %s; its checks start", kg.Revision)
+		res.Next = true
+		return res
+	}
+	if kc != nil {
+		// The reversal is checked as the rehearsal's is: the policy's checks at the known-good,
+		// waited for until the same deadline. What did not finish by then is named, never passed.
+		if len(kc.Pending) > 0 && w.Now.Before(rb.Deadline.Time) {
+			res.waitFor(v1alpha1.WaitingForRollback, "", rb.StartedAt, rb.Deadline, "rolling back: every cluster is Ready at known-good %s; checks there: %s, at most until %s",
+				kg.Revision, FirstNames(kc.Pending, 3), rb.Deadline.UTC().Format(time.RFC3339))
+			res.RequeueAfter = rb.Deadline.Sub(w.Now)
+			return res
+		}
+		rb.Checks, rb.Unchecked = kc.Runs, kc.Pending
+		if len(rb.Unchecked) > maxUnchecked {
+			rb.Unchecked = rb.Unchecked[:maxUnchecked]
+		}
 	}
 	sort.Strings(gone)
 	sort.Strings(confirmed)
@@ -93,13 +110,70 @@ func beginRollback(fr *v1alpha1.FleetRollout, w *World) {
 		return
 	}
 	fr.Status.Phase = v1alpha1.PhaseRollingBack
-	n := 0
-	for _, o := range w.Kustomizations {
-		if o.Exists && rolledBack(o.Source, &fr.Status) {
-			n++
+	newRollback(fr, w, len(SentBack(fr, w)))
+}
+
+// maxUnchecked bounds the checks a rollback lists as not finished (RollbackStatus.unchecked).
+const maxUnchecked = 100
+
+// WaveClusters are clusters of one wave.
+type WaveClusters struct {
+	Wave     string
+	Clusters []string
+}
+
+// CheckedBack are the clusters a rollback of fr checks at the known-good, by wave, in the order of
+// the waves: those sent back (SentBack) that are members of a wave that started and whose
+// FleetCluster is there. A wave that never started never left the known-good; a departed cluster
+// is not checked (its kubeconfig went with its FleetCluster), and status names it.
+func CheckedBack(fr *v1alpha1.FleetRollout, w *World) []WaveClusters {
+	back := map[string]bool{}
+	for _, c := range SentBack(fr, w) {
+		back[c] = w.Clusters[c] != nil
+	}
+	var out []WaveClusters
+	for _, wv := range fr.Status.Waves {
+		if wv.StartedAt == nil {
+			continue
+		}
+		wc := WaveClusters{Wave: wv.Name}
+		for _, c := range wv.Clusters {
+			if back[c] {
+				wc.Clusters = append(wc.Clusters, c)
+			}
+		}
+		if len(wc.Clusters) > 0 {
+			sort.Strings(wc.Clusters)
+			out = append(out, wc)
 		}
 	}
-	newRollback(fr, w, n)
+	return out
+}
+
+// checksApply tells whether some of the policy's checks apply to one of waves.
+func checksApply(s verdict.Settings, waves []WaveClusters) bool {
+	for _, chk := range s.Checks {
+		for _, wc := range waves {
+			if chk.AppliesTo(wc.Wave) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// SentBack are the clusters a rollback of fr sends to the known-good, sorted: those whose
+// Kustomization runs the candidate or the known-good. One held back at an older revision by an
+// earlier rollout stays there.
+func SentBack(fr *v1alpha1.FleetRollout, w *World) []string {
+	var out []string
+	for c, o := range w.Kustomizations {
+		if o.Exists && rolledBack(o.Source, &fr.Status) {
+			out = append(out, c)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // newRollback records a rollback starting now, with its deadline, for n clusters sent back.

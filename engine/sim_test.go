@@ -48,9 +48,11 @@ type sim struct {
 	// decisions counts the gate decisions made, by gate.
 	decisions map[string]int
 	settings  verdict.Settings
-	now       time.Time
-	turns     int
-	applied   map[string]Target // what Flux applied last, by cluster
+	// knownGoodChecks stands in for the collector's checks at the known-good (World.KnownGoodChecks).
+	knownGoodChecks func(w *World) *KnownGoodChecks
+	now             time.Time
+	turns           int
+	applied         map[string]Target // what Flux applied last, by cluster
 	// fcs are the FleetClusters, by name; objects the Kustomizations written, as act writes them.
 	fcs     map[string]*v1alpha1.FleetCluster
 	objects map[string]*kustomizev1.Kustomization
@@ -108,6 +110,9 @@ func (s *sim) turn(target string) (StepResult, fleets.WavePlan) {
 	w.TrackedState = SourceState{Exists: true, Ready: true, Revision: target, Digest: "sha256:" + target}
 	if kg := s.fr.Status.LastKnownGood; kg != nil && UnchangedCandidate(s.fr, w) {
 		w.TargetRender, w.KnownGoodRender = s.renders[target], s.renders[kg.Revision]
+	}
+	if s.knownGoodChecks != nil {
+		w.KnownGoodChecks = s.knownGoodChecks(w)
 	}
 	res := Step(w)
 	var decided []DecidedGate

@@ -50,15 +50,16 @@ type World struct {
 	TargetRender, KnownGoodRender string
 	// Settings are the rollout policy's settings: soak, sample interval, onFail, rehearsal, approvals.
 	Settings verdict.Settings
-	// RehearsalChecks are, while a wave's rehearsal rolls back, the policy's functional checks run
-	// on it at the known-good (Collector.RehearsalChecks); nil when the policy has none for it.
-	RehearsalChecks *RehearsalChecks
+	// KnownGoodChecks are, while a wave's rehearsal rolls back or the rollout rolls back, the
+	// policy's functional checks run at the known-good on the clusters sent back
+	// (Collector.RehearsalChecks, Collector.RollbackChecks); nil when the policy has none for them.
+	KnownGoodChecks *KnownGoodChecks
 	Now             time.Time
 }
 
-// RehearsalChecks are the functional checks of a rehearsal's way back: the runs that finished, and
-// what has not (not Ready at the known-good yet, running, could not run), with why.
-type RehearsalChecks struct {
+// KnownGoodChecks are the functional checks of a way back to the known-good: the runs that
+// finished, and what has not (not Ready at the known-good yet, running, could not run), with why.
+type KnownGoodChecks struct {
 	Runs    []v1alpha1.CheckRun
 	Pending []string
 }

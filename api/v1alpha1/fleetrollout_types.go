@@ -638,6 +638,19 @@ type RollbackStatus struct {
 	// +optional
 	// +listType=set
 	Departed []string `json:"departed,omitempty"`
+
+	// checks are the policy's functional checks (settings.checks) run on the clusters sent back, at
+	// the known-good, each once its cluster is Ready there: the reversal executed and checked. Failed
+	// runs come first; at most 100 are kept.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Checks []CheckRun `json:"checks,omitempty"`
+
+	// unchecked are the checks that had not finished when the rollback's deadline passed, each as
+	// "cluster (check): why"; at most 100 are kept.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Unchecked []string `json:"unchecked,omitempty"`
 }
 
 // UnchangedRevision is a revision of the tracked source that was not rolled out, because it renders

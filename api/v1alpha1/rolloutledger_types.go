@@ -165,6 +165,41 @@ type LedgerOutcome struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Waves []LedgerWave `json:"waves,omitempty"`
+
+	// rollback is, for RolledBack, the reversal as it was executed and checked: the known-good it
+	// went back to, the clusters seen Ready there, and the policy's checks run on them.
+	// +optional
+	Rollback *LedgerRollback `json:"rollback,omitempty"`
+}
+
+// LedgerRollback is a rollback as the ledger records it (from the rollout's status.rollback).
+type LedgerRollback struct {
+	// to is the known-good revision rolled back to.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	To string `json:"to"`
+
+	// confirmed is how many clusters were seen Ready at the known-good.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Confirmed int32 `json:"confirmed,omitempty"`
+
+	// unconfirmed are the clusters sent back whose readiness at the known-good was not seen by the
+	// rollback's deadline; at most 100 are kept.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Unconfirmed []string `json:"unconfirmed,omitempty"`
+
+	// checks are the functional checks run at the known-good on the clusters sent back, failed runs
+	// first (status.rollback.checks).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Checks []CheckRun `json:"checks,omitempty"`
+
+	// unchecked are the checks that had not finished by the rollback's deadline, with why.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Unchecked []string `json:"unchecked,omitempty"`
 }
 
 // LedgerWave is one wave of an outcome: its phase and its gates' last decisions.

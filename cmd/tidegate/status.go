@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // statusView is what `status` shows of a rollout; -o json and -o yaml print it as it is.
@@ -228,6 +229,9 @@ func printStatus(w io.Writer, output string, now time.Time, fr *v1alpha1.FleetRo
 		}
 		if rb.FinishedAt == nil && rb.Deadline != nil {
 			line += ", at most until " + rb.Deadline.UTC().Format(time.RFC3339)
+		}
+		if c := ops.RollbackChecks(rb); c != "" {
+			line += "; " + c
 		}
 		lines = append(lines, [2]string{"rollback", line})
 	}

@@ -119,6 +119,12 @@ func rehearsalCheck(fr *v1alpha1.FleetRollout, wave string) checkAt {
 	return checkAt{key: "rehearsal/" + fr.Status.LastKnownGood.Key() + "/" + fr.Status.Candidate.Key(), revision: fr.Status.LastKnownGood.Revision, wave: wave}
 }
 
+// rollbackCheck is a check of a real rollback's way back, at the known-good: its Jobs are other
+// than the rehearsal's for the same candidate.
+func rollbackCheck(fr *v1alpha1.FleetRollout, wave string) checkAt {
+	return checkAt{key: "rollback/" + fr.Status.LastKnownGood.Key() + "/" + fr.Status.Candidate.Key(), revision: fr.Status.LastKnownGood.Revision, wave: wave}
+}
+
 func (c *Collector) runCheck(ctx context.Context, w *engine.World, at checkAt, name string, chk verdict.CheckSettings, cluster string) checkRun {
 	timeout, _ := time.ParseDuration(chk.Timeout) // Settings checked it
 	if chk.HTTP != nil {
@@ -168,6 +174,12 @@ func CheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string
 // rehearsal of wave.
 func RehearsalCheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string {
 	return checkJobName(fr, rehearsalCheck(fr, wave), check, cluster)
+}
+
+// RollbackCheckJobName is the name of the Job that runs check at the known-good on cluster, of
+// wave, when the rollout rolls back.
+func RollbackCheckJobName(fr *v1alpha1.FleetRollout, check, wave, cluster string) string {
+	return checkJobName(fr, rollbackCheck(fr, wave), check, cluster)
 }
 
 func checkJobName(fr *v1alpha1.FleetRollout, at checkAt, check, cluster string) string {
@@ -288,18 +300,16 @@ func redactURLError(err error) error {
 	return err
 }
 
-// maxBackChecks bounds the rehearsal's check runs status keeps (RehearsalStatus.backChecks).
+// maxBackChecks bounds the check runs status keeps of a way back to the known-good
+// (RehearsalStatus.backChecks, RollbackStatus.checks).
 const maxBackChecks = 100
 
 // RehearsalChecks runs the policy's functional checks that apply to wave i on its members (or the
-// sample of them) at the known-good, while its rehearsal rolls back: each once the member is Ready
-// there, and read until it finishes. Failed runs come first in what it returns, so that a bounded
-// status keeps them. nil when the policy has no check for the wave.
-func (c *Collector) RehearsalChecks(ctx context.Context, w *engine.World, i int) *engine.RehearsalChecks {
+// sample of them) at the known-good, while its rehearsal rolls back (knownGoodChecks). nil when the
+// policy has no check for the wave.
+func (c *Collector) RehearsalChecks(ctx context.Context, w *engine.World, i int) *engine.KnownGoodChecks {
 	fr := w.Rollout
 	wv := &fr.Status.Waves[i]
-	kg := fr.Status.LastKnownGood
-	var out *engine.RehearsalChecks
 	held := map[string]bool{}
 	for _, h := range wv.HeldBack {
 		held[h.Cluster] = true
@@ -310,38 +320,61 @@ func (c *Collector) RehearsalChecks(ctx context.Context, w *engine.World, i int)
 			members = append(members, cl)
 		}
 	}
-	slices.Sort(members)
+	return c.knownGoodChecks(ctx, w, rehearsalCheck, []engine.WaveClusters{{Wave: wv.Name, Clusters: members}})
+}
+
+// RollbackChecks runs, while the rollout rolls back, the policy's functional checks at the
+// known-good on the clusters sent back (engine.CheckedBack), each check on the members of the waves
+// it applies to (or the sample of each), as they ran at the candidate (knownGoodChecks). nil when
+// the policy has no check for them.
+func (c *Collector) RollbackChecks(ctx context.Context, w *engine.World) *engine.KnownGoodChecks {
+	return c.knownGoodChecks(ctx, w, rollbackCheck, engine.CheckedBack(w.Rollout, w))
+}
+
+// knownGoodChecks runs the policy's functional checks at the known-good on the members of each
+// wave, for the checks that apply to it (or their sample, the first by name): each once the member
+// is Ready at the known-good, and read until it finishes. Failed runs come first in what it
+// returns, so that a bounded status keeps them. nil when no check applies.
+func (c *Collector) knownGoodChecks(ctx context.Context, w *engine.World, checkAt func(*v1alpha1.FleetRollout, string) checkAt, waves []engine.WaveClusters) *engine.KnownGoodChecks {
+	fr := w.Rollout
+	kg := fr.Status.LastKnownGood
+	if kg == nil || fr.Status.Candidate == nil {
+		return nil
+	}
+	var out *engine.KnownGoodChecks
 	for _, name := range slices.Sorted(maps.Keys(w.Settings.Checks)) {
 		chk := w.Settings.Checks[name]
-		if !chk.AppliesTo(wv.Name) || kg == nil {
-			continue
-		}
-		if out == nil {
-			out = &engine.RehearsalChecks{}
-		}
-		run := members
-		if chk.Sample > 0 && chk.Sample < len(run) {
-			run = run[:chk.Sample]
-		}
-		results := make([]checkRun, len(run))
-		evidence.Each(len(run), checksParallel, func(j int) {
-			if !w.Kustomizations[run[j]].ReadyAt(kg.Source, kg.Revision) {
-				results[j] = checkRun{couldNotRun: "not Ready at the known-good yet"}
-				return
-			}
-			results[j] = c.runCheck(ctx, w, rehearsalCheck(fr, wv.Name), name, chk, run[j])
-		})
-		for j, cl := range run {
-			r := results[j]
-			if r.couldNotRun != "" {
-				out.Pending = append(out.Pending, cl+" ("+name+"): "+r.couldNotRun)
+		for _, wm := range waves {
+			if !chk.AppliesTo(wm.Wave) {
 				continue
 			}
-			msg := r.result.Message
-			if len(msg) > 1024 {
-				msg = msg[:1021] + "..."
+			if out == nil {
+				out = &engine.KnownGoodChecks{}
 			}
-			out.Runs = append(out.Runs, v1alpha1.CheckRun{Cluster: cl, Check: name, Result: r.result.Result, Message: msg})
+			run := slices.Sorted(slices.Values(wm.Clusters))
+			if chk.Sample > 0 && chk.Sample < len(run) {
+				run = run[:chk.Sample]
+			}
+			results := make([]checkRun, len(run))
+			evidence.Each(len(run), checksParallel, func(j int) {
+				if !w.Kustomizations[run[j]].ReadyAt(kg.Source, kg.Revision) {
+					results[j] = checkRun{couldNotRun: "not Ready at the known-good yet"}
+					return
+				}
+				results[j] = c.runCheck(ctx, w, checkAt(fr, wm.Wave), name, chk, run[j])
+			})
+			for j, cl := range run {
+				r := results[j]
+				if r.couldNotRun != "" {
+					out.Pending = append(out.Pending, cl+" ("+name+"): "+r.couldNotRun)
+					continue
+				}
+				msg := r.result.Message
+				if len(msg) > 1024 {
+					msg = msg[:1021] + "..."
+				}
+				out.Runs = append(out.Runs, v1alpha1.CheckRun{Cluster: cl, Check: name, Result: r.result.Result, Message: msg})
+			}
 		}
 	}
 	if out != nil {

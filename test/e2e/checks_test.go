@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -20,6 +22,18 @@ import (
 	"github.com/tidegate/tidegate/internal/simulator"
 	"github.com/tidegate/tidegate/verdict"
 )
+
+// candidateRecorded waits until tidegate took rev up as the candidate of rollout web, and returns
+// the rollout then (its known-good is the release before, until rev completes).
+func (s *fleetSetup) candidateRecorded(ctx context.Context, t *testing.T, rev string) *v1alpha1.FleetRollout {
+	t.Helper()
+	var fr *v1alpha1.FleetRollout
+	eventually(ctx, t, "the candidate "+rev+" recorded", func() (bool, string) {
+		fr = s.rollout(t, "web")
+		return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev, describe(fr)
+	})
+	return fr
+}
 
 // checksPolicy is the built-in policy with a Job check "smoke" on every member of every wave.
 func checksPolicy(t *testing.T) string {
@@ -44,11 +58,7 @@ func TestE2EChecksSmokeJobWithinTheBudget(t *testing.T) {
 	// failOn makes the smoke Job of rev's candidate fail on clusters, once tidegate recorded rev.
 	failOn := func(rev string, clusters ...string) {
 		t.Helper()
-		var fr *v1alpha1.FleetRollout
-		eventually(ctx, t, "the candidate "+rev+" recorded", func() (bool, string) {
-			fr = s.rollout(t, "web")
-			return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev, describe(fr)
-		})
+		fr := s.candidateRecorded(ctx, t, rev)
 		for _, c := range clusters {
 			s.faults.SetFault(c, simulator.Fault{Workload: collector.CheckJobName(fr, "smoke", "all", c), Mode: simulator.FailJob})
 		}
@@ -132,19 +142,8 @@ func TestE2EChecksRunAtTheKnownGoodInTheRehearsal(t *testing.T) {
 	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, usePolicy)
 	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
 
-	// recorded waits until tidegate took rev up, and returns the rollout then (its known-good is the
-	// release before, until rev completes).
-	recorded := func(rev string) *v1alpha1.FleetRollout {
-		t.Helper()
-		var fr *v1alpha1.FleetRollout
-		eventually(ctx, t, "the candidate "+rev+" recorded", func() (bool, string) {
-			fr = s.rollout(t, "web")
-			return fr.Status.Candidate != nil && fr.Status.Candidate.Revision == rev, describe(fr)
-		})
-		return fr
-	}
 	rev2 := s.commitVersion(t, "v2")
-	during := recorded(rev2)
+	during := s.candidateRecorded(ctx, t, rev2)
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseCompleted, rev2)
 	rc := latestReceipt(s.receiptsOf(ctx, t, "web", rev2), v1alpha1.GateRollbackSucceeds, "canary")
 	var ev verdict.RollbackSucceedsEvidence
@@ -164,10 +163,83 @@ func TestE2EChecksRunAtTheKnownGoodInTheRehearsal(t *testing.T) {
 	}
 
 	rev3 := s.commitVersion(t, "v3")
-	s.faults.SetFault(canary, simulator.Fault{Workload: collector.RehearsalCheckJobName(recorded(rev3), "smoke", "canary", canary), Mode: simulator.FailJob})
+	s.faults.SetFault(canary, simulator.Fault{Workload: collector.RehearsalCheckJobName(s.candidateRecorded(ctx, t, rev3), "smoke", "canary", canary), Mode: simulator.FailJob})
 	s.waitPhase(ctx, t, "web", v1alpha1.PhaseHeld, rev3)
 	rc = latestReceipt(s.receiptsOf(ctx, t, "web", rev3), v1alpha1.GateRollbackSucceeds, "canary")
 	if rc == nil || rc.Spec.Result != v1alpha1.ResultFail || !reasonsContain(rc, "check smoke failed at the known-good on cluster "+canary+" during the rehearsal") {
 		t.Fatalf("rollbackSucceeds %+v: want a Fail naming the check that failed at the known-good", rc)
 	}
+}
+
+// A real rollback runs the policy's checks at the known-good, as the rehearsal does: a release whose
+// smoke Job fails on the canary is rolled back, the same check then runs there against the
+// known-good (a Job of its own, told the known-good revision), and status and the ledger's outcome
+// record the reversal as executed and checked. When the known-good fails its check too, the
+// rollout is still RolledBack (there is nothing older to go to), but Ready and a Warning event say
+// which check failed.
+func TestE2EChecksRunAtTheKnownGoodAfterARollback(t *testing.T) {
+	parallel(t)
+	ctx, cancel := testContext(t, 8*time.Minute)
+	defer cancel()
+	s, first := newFleetSetup(t, 2, demoPackage("v1"))
+	s.policyRepo(t, map[string]string{"policy/policy.cue": checksPolicy(t)})
+	startTidegate(t, s, controllers.Options{})
+	rev1 := s.repo.Revision(first)
+	s.createRollout(ctx, t, twoWaveRollout(s.ns), rev1, func(fr *v1alpha1.FleetRollout) {
+		usePolicy(fr)
+		fr.Spec.Rollback.OnFailure = v1alpha1.OnFailureRollback
+	})
+	canary := s.rollout(t, "web").Status.Waves[0].Clusters[0]
+	// release commits version, makes the candidate's smoke Job fail on the canary (and the
+	// rollback's too, when failBack), and waits for the rollback to end.
+	release := func(version string, failBack bool) (*v1alpha1.FleetRollout, string) {
+		t.Helper()
+		rev := s.commitVersion(t, version)
+		fr := s.candidateRecorded(ctx, t, rev)
+		s.faults.SetFault(canary, simulator.Fault{Workload: collector.CheckJobName(fr, "smoke", "canary", canary), Mode: simulator.FailJob})
+		if failBack {
+			s.faults.SetFault(canary, simulator.Fault{Workload: collector.RollbackCheckJobName(fr, "smoke", "canary", canary), Mode: simulator.FailJob})
+		}
+		return s.waitPhase(ctx, t, "web", v1alpha1.PhaseRolledBack, rev), rev
+	}
+
+	fr, rev2 := release("v2", false)
+	rb := fr.Status.Rollback
+	if rb == nil || len(rb.Checks) != 1 || rb.Checks[0].Cluster != canary || rb.Checks[0].Check != "smoke" || rb.Checks[0].Result != verdict.CheckPassed || len(rb.Unchecked) != 0 {
+		t.Fatalf("status.rollback %+v: want the canary's smoke check passed at the known-good", rb)
+	}
+	var job batchv1.Job
+	if err := s.f.Member(canary).Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: collector.RollbackCheckJobName(fr, "smoke", "canary", canary)}, &job); err != nil {
+		t.Fatalf("the rollback's check Job: %v", err)
+	}
+	if env := job.Spec.Template.Spec.Containers[0].Env; !slices.Contains(env, corev1.EnvVar{Name: "TIDEGATE_REVISION", Value: rev1}) {
+		t.Errorf("the rollback's check Job ran with %v, want TIDEGATE_REVISION=%s (the known-good)", env, rev1)
+	}
+	if c := findCondition(fr, "Ready"); c == nil || !strings.Contains(c.Message, "checks at "+rev1+": 1 passed") {
+		t.Errorf("Ready %+v: want it to say the check passed at the known-good", c)
+	}
+	l := s.ledger(ctx, t, "web", rev2)
+	last := l.Spec.Entries[len(l.Spec.Entries)-1]
+	if o := last.Outcome; o == nil || o.Phase != v1alpha1.PhaseRolledBack || o.Rollback == nil || o.Rollback.To != rev1 || o.Rollback.Confirmed != 2 ||
+		len(o.Rollback.Checks) != 1 || o.Rollback.Checks[0].Result != verdict.CheckPassed {
+		t.Fatalf("the ledger's outcome %+v: want RolledBack to %s, 2 confirmed, the passed check", o, rev1)
+	}
+
+	fr, rev3 := release("v3", true)
+	if rb := fr.Status.Rollback; len(rb.Checks) != 1 || rb.Checks[0].Result != verdict.CheckFailed {
+		t.Fatalf("status.rollback %+v: want the canary's smoke check failed at the known-good", rb)
+	}
+	want := "checks at " + rev1 + ": 0 passed, 1 failed: " + canary + " (smoke)"
+	if c := findCondition(fr, "Ready"); c == nil || !strings.Contains(c.Message, want) {
+		t.Errorf("Ready %+v: want %q", c, want)
+	}
+	eventually(ctx, t, "a Warning RolledBack event naming the failed check", func() (bool, string) {
+		var events corev1.EventList
+		if err := s.f.Hub.List(ctx, &events, client.InNamespace(s.ns)); err != nil {
+			return false, err.Error()
+		}
+		return slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return e.Reason == controllers.RolledBackEventReason && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, rev3) && strings.Contains(e.Message, want)
+		}), fmt.Sprintf("%d events", len(events.Items))
+	})
 }
