@@ -90,6 +90,7 @@ func TestKubeReadsGolden(t *testing.T) {
 		{"verify-rollout-web", []string{"receipts", "verify", "--rollout", "web"}, exitOK},
 		{"verify-not-found", []string{"receipts", "verify", "nope"}, exitUsage},
 		{"verify-no-args", []string{"receipts", "verify"}, exitUsage},
+		{"verify-names-with-key", []string{"receipts", "verify", "-n", "audit", audit.good, "--key", "../../internal/attest/testdata/ed25519.pub"}, exitUsage},
 		// revision, receipts explain.
 		{"revision-us-2", []string{"revision", "us-2"}, exitNo},
 		{"revision-eu-1-web-json", []string{"revision", "eu-1", "--rollout", "web", "-o", "json"}, exitOK},

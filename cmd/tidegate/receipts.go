@@ -96,7 +96,8 @@ With --bundle it verifies a bundle tidegate receipts export wrote, with no clust
   outcome-gates     a Completed outcome's gates each have a passing receipt listed before it
 
 Give every key that signed (after a rotation, the old key and the new; each --key is a PEM public
-key). Without --key signatures are not checked, and the output says so.
+key). Without --key signatures are not checked, and the output says so. --key goes with --rollout or
+--bundle: receipt names alone are checked for their content, not their signatures.
 
 Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 on an API error.`,
 		Example: `  tidegate receipts verify web-deploysafe-0c7e52a1f9d4
@@ -140,6 +141,11 @@ Exit code: 0 when every check of every receipt matches, 1 when one does not, 2 o
 			}
 			if (len(args) == 0) == (rollout == "") {
 				return usageError("name the receipts to verify, or give --rollout, not both; usage: %s", cmd.UseLine())
+			}
+			if len(keyFiles) > 0 {
+				// Signatures are checked on a rollout's record, the ledger with every receipt it
+				// lists: a key given with receipt names would check nothing and say it had.
+				return usageError("--key checks the signatures of a rollout's record (its ledger and every receipt it lists): give --rollout ROLLOUT --key PUB instead of receipt names, or --bundle FILE --key PUB")
 			}
 			c, ns, err := k.client()
 			if err != nil {
