@@ -157,8 +157,9 @@ func (s *Simulator) run(ctx context.Context, m *member) {
 	}
 }
 
-// Sync makes one pass over cluster now and returns how many statuses it wrote. Tests use it to reach a
-// state without waiting for the loop, and to show that a pass over unchanged objects writes nothing.
+// Sync makes one pass over cluster now and returns how many writes it made: statuses, and the claims,
+// volumes and scales it created or changed. Tests use it to reach a state without waiting for the
+// loop, and to show that a pass over unchanged objects writes nothing.
 func (s *Simulator) Sync(ctx context.Context, cluster string) (int, error) {
 	m, ok := s.members[cluster]
 	if !ok {
