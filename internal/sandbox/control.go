@@ -30,6 +30,10 @@ import (
 //	POST   /v1/faults   {"cluster" ("" = every cluster), "workload", "mode", "image", "after", "delay",
 //	                     "errorRatio", "latencyFactor"}
 //	DELETE /v1/faults?cluster=C&workload=W                                            (C "" = every cluster)
+//	POST   /v1/cronjobs {"cluster" ("" = every cluster), "namespace", "name"}          → {"jobs": {cluster: job}}
+//
+// The last starts a Job of a CronJob now, as `kubectl create job --from=cronjob/NAME` does: the
+// simulator starts none on a CronJob's schedule (internal/simulator/cronjobs.go says why).
 
 // controlBackend is what the endpoint acts on.
 type controlBackend interface {
@@ -44,6 +48,8 @@ type controlBackend interface {
 	// SetFault and ClearFault act on the workload simulator.
 	SetFault(cluster string, f simulator.Fault)
 	ClearFault(cluster, workload string)
+	// TriggerCronJob starts a Job of the CronJob namespace/name on cluster and returns its name.
+	TriggerCronJob(ctx context.Context, cluster, namespace, name string) (string, error)
 }
 
 type commitRequest struct {
@@ -70,6 +76,19 @@ type faultRequest struct {
 	Delay         string  `json:"delay,omitempty"`
 	ErrorRatio    float64 `json:"errorRatio,omitempty"`
 	LatencyFactor float64 `json:"latencyFactor,omitempty"`
+}
+
+// cronJobRequest names a CronJob whose Job to start on one cluster, or every cluster when Cluster is
+// empty.
+type cronJobRequest struct {
+	Cluster   string `json:"cluster"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// cronJobResponse names the Job started on each cluster.
+type cronJobResponse struct {
+	Jobs map[string]string `json:"jobs"`
 }
 
 type errorResponse struct {
@@ -165,6 +184,30 @@ func newControlHandler(token string, b controlBackend) http.Handler {
 			b.ClearFault(c, r.URL.Query().Get("workload"))
 		}
 		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /v1/cronjobs", func(w http.ResponseWriter, r *http.Request) {
+		var req cronJobRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		clusters, err := targetClusters(b, req.Cluster)
+		if err == nil && (req.Namespace == "" || req.Name == "") {
+			err = errors.New("name the CronJob: its namespace and name")
+		}
+		if err != nil {
+			fail(w, http.StatusBadRequest, err)
+			return
+		}
+		out := cronJobResponse{Jobs: map[string]string{}}
+		for _, c := range clusters {
+			job, err := b.TriggerCronJob(r.Context(), c, req.Namespace, req.Name)
+			if err != nil {
+				fail(w, http.StatusBadGateway, err)
+				return
+			}
+			out.Jobs[c] = job
+		}
+		reply(w, out)
 	})
 	return requireToken(token, mux)
 }
@@ -335,4 +378,12 @@ func (c *controlClient) setFault(ctx context.Context, f faultRequest) error {
 func (c *controlClient) clearFault(ctx context.Context, cluster, workload string) error {
 	_, err := c.do(ctx, http.MethodDelete, "/v1/faults", url.Values{"cluster": {cluster}, "workload": {workload}}, nil, nil)
 	return err
+}
+
+// triggerCronJob starts a Job of the CronJob namespace/name on cluster ("" for every cluster) and
+// returns the Job started on each.
+func (c *controlClient) triggerCronJob(ctx context.Context, cluster, namespace, name string) (map[string]string, error) {
+	var out cronJobResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/cronjobs", nil, cronJobRequest{Cluster: cluster, Namespace: namespace, Name: name}, &out)
+	return out.Jobs, err
 }

@@ -16,12 +16,13 @@ import (
 
 // fakeBackend records what the control endpoint asked of it.
 type fakeBackend struct {
-	mu       sync.Mutex
-	clusters []string
-	commits  []commitRequest
-	files    map[string]string // repo/path → content
-	faults   map[string]simulator.Fault
-	cleared  []string
+	mu        sync.Mutex
+	clusters  []string
+	commits   []commitRequest
+	files     map[string]string // repo/path → content
+	faults    map[string]simulator.Fault
+	cleared   []string
+	triggered []string // cluster/namespace/name of each CronJob triggered
 }
 
 func newFakeBackend() *fakeBackend {
@@ -63,6 +64,16 @@ func (b *fakeBackend) ClearFault(cluster, workload string) {
 	delete(b.faults, cluster)
 }
 
+func (b *fakeBackend) TriggerCronJob(_ context.Context, cluster, namespace, name string) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if name == "missing" {
+		return "", errors.New(`cronjobs.batch "missing" not found`)
+	}
+	b.triggered = append(b.triggered, cluster+"/"+namespace+"/"+name)
+	return name + "-manual-abcde", nil
+}
+
 // Every request without the token, or with another one, is refused before it reaches the backend.
 func TestControlEndpointRequiresTheToken(t *testing.T) {
 	b := newFakeBackend()
@@ -83,6 +94,7 @@ func TestControlEndpointRequiresTheToken(t *testing.T) {
 			must(http.NewRequest(http.MethodGet, srv.URL+"/v1/files?repo=podinfo&path=a", nil)),
 			must(http.NewRequest(http.MethodPost, srv.URL+"/v1/faults", strings.NewReader(`{"mode":"NeverAvailable"}`))),
 			must(http.NewRequest(http.MethodDelete, srv.URL+"/v1/faults", nil)),
+			must(http.NewRequest(http.MethodPost, srv.URL+"/v1/cronjobs", strings.NewReader(`{"namespace":"podinfo","name":"report"}`))),
 		} {
 			if header != "" {
 				req.Header.Set("Authorization", header)
@@ -97,7 +109,7 @@ func TestControlEndpointRequiresTheToken(t *testing.T) {
 			}
 		}
 	}
-	if len(b.commits) != 0 || len(b.faults) != 0 || len(b.cleared) != 0 {
+	if len(b.commits) != 0 || len(b.faults) != 0 || len(b.cleared) != 0 || len(b.triggered) != 0 {
 		t.Errorf("a refused request reached the backend: %+v", b)
 	}
 
@@ -187,6 +199,29 @@ func TestControlClientAndEndpoint(t *testing.T) {
 	}
 	if err := c.clearFault(ctx, "member-9", ""); err == nil || !strings.Contains(err.Error(), "member-1, member-2") {
 		t.Errorf("clearing an unknown cluster should name the known ones: %v", err)
+	}
+
+	// A CronJob's Job is started on every cluster, or on the one named; a request that names no
+	// CronJob, or one the cluster has not, is refused with why.
+	jobs, err := c.triggerCronJob(ctx, "", "podinfo", "report")
+	if err != nil || len(jobs) != 2 || jobs["member-1"] != "report-manual-abcde" || jobs["member-2"] != "report-manual-abcde" {
+		t.Errorf("triggering on every cluster: %v, %v", jobs, err)
+	}
+	if jobs, err := c.triggerCronJob(ctx, "member-2", "podinfo", "report"); err != nil || len(jobs) != 1 {
+		t.Errorf("triggering on member-2: %v, %v", jobs, err)
+	}
+	if want := []string{"member-1/podinfo/report", "member-2/podinfo/report", "member-2/podinfo/report"}; strings.Join(b.triggered, " ") != strings.Join(want, " ") {
+		t.Errorf("triggered %v, want %v", b.triggered, want)
+	}
+	for req, why := range map[cronJobRequest]string{
+		{Namespace: "podinfo"}: "name the CronJob",
+		{Name: "report"}:       "name the CronJob",
+		{Cluster: "member-9", Namespace: "podinfo", Name: "x"}:       "unknown cluster",
+		{Cluster: "member-1", Namespace: "podinfo", Name: "missing"}: `"missing" not found`,
+	} {
+		if _, err := c.triggerCronJob(ctx, req.Cluster, req.Namespace, req.Name); err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("triggering %+v should be refused with %q: %v", req, why, err)
+		}
 	}
 
 	// Until the sandbox is ready it has no cluster, and faults are refused rather than lost.

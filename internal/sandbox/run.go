@@ -449,6 +449,14 @@ func (r *sandboxRun) SetFault(cluster string, f simulator.Fault) { r.sim.SetFaul
 
 func (r *sandboxRun) ClearFault(cluster, workload string) { r.sim.ClearFault(cluster, workload) }
 
+func (r *sandboxRun) TriggerCronJob(ctx context.Context, cluster, namespace, name string) (string, error) {
+	j, err := r.sim.TriggerCronJob(ctx, cluster, namespace, name, "")
+	if err != nil {
+		return "", err
+	}
+	return j.Name, nil
+}
+
 // sandboxSigner is the sandbox directory's signing key: read from signing.key, or made (Ed25519)
 // and written there, mode 0600, with its public key in signing.pub.
 func sandboxSigner(l layout) (*attest.Signer, error) {

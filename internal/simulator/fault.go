@@ -40,8 +40,9 @@ func ParseMode(s string) (Mode, error) {
 // Fault is a misbehaviour injected into the workloads and Jobs of one member cluster.
 type Fault struct {
 	// Workload is the name ("web") or namespace/name ("demo/web") of the Deployment, StatefulSet, DaemonSet
-	// or Job it applies to; "" applies it to every workload and Job of the cluster. A named fault wins over
-	// the "" one, whatever their modes.
+	// or Job it applies to, or of a CronJob, applying it to the Jobs the CronJob starts; "" applies it to
+	// every workload and Job of the cluster. A named fault wins over the "" one, whatever their modes,
+	// and one naming a Job over one naming its CronJob.
 	Workload string
 	// Mode says how the workload's availability misbehaves, or how a Job ends; "" leaves them healthy.
 	Mode Mode
@@ -187,10 +188,20 @@ func (s *Simulator) ClearFaults(cluster string) {
 // faultFor returns the fault that applies to workload namespace/name on cluster, or nil. It returns a copy
 // so that the caller can use it without the lock while a test changes faults.
 func (s *Simulator) faultFor(cluster, namespace, name string, images ...string) *activeFault {
+	return s.faultForAny(cluster, namespace, []string{name}, images)
+}
+
+// faultForAny is faultFor for an object known by several names, the first the most its own: the fault
+// set for the first name that has one, by namespace/name before name alone, else the cluster-wide one.
+func (s *Simulator) faultForAny(cluster, namespace string, names, images []string) *activeFault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fs := s.faults[cluster]
-	for _, key := range []string{namespace + "/" + name, name, ""} {
+	var keys []string
+	for _, n := range names {
+		keys = append(keys, namespace+"/"+n, n)
+	}
+	for _, key := range append(keys, "") {
 		if f, ok := fs[key]; ok && imageMatches(f.Image, images) {
 			return &f
 		}

@@ -1,8 +1,6 @@
 package simulator
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -10,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // The messages the Job controller writes with its reasons (pkg/controller/job in k8s.io/kubernetes), so
@@ -29,28 +26,37 @@ const (
 	jobFailed
 )
 
-// jobs finishes the Jobs of m the way the Job controller and kubelets would under the cluster's faults,
-// handing each status to write, and returns the error of listing them. A Job runs (its pod starts) on the
-// pass that first sees it and ends on a later one, so anyone watching sees it start before it ends.
-func (s *Simulator) jobs(ctx context.Context, m *member, seen map[string]bool, now time.Time,
-	write func(kind string, obj client.Object, changed bool)) error {
+// jobs finishes the Jobs of w's member the way the Job controller and kubelets would under the
+// cluster's faults, and returns every Job it listed (the CronJobs' status reads them). A Job runs (its
+// pod starts) on the pass that first sees it and ends on a later one, so anyone watching sees it start
+// before it ends.
+func (s *Simulator) jobs(w *writes, seen map[string]bool, now time.Time) []batchv1.Job {
 	var jobs batchv1.JobList
-	if err := m.client.List(ctx, &jobs); err != nil {
-		return fmt.Errorf("listing Jobs on cluster %s: %w", m.name, err)
-	}
+	w.list("Jobs", &jobs)
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if j.DeletionTimestamp != nil || !runsHere(j) || jobFinished(j) {
 			continue
 		}
-		t := m.track("Job", j, seen, now, false)
-		f := s.faultFor(m.name, j.Namespace, j.Name, images(j.Spec.Template.Spec)...)
-		st := jobStatus(j, t.jobOutcome(f, now), now)
+		t := w.m.track("Job", j, seen, now, false)
+		st := jobStatus(j, t.jobOutcome(s.jobFault(w.m.name, j), now), now)
 		changed := !equality.Semantic.DeepEqual(j.Status, st)
 		j.Status = st
-		write("Job", j, changed)
+		w.status("Job", j, changed)
 	}
-	return nil
+	return jobs.Items
+}
+
+// jobFault is the fault that applies to Job j on cluster: one set for the Job itself, else one set
+// for the CronJob that created it (a fault on "backup" fails every Job its CronJob starts), else the
+// cluster-wide one.
+func (s *Simulator) jobFault(cluster string, j *batchv1.Job) *activeFault {
+	imgs := images(j.Spec.Template.Spec)
+	names := []string{j.Name}
+	if owner := metav1.GetControllerOf(j); owner != nil && owner.Kind == "CronJob" {
+		names = append(names, owner.Name)
+	}
+	return s.faultForAny(cluster, j.Namespace, names, imgs)
 }
 
 // runsHere says whether the Job controller of the cluster would run pods for j: not when j is suspended or

@@ -34,9 +34,10 @@ type Options struct {
 	RequestsPerSecond float64
 }
 
-// Simulator moves the status of Deployments, StatefulSets, DaemonSets and Jobs in a set of member
-// clusters the way kube-controller-manager and kubelets would, with faults injected per cluster. It is safe for
-// concurrent use: tests change faults while it runs.
+// Simulator moves the status of Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and
+// HorizontalPodAutoscalers in a set of member clusters, and binds their PersistentVolumeClaims, the way
+// kube-controller-manager, kubelets and a storage provisioner would, with faults injected per cluster.
+// It is safe for concurrent use: tests change faults while it runs.
 type Simulator struct {
 	opts    Options
 	members map[string]*member
@@ -156,8 +157,9 @@ func (s *Simulator) run(ctx context.Context, m *member) {
 	}
 }
 
-// Sync makes one pass over cluster now and returns how many statuses it wrote. Tests use it to reach a
-// state without waiting for the loop, and to show that a pass over unchanged objects writes nothing.
+// Sync makes one pass over cluster now and returns how many writes it made: statuses, and the claims,
+// volumes and scales it created or changed. Tests use it to reach a state without waiting for the
+// loop, and to show that a pass over unchanged objects writes nothing.
 func (s *Simulator) Sync(ctx context.Context, cluster string) (int, error) {
 	m, ok := s.members[cluster]
 	if !ok {
@@ -166,94 +168,27 @@ func (s *Simulator) Sync(ctx context.Context, cluster string) (int, error) {
 	return s.pass(ctx, m)
 }
 
-// pass lists the three workload kinds and Jobs in every namespace of m and writes each status that differs
-// from the one a cluster would show now. Conflicts and deleted objects are left to the next pass, which
-// reads them anew.
+// pass makes one pass over m: it moves the status of every workload, Job, CronJob, claim and autoscaler
+// the way a cluster would now, creates what the cluster's controllers would (a StatefulSet's claims,
+// the volumes bound to claims) and writes only what differs from what the API server holds.
+// Conflicts and deleted objects are left to the next pass, which reads them anew. The autoscalers go
+// first, so that a workload they scale gets its status in the same pass.
 func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	nodes := int32(s.opts.Nodes)
 	seen := map[string]bool{}
-	written := 0
-	var errs []error
-	write := func(kind string, obj client.Object, changed bool) {
-		if !changed {
-			return
-		}
-		err := m.client.Status().Update(ctx, obj)
-		switch {
-		case err == nil:
-			written++
-			log.FromContext(ctx).V(1).Info("wrote workload status", "cluster", m.name, "kind", kind,
-				"namespace", obj.GetNamespace(), "name", obj.GetName(), "generation", obj.GetGeneration())
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		default:
-			errs = append(errs, fmt.Errorf("writing status of %s %s/%s on cluster %s: %w",
-				kind, obj.GetNamespace(), obj.GetName(), m.name, err))
-		}
-	}
-
-	var deps appsv1.DeploymentList
-	if err := m.client.List(ctx, &deps); err != nil {
-		errs = append(errs, fmt.Errorf("listing Deployments on cluster %s: %w", m.name, err))
-	}
-	for i := range deps.Items {
-		d := &deps.Items[i]
-		if d.DeletionTimestamp != nil {
-			continue
-		}
-		t := m.track("Deployment", d, seen, now, deploymentRolledOut(d))
-		f := s.faultFor(m.name, d.Namespace, d.Name, images(d.Spec.Template.Spec)...)
-		st := deploymentStatus(d, t.assess(f, replicas(d.Spec.Replicas), progressDeadline(d), now), now)
-		s.traffic.observe(m.name, t.key, d.Namespace, d.Name, st.AvailableReplicas, f, now)
-		changed := !equality.Semantic.DeepEqual(d.Status, st)
-		d.Status = st
-		write("Deployment", d, changed)
-	}
-
-	var sts appsv1.StatefulSetList
-	if err := m.client.List(ctx, &sts); err != nil {
-		errs = append(errs, fmt.Errorf("listing StatefulSets on cluster %s: %w", m.name, err))
-	}
-	for i := range sts.Items {
-		o := &sts.Items[i]
-		if o.DeletionTimestamp != nil {
-			continue
-		}
-		t := m.track("StatefulSet", o, seen, now, statefulSetRolledOut(o))
-		f := s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...)
-		st := statefulSetStatus(o, t.assess(f, replicas(o.Spec.Replicas), 0, now))
-		s.traffic.observe(m.name, t.key, o.Namespace, o.Name, st.AvailableReplicas, f, now)
-		changed := !equality.Semantic.DeepEqual(o.Status, st)
-		o.Status = st
-		write("StatefulSet", o, changed)
-	}
-
-	var dss appsv1.DaemonSetList
-	if err := m.client.List(ctx, &dss); err != nil {
-		errs = append(errs, fmt.Errorf("listing DaemonSets on cluster %s: %w", m.name, err))
-	}
-	for i := range dss.Items {
-		o := &dss.Items[i]
-		if o.DeletionTimestamp != nil {
-			continue
-		}
-		t := m.track("DaemonSet", o, seen, now, daemonSetRolledOut(o, nodes))
-		f := s.faultFor(m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...)
-		st := daemonSetStatus(o, nodes, t.assess(f, nodes, 0, now))
-		s.traffic.observe(m.name, t.key, o.Namespace, o.Name, st.NumberAvailable, f, now)
-		changed := !equality.Semantic.DeepEqual(o.Status, st)
-		o.Status = st
-		write("DaemonSet", o, changed)
-	}
-
-	if err := s.jobs(ctx, m, seen, now, write); err != nil {
-		errs = append(errs, err)
-	}
+	w := &writes{ctx: ctx, m: m}
+	s.autoscalers(w, now)
+	s.deployments(w, seen, now)
+	sets := s.statefulSets(w, seen, now)
+	s.daemonSets(w, seen, now)
+	jobs := s.jobs(w, seen, now)
+	s.cronJobs(w, jobs)
+	s.volumes(w, sets)
 
 	// Forget what was deleted, unless a list failed: then absence says nothing.
-	if len(errs) == 0 {
+	if len(w.errs) == 0 {
 		for k := range m.tracked {
 			if !seen[k] {
 				delete(m.tracked, k)
@@ -261,7 +196,117 @@ func (s *Simulator) pass(ctx context.Context, m *member) (int, error) {
 		}
 		s.traffic.forget(m.name, seen)
 	}
-	return written, errors.Join(errs...)
+	return w.n, errors.Join(w.errs...)
+}
+
+// writes carries one pass's writes to a member: how many were made, and the errors to report.
+type writes struct {
+	ctx  context.Context
+	m    *member
+	n    int
+	errs []error
+}
+
+// status writes obj's status, when it changed.
+func (w *writes) status(kind string, obj client.Object, changed bool) {
+	if changed {
+		w.record("writing the status of", kind, obj, w.m.client.Status().Update(w.ctx, obj))
+	}
+}
+
+// record counts a write that was made and says so. A conflict, an object gone or one already there
+// is left to the next pass, which reads them anew; any other error is kept for the pass to return.
+func (w *writes) record(action, kind string, obj client.Object, err error) bool {
+	switch {
+	case err == nil:
+		w.n++
+		log.FromContext(w.ctx).V(1).Info("simulated a write", "action", action, "cluster", w.m.name, "kind", kind,
+			"namespace", obj.GetNamespace(), "name", obj.GetName(), "generation", obj.GetGeneration())
+		return true
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err):
+	default:
+		w.errs = append(w.errs, fmt.Errorf("%s %s %s on cluster %s: %w", action, kind, objectName(obj), w.m.name, err))
+	}
+	return false
+}
+
+// list lists what of kind the cluster holds into list, keeping the error; it says whether it could.
+func (w *writes) list(kind string, list client.ObjectList) bool {
+	if err := w.m.client.List(w.ctx, list); err != nil {
+		w.errs = append(w.errs, fmt.Errorf("listing %s on cluster %s: %w", kind, w.m.name, err))
+		return false
+	}
+	return true
+}
+
+// objectName is namespace/name, or name alone for a cluster-scoped object.
+func objectName(obj client.Object) string {
+	if obj.GetNamespace() == "" {
+		return obj.GetName()
+	}
+	return obj.GetNamespace() + "/" + obj.GetName()
+}
+
+// deployments moves the status of the Deployments of w's member as the deployment controller and
+// kubelets would.
+func (s *Simulator) deployments(w *writes, seen map[string]bool, now time.Time) {
+	var deps appsv1.DeploymentList
+	w.list("Deployments", &deps)
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		if d.DeletionTimestamp != nil {
+			continue
+		}
+		t := w.m.track("Deployment", d, seen, now, deploymentRolledOut(d))
+		f := s.faultFor(w.m.name, d.Namespace, d.Name, images(d.Spec.Template.Spec)...)
+		st := deploymentStatus(d, t.assess(f, replicas(d.Spec.Replicas), progressDeadline(d), now), now)
+		s.traffic.observe(w.m.name, t.key, d.Namespace, d.Name, st.AvailableReplicas, f, now)
+		changed := !equality.Semantic.DeepEqual(d.Status, st)
+		d.Status = st
+		w.status("Deployment", d, changed)
+	}
+}
+
+// statefulSets moves the status of the StatefulSets of w's member as the StatefulSet controller and
+// kubelets would, and returns them for their claims.
+func (s *Simulator) statefulSets(w *writes, seen map[string]bool, now time.Time) []appsv1.StatefulSet {
+	var sts appsv1.StatefulSetList
+	w.list("StatefulSets", &sts)
+	for i := range sts.Items {
+		o := &sts.Items[i]
+		if o.DeletionTimestamp != nil {
+			continue
+		}
+		t := w.m.track("StatefulSet", o, seen, now, statefulSetRolledOut(o))
+		f := s.faultFor(w.m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...)
+		st := statefulSetStatus(o, t.assess(f, replicas(o.Spec.Replicas), 0, now))
+		s.traffic.observe(w.m.name, t.key, o.Namespace, o.Name, st.AvailableReplicas, f, now)
+		changed := !equality.Semantic.DeepEqual(o.Status, st)
+		o.Status = st
+		w.status("StatefulSet", o, changed)
+	}
+	return sts.Items
+}
+
+// daemonSets moves the status of the DaemonSets of w's member as the DaemonSet controller and kubelets
+// would, on Options.Nodes nodes.
+func (s *Simulator) daemonSets(w *writes, seen map[string]bool, now time.Time) {
+	nodes := int32(s.opts.Nodes)
+	var dss appsv1.DaemonSetList
+	w.list("DaemonSets", &dss)
+	for i := range dss.Items {
+		o := &dss.Items[i]
+		if o.DeletionTimestamp != nil {
+			continue
+		}
+		t := w.m.track("DaemonSet", o, seen, now, daemonSetRolledOut(o, nodes))
+		f := s.faultFor(w.m.name, o.Namespace, o.Name, images(o.Spec.Template.Spec)...)
+		st := daemonSetStatus(o, nodes, t.assess(f, nodes, 0, now))
+		s.traffic.observe(w.m.name, t.key, o.Namespace, o.Name, st.NumberAvailable, f, now)
+		changed := !equality.Semantic.DeepEqual(o.Status, st)
+		o.Status = st
+		w.status("DaemonSet", o, changed)
+	}
 }
 
 // track returns the record of obj, starting a new one when obj is new, was recreated (new UID) or has a

@@ -8,14 +8,15 @@ import (
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // These tests replay the simulator's decisions on a fake clock, without an API server, and judge every
@@ -87,16 +88,11 @@ func kstatusOf(t *testing.T, obj client.Object) status.Status {
 		t.Fatal(err)
 	}
 	us := &unstructured.Unstructured{Object: u}
-	switch obj.(type) {
-	case *appsv1.Deployment:
-		us.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
-	case *appsv1.StatefulSet:
-		us.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("StatefulSet"))
-	case *appsv1.DaemonSet:
-		us.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("DaemonSet"))
-	case *batchv1.Job:
-		us.SetGroupVersionKind(batchv1.SchemeGroupVersion.WithKind("Job"))
+	gvk, err := apiutil.GVKForObject(obj, clientgoscheme.Scheme)
+	if err != nil {
+		t.Fatal(err)
 	}
+	us.SetGroupVersionKind(gvk)
 	res, err := status.Compute(us)
 	if err != nil {
 		t.Fatalf("kstatus of %s: %v", obj.GetName(), err)

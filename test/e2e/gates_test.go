@@ -26,7 +26,7 @@ import (
 )
 
 // twoWaveRollout is "web": a canary of one cluster, then the rest; health is the web Deployment's
-// (not every object's: a PVC without a provisioner never binds, a Job without a kubelet never runs).
+// alone, not every object's.
 func twoWaveRollout(ns string) *v1alpha1.FleetRollout {
 	one := int32(1)
 	soak := &metav1.Duration{Duration: testSoak}
