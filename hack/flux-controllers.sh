@@ -28,10 +28,10 @@ HELM_CONTROLLER_VERSION=v1.6.4
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 open_cache flux-controllers "${1:-}" hack/flux-controllers.sh
-mkdir -p "$DIR/crds"
 
 # build_controller NAME VERSION: builds Flux's NAME controller from its module at VERSION into
-# $DIR/bin/NAME and copies its CRDs to $DIR/crds.
+# $DIR/bin/NAME and copies its CRDs to $DIR/crds/NAME, a directory of their own, so that a fleet
+# that starts one controller installs that controller's CRDs alone.
 build_controller() {
   local name=$1 version=$2 src="$DIR/src/$1"
   copy_module "github.com/fluxcd/$name@$version" "$src"
@@ -42,8 +42,9 @@ build_controller() {
   (cd "$src" && go mod edit -dropreplace "github.com/fluxcd/$name/api")
   (cd "$src" && go build -mod=mod -trimpath -o "$DIR/bin/$name.tmp" .)
   mv -f "$DIR/bin/$name.tmp" "$DIR/bin/$name"
-  cp "$src/config/crd/bases/"*.yaml "$DIR/crds/"
-  chmod u+w "$DIR/crds/"*.yaml
+  mkdir -p "$DIR/crds/$name"
+  cp "$src/config/crd/bases/"*.yaml "$DIR/crds/$name/"
+  chmod u+w "$DIR/crds/$name/"*.yaml
 }
 
 # notification-controller's CRDs (Alert, Provider, Receiver): the local fleet's hub installs them,

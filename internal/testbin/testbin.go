@@ -25,7 +25,7 @@ const (
 	KubeControllerManagerEnv = "TIDEGATE_KUBE_CONTROLLER_MANAGER"
 	// FluxControllersEnv names the directory of hack/flux-controllers.sh's build (what
 	// `hack/flux-controllers.sh --print-dir` prints): bin/notification-controller,
-	// bin/helm-controller and crds/.
+	// bin/helm-controller and, in crds/notification-controller and crds/helm-controller, their CRDs.
 	FluxControllersEnv = "TIDEGATE_FLUX_CONTROLLERS"
 	// PrometheusEnv names the Prometheus server binary.
 	PrometheusEnv = "TIDEGATE_PROMETHEUS"
@@ -60,7 +60,8 @@ var (
 		setBy: FluxControllersEnv, setTo: "the directory it built",
 		env: "TIDEGATE_FLUX_CONTROLLERS_CACHE", name: "flux-controllers",
 		stamps: []string{"notification-controller", "helm-controller"},
-		files:  []string{notificationControllerPath, helmControllerPath, "crds"},
+		files: []string{notificationControllerPath, helmControllerPath,
+			notificationControllerCRDs, helmControllerCRDs},
 	}
 	prometheusCache = cache{
 		what: "Prometheus (hack/prometheus.sh, about 5 minutes)", setBy: PrometheusEnv, setTo: "a prometheus binary",
@@ -78,6 +79,9 @@ var (
 	kubeControllerManagerPath  = filepath.Join("bin", "kube-controller-manager")
 	notificationControllerPath = filepath.Join("bin", "notification-controller")
 	helmControllerPath         = filepath.Join("bin", "helm-controller")
+	// hack/flux-controllers.sh copies each controller's CRDs into a directory of its own.
+	notificationControllerCRDs = filepath.Join("crds", "notification-controller")
+	helmControllerCRDs         = filepath.Join("crds", "helm-controller")
 	prometheusPath             = filepath.Join("bin", "prometheus")
 )
 
@@ -160,20 +164,19 @@ func KubeControllerManager(testbinDir string) (string, error) {
 // ${TIDEGATE_FLUX_CONTROLLERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-controllers}.
 // It fails, naming the fix, when they have not been built.
 func NotificationController() (bin, crds string, err error) {
-	return fluxController(notificationControllerPath)
+	return fluxController(notificationControllerPath, notificationControllerCRDs)
 }
 
 // HelmController returns the helm-controller binary that `make testbin` builds and the directory
-// of its CRD (HelmRelease, file helm.toolkit.fluxcd.io_helmreleases.yaml), copied from the same
-// module version, found as NotificationController finds notification-controller (the same script
+// of its CRD (HelmRelease), copied from the same module version, found as NotificationController finds notification-controller (the same script
 // builds both).
 func HelmController() (bin, crds string, err error) {
-	return fluxController(helmControllerPath)
+	return fluxController(helmControllerPath, helmControllerCRDs)
 }
 
 // fluxController returns the binary at path in hack/flux-controllers.sh's build and the directory
-// of the CRDs it copied.
-func fluxController(path string) (bin, crds string, err error) {
+// of its CRDs there, crdDir.
+func fluxController(path, crdDir string) (bin, crds string, err error) {
 	dir, from := os.Getenv(FluxControllersEnv), " ($"+FluxControllersEnv+")"
 	if dir == "" {
 		if dir, err = fluxControllersCache.find(); err != nil {
@@ -191,7 +194,7 @@ func fluxController(path string) (bin, crds string, err error) {
 	if !isExecutable(bin) {
 		return "", "", fmt.Errorf("%s at %s is not an executable file: %s (hack/flux-controllers.sh)", filepath.Base(path), bin, buildHint)
 	}
-	return bin, filepath.Join(dir, "crds"), nil
+	return bin, filepath.Join(dir, crdDir), nil
 }
 
 // binary returns the binary named what at path in the cache's newest build, or the one the cache's
