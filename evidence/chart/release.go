@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"sigs.k8s.io/kustomize/api/builtins"
@@ -29,6 +32,39 @@ func ReleaseName(hr *helmv2.HelmRelease) string {
 // ReleaseNamespace is the namespace of hr's Helm release: spec.targetNamespace, else the
 // HelmRelease's own.
 func ReleaseNamespace(hr *helmv2.HelmRelease) string { return hr.GetReleaseNamespace() }
+
+// versionWithDigest is the chart version helm-controller renders a chart of an OCIRepository
+// with (its mutateChartWithSourceRevision): version with the first 12 hex digits of the digest of
+// revision, the source's artifact revision ("<tag>@<algorithm>:<hex>" or "<algorithm>:<hex>"),
+// as semver build metadata, so that a tag pushed again with another chart is a new release. A tag
+// that is a version other than the chart's is refused, as helm-controller refuses it. An empty
+// revision (a chart of a HelmRepository) leaves version as it is.
+func versionWithDigest(version, revision string) (string, error) {
+	if revision == "" {
+		return version, nil
+	}
+	ver, err := semver.NewVersion(version)
+	if err != nil {
+		return "", fmt.Errorf("invalid chart version %s", version)
+	}
+	digest := revision
+	if tag, d, ok := strings.Cut(revision, "@"); ok {
+		digest = d
+		// A tag holds a version's "+" as "_" (helm push).
+		if tagVer, err := semver.NewVersion(strings.ReplaceAll(tag, "_", "+")); err == nil && !tagVer.Equal(ver) {
+			return "", fmt.Errorf("artifact revision %s does not match chart version %s", tag, version)
+		}
+	}
+	_, hex, ok := strings.Cut(digest, ":")
+	if !ok || strings.Contains(hex, ":") || len(hex) < 12 {
+		return "", fmt.Errorf("invalid artifact revision %s", revision)
+	}
+	withDigest, err := ver.SetMetadata(hex[:12])
+	if err != nil {
+		return "", err
+	}
+	return withDigest.String(), nil
+}
 
 // postRenderer does to Helm's rendered manifests what helm-controller's post-renderers do
 // (internal/postrender.BuildPostRenderers), with the same kustomize transformers: spec.commonMetadata's

@@ -34,6 +34,10 @@ type Options struct {
 	// APIVersions are the API versions the member serves beyond Helm's defaults
 	// (.Capabilities.APIVersions), as "group/version" or "group/version/Kind".
 	APIVersions []string
+	// SourceRevision is the artifact revision of the HelmRelease's chart source when it is an
+	// OCIRepository (status.artifact.revision, "<tag>@sha256:<hex>"): helm-controller renders the
+	// chart with that digest in its version (.Chart.Version). Empty for a chart without one.
+	SourceRevision string
 	// Upgrade renders as helm-controller renders an upgrade of a release the member has already
 	// (.Release.IsUpgrade, and spec.upgrade's schema validation setting rather than spec.install's);
 	// false renders the release's first install.
@@ -55,7 +59,8 @@ type Hook struct {
 
 // Rendered is a chart as helm-controller renders it for one HelmRelease.
 type Rendered struct {
-	// Chart and Version are the chart's name and version.
+	// Chart and Version are the chart's name and version, the version as helm-controller records
+	// it (with the source's digest: Options.SourceRevision).
 	Chart, Version string
 	// ReleaseName and Namespace are the Helm release's (ReleaseName, ReleaseNamespace).
 	ReleaseName, Namespace string
@@ -89,6 +94,9 @@ func Render(ctx context.Context, archive []byte, hr *helmv2.HelmRelease, values 
 	chrt, err := loader.LoadArchive(bytes.NewReader(archive))
 	if err != nil {
 		return nil, fmt.Errorf("loading the chart of HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
+	}
+	if chrt.Metadata.Version, err = versionWithDigest(chrt.Metadata.Version, opts.SourceRevision); err != nil {
+		return nil, fmt.Errorf("the chart of HelmRelease %s/%s: %w", hr.Namespace, hr.Name, err)
 	}
 	r := &Rendered{Chart: chrt.Name(), Version: chrt.Metadata.Version, ReleaseName: ReleaseName(hr), Namespace: ReleaseNamespace(hr)}
 	rel, err := install(ctx, r, chrt, hr, values, opts)

@@ -179,6 +179,34 @@ func TestRenderSeparatesCRDsAndHooks(t *testing.T) {
 	}
 }
 
+// A chart of an OCIRepository renders with the digest of the source's revision in its version, as
+// helm-controller renders it, so that .Chart.Version (here in the helm.sh/chart label) is what the
+// member gets; a tag naming another version than the chart's is refused, as helm-controller
+// refuses it.
+func TestRenderWithTheSourceDigestInTheVersion(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct{ revision, want string }{
+		{"", "0.1.0"},
+		{"0.1.0@" + digest, "0.1.0+0123456789ab"},
+		{"latest@" + digest, "0.1.0+0123456789ab"},
+		{digest, "0.1.0+0123456789ab"},
+	} {
+		r, err := Render(context.Background(), archive(t, "demo"), helmRelease("fleet", "demo"), nil, Options{SourceRevision: tc.revision})
+		if err != nil {
+			t.Fatalf("revision %q: %v", tc.revision, err)
+		}
+		label := strings.ReplaceAll("demo-"+tc.want, "+", "_")
+		if r.Version != tc.want || r.Objects[0].GetLabels()["helm.sh/chart"] != label {
+			t.Errorf("revision %q: version %s, label %q; want %s, %q", tc.revision, r.Version, r.Objects[0].GetLabels()["helm.sh/chart"], tc.want, label)
+		}
+	}
+	for _, revision := range []string{"0.2.0@" + digest, "0.1.0@sha256:0123", "no-digest"} {
+		if _, err := Render(context.Background(), archive(t, "demo"), helmRelease("fleet", "demo"), nil, Options{SourceRevision: revision}); err == nil {
+			t.Errorf("revision %q rendered", revision)
+		}
+	}
+}
+
 // What Render cannot render as helm-controller would, it refuses: a HelmRelease's kustomize
 // post-renderers, and an archive that is no chart.
 func TestRenderRefuses(t *testing.T) {
