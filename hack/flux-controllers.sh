@@ -30,8 +30,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 open_cache flux-controllers "${1:-}" hack/flux-controllers.sh
 
 # build_controller NAME VERSION: builds Flux's NAME controller from its module at VERSION into
-# $DIR/bin/NAME and copies its CRDs to $DIR/crds/NAME, a directory of their own, so that a fleet
-# that starts one controller installs that controller's CRDs alone.
+# $DIR/bin/NAME and copies its CRDs to $DIR/NAME-crds, a directory of their own, so that a fleet
+# that starts one controller installs that controller's CRDs alone. Not $DIR/crds/NAME: a checkout
+# from before helm-controller takes the newest build holding bin/notification-controller and
+# crds/ (internal/testbin searches the cache), and would install the CRD files directly in
+# crds/, none in a build of this layout; without a crds/ it passes this build over.
 build_controller() {
   local name=$1 version=$2 src="$DIR/src/$1"
   copy_module "github.com/fluxcd/$name@$version" "$src"
@@ -42,9 +45,9 @@ build_controller() {
   (cd "$src" && go mod edit -dropreplace "github.com/fluxcd/$name/api")
   (cd "$src" && go build -mod=mod -trimpath -o "$DIR/bin/$name.tmp" .)
   mv -f "$DIR/bin/$name.tmp" "$DIR/bin/$name"
-  mkdir -p "$DIR/crds/$name"
-  cp "$src/config/crd/bases/"*.yaml "$DIR/crds/$name/"
-  chmod u+w "$DIR/crds/$name/"*.yaml
+  mkdir -p "$DIR/$name-crds"
+  cp "$src/config/crd/bases/"*.yaml "$DIR/$name-crds/"
+  chmod u+w "$DIR/$name-crds/"*.yaml
 }
 
 # notification-controller's CRDs (Alert, Provider, Receiver): the local fleet's hub installs them,

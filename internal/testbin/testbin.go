@@ -25,7 +25,7 @@ const (
 	KubeControllerManagerEnv = "TIDEGATE_KUBE_CONTROLLER_MANAGER"
 	// FluxControllersEnv names the directory of hack/flux-controllers.sh's build (what
 	// `hack/flux-controllers.sh --print-dir` prints): bin/notification-controller,
-	// bin/helm-controller and, in crds/notification-controller and crds/helm-controller, their CRDs.
+	// bin/helm-controller and, in notification-controller-crds and helm-controller-crds, their CRDs.
 	FluxControllersEnv = "TIDEGATE_FLUX_CONTROLLERS"
 	// PrometheusEnv names the Prometheus server binary.
 	PrometheusEnv = "TIDEGATE_PROMETHEUS"
@@ -80,8 +80,8 @@ var (
 	notificationControllerPath = filepath.Join("bin", "notification-controller")
 	helmControllerPath         = filepath.Join("bin", "helm-controller")
 	// hack/flux-controllers.sh copies each controller's CRDs into a directory of its own.
-	notificationControllerCRDs = filepath.Join("crds", "notification-controller")
-	helmControllerCRDs         = filepath.Join("crds", "helm-controller")
+	notificationControllerCRDs = "notification-controller-crds"
+	helmControllerCRDs         = "helm-controller-crds"
 	prometheusPath             = filepath.Join("bin", "prometheus")
 )
 

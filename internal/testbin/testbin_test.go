@@ -202,7 +202,7 @@ func TestNotificationControllerFromTheEnvironmentOrTheCache(t *testing.T) {
 	// Built by the script before it built helm-controller too.
 	build(t, fluxControllersCache, filepath.Join(root, "dddddddddddd"), []string{"notification-controller"}, time.Now())
 	newest := filepath.Join(root, "bbbbbbbbbbbb")
-	if bin, crds, err := NotificationController(); err != nil || bin != filepath.Join(newest, "bin", "notification-controller") || crds != filepath.Join(newest, "crds", "notification-controller") {
+	if bin, crds, err := NotificationController(); err != nil || bin != filepath.Join(newest, "bin", "notification-controller") || crds != filepath.Join(newest, "notification-controller-crds") {
 		t.Errorf("NotificationController() = %q, %q, %v; want the newest complete build's", bin, crds, err)
 	}
 	if bin, _, err := HelmController(); err != nil || bin != filepath.Join(newest, "bin", "helm-controller") {
@@ -217,7 +217,7 @@ func TestNotificationControllerFromTheEnvironmentOrTheCache(t *testing.T) {
 	if bin, _, err := NotificationController(); err != nil || bin != filepath.Join(named, "bin", "notification-controller") {
 		t.Errorf("NotificationController with $%s set = %q, %v; want the one there", FluxControllersEnv, bin, err)
 	}
-	if bin, crds, err := HelmController(); err != nil || bin != filepath.Join(named, "bin", "helm-controller") || crds != filepath.Join(named, "crds", "helm-controller") {
+	if bin, crds, err := HelmController(); err != nil || bin != filepath.Join(named, "bin", "helm-controller") || crds != filepath.Join(named, "helm-controller-crds") {
 		t.Errorf("HelmController with $%s set = %q, %q, %v; want the one there", FluxControllersEnv, bin, crds, err)
 	}
 }
@@ -252,7 +252,7 @@ func TestTheLookupsMatchTheScripts(t *testing.T) {
 		{"prometheus.sh", prometheusCache, []string{`mv -f "$DIR/bin/prometheus.tmp" "$DIR/bin/prometheus"`}},
 		{"flux-controllers.sh", fluxControllersCache, []string{
 			`build_controller notification-controller `, `build_controller helm-controller `,
-			`mv -f "$DIR/bin/$name.tmp" "$DIR/bin/$name"`, `cp "$src/config/crd/bases/"*.yaml "$DIR/crds/$name/"`,
+			`mv -f "$DIR/bin/$name.tmp" "$DIR/bin/$name"`, `cp "$src/config/crd/bases/"*.yaml "$DIR/$name-crds/"`,
 		}},
 	} {
 		script := readHack(t, tc.script)
