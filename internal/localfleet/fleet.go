@@ -56,6 +56,9 @@ type Options struct {
 	// (Fleet.StartNotificationController).
 	NotificationController bool
 	NotificationCRDs       NotificationCRDs
+	// HelmController starts Flux's helm-controller on the hub too, after the other Flux
+	// controllers, with its CRD (Fleet.StartHelmController).
+	HelmController bool
 	// MembersTrustHubTokens makes every member's API server authenticate the hub's ServiceAccount
 	// tokens (identity.go), for members reached through workload identity. The members then start
 	// after the hub, whose issuer they need.
@@ -215,6 +218,11 @@ func start(ctx context.Context, opts Options) (f *Fleet, err error) {
 	}
 	if opts.NotificationController {
 		if err := f.StartNotificationController(ctx, opts.NotificationCRDs); err != nil {
+			return f, err
+		}
+	}
+	if opts.HelmController {
+		if err := f.StartHelmController(ctx); err != nil {
 			return f, err
 		}
 	}

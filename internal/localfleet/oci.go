@@ -115,12 +115,17 @@ func PushArtifact(ref, revision string, files map[string]string) (Artifact, erro
 		"org.opencontainers.image.revision": revision,
 		"org.opencontainers.image.source":   "https://tidegate.dev/localfleet",
 	}).(v1.Image)
+	return push(tag, img)
+}
+
+// push writes img to tag and returns it as an Artifact.
+func push(tag name.Tag, img v1.Image) (Artifact, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return Artifact{}, err
 	}
 	if err := remote.Write(tag, img); err != nil {
-		return Artifact{}, fmt.Errorf("pushing %s: %w", ref, err)
+		return Artifact{}, fmt.Errorf("pushing %s: %w", tag, err)
 	}
 	return Artifact{Repository: tag.Repository, Tag: tag.TagStr(), Digest: digest}, nil
 }

@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // A package pushed to the in-process registry comes back from it as a Flux OCI artifact: the
@@ -38,26 +40,8 @@ func TestRegistryPushAndSign(t *testing.T) {
 		t.Fatalf("revision %q, want %q", a.Revision(), want)
 	}
 
-	ref, err := name.ParseReference(reg.Host+"/podinfo:latest", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Config.MediaType != FluxConfigMediaType || len(m.Layers) != 1 || m.Layers[0].MediaType != FluxContentMediaType {
-		t.Fatalf("manifest: config %s, layers %+v", m.Config.MediaType, m.Layers)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := untarred(t, layers[0])
+	_, layer := pulled(t, reg.Host+"/podinfo:latest", FluxConfigMediaType, FluxContentMediaType)
+	got := untarred(t, layer)
 	for p, c := range files {
 		if got[p] != c {
 			t.Errorf("%s in the artifact: %q, want %q", p, got[p], c)
@@ -123,6 +107,32 @@ func TestRegistryPushAndSign(t *testing.T) {
 	if err != nil || string(back.PublicPEM) != string(key.PublicPEM) {
 		t.Fatalf("parsing the key back: %v", err)
 	}
+}
+
+// pulled pulls the image at ref, checks that its config and its one layer are of the media types
+// given, and returns it and its layer.
+func pulled(t *testing.T, ref string, config, layer types.MediaType) (v1.Image, v1.Layer) {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Config.MediaType != config || len(m.Layers) != 1 || m.Layers[0].MediaType != layer {
+		t.Fatalf("manifest of %s: config %s, layers %+v", ref, m.Config.MediaType, m.Layers)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, layers[0]
 }
 
 func untarred(t *testing.T, l interface{ Compressed() (io.ReadCloser, error) }) map[string]string {

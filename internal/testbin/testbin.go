@@ -2,7 +2,7 @@
 // with them: hack/testbin.sh builds kube-apiserver, etcd, Flux's source-controller and
 // kustomize-controller (and copies their CRDs) and controller-gen; hack/kube-controller-manager.sh
 // builds kube-controller-manager; hack/flux-cli.sh builds the Flux CLI; hack/flux-controllers.sh
-// builds notification-controller (and copies its CRDs); hack/prometheus.sh builds the Prometheus
+// builds notification-controller and helm-controller (and copies their CRDs); hack/prometheus.sh builds the Prometheus
 // server. It ships in the tidegate binary, for `tidegate sandbox`, so it finds them without a checkout:
 // in a directory named explicitly, else in the one an environment variable names, else in the
 // scripts' cache (see Dir).
@@ -24,7 +24,8 @@ const (
 	// KubeControllerManagerEnv names the kube-controller-manager binary.
 	KubeControllerManagerEnv = "TIDEGATE_KUBE_CONTROLLER_MANAGER"
 	// FluxControllersEnv names the directory of hack/flux-controllers.sh's build (what
-	// `hack/flux-controllers.sh --print-dir` prints): bin/notification-controller and crds/.
+	// `hack/flux-controllers.sh --print-dir` prints): bin/notification-controller,
+	// bin/helm-controller and, in notification-controller-crds and helm-controller-crds, their CRDs.
 	FluxControllersEnv = "TIDEGATE_FLUX_CONTROLLERS"
 	// PrometheusEnv names the Prometheus server binary.
 	PrometheusEnv = "TIDEGATE_PROMETHEUS"
@@ -55,11 +56,12 @@ var (
 		files:  []string{kubeControllerManagerPath},
 	}
 	fluxControllersCache = cache{
-		what:  "notification-controller (hack/flux-controllers.sh, about 20 minutes)",
+		what:  "notification-controller and helm-controller (hack/flux-controllers.sh, about 25 minutes)",
 		setBy: FluxControllersEnv, setTo: "the directory it built",
 		env: "TIDEGATE_FLUX_CONTROLLERS_CACHE", name: "flux-controllers",
-		stamps: []string{"notification-controller"},
-		files:  []string{notificationControllerPath, "crds"},
+		stamps: []string{"notification-controller", "helm-controller"},
+		files: []string{notificationControllerPath, helmControllerPath,
+			notificationControllerCRDs, helmControllerCRDs},
 	}
 	prometheusCache = cache{
 		what: "Prometheus (hack/prometheus.sh, about 5 minutes)", setBy: PrometheusEnv, setTo: "a prometheus binary",
@@ -76,6 +78,10 @@ var (
 	fluxCLIPath                = filepath.Join("bin", "flux")
 	kubeControllerManagerPath  = filepath.Join("bin", "kube-controller-manager")
 	notificationControllerPath = filepath.Join("bin", "notification-controller")
+	helmControllerPath         = filepath.Join("bin", "helm-controller")
+	// hack/flux-controllers.sh copies each controller's CRDs into a directory of its own.
+	notificationControllerCRDs = "notification-controller-crds"
+	helmControllerCRDs         = "helm-controller-crds"
 	prometheusPath             = filepath.Join("bin", "prometheus")
 )
 
@@ -158,6 +164,19 @@ func KubeControllerManager(testbinDir string) (string, error) {
 // ${TIDEGATE_FLUX_CONTROLLERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidegate/flux-controllers}.
 // It fails, naming the fix, when they have not been built.
 func NotificationController() (bin, crds string, err error) {
+	return fluxController(notificationControllerPath, notificationControllerCRDs)
+}
+
+// HelmController returns the helm-controller binary that `make testbin` builds and the directory
+// of its CRD (HelmRelease), copied from the same module version, found as NotificationController finds notification-controller (the same script
+// builds both).
+func HelmController() (bin, crds string, err error) {
+	return fluxController(helmControllerPath, helmControllerCRDs)
+}
+
+// fluxController returns the binary at path in hack/flux-controllers.sh's build and the directory
+// of its CRDs there, crdDir.
+func fluxController(path, crdDir string) (bin, crds string, err error) {
 	dir, from := os.Getenv(FluxControllersEnv), " ($"+FluxControllersEnv+")"
 	if dir == "" {
 		if dir, err = fluxControllersCache.find(); err != nil {
@@ -167,15 +186,15 @@ func NotificationController() (bin, crds string, err error) {
 	}
 	for _, f := range fluxControllersCache.files {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", "", fmt.Errorf("%s is missing in %s%s: %s (hack/flux-controllers.sh, about 20 minutes): %w",
+			return "", "", fmt.Errorf("%s is missing in %s%s: %s (hack/flux-controllers.sh, about 25 minutes): %w",
 				f, dir, from, buildHint, err)
 		}
 	}
-	bin = filepath.Join(dir, notificationControllerPath)
+	bin = filepath.Join(dir, path)
 	if !isExecutable(bin) {
-		return "", "", fmt.Errorf("notification-controller at %s is not an executable file: %s (hack/flux-controllers.sh)", bin, buildHint)
+		return "", "", fmt.Errorf("%s at %s is not an executable file: %s (hack/flux-controllers.sh)", filepath.Base(path), bin, buildHint)
 	}
-	return bin, filepath.Join(dir, "crds"), nil
+	return bin, filepath.Join(dir, crdDir), nil
 }
 
 // binary returns the binary named what at path in the cache's newest build, or the one the cache's

@@ -181,9 +181,9 @@ func TestKubeControllerManagerFromTestbinTheEnvironmentOrTheCache(t *testing.T) 
 	}
 }
 
-// notification-controller and its CRDs are found where $TIDEGATE_FLUX_CONTROLLERS says, else in
-// hack/flux-controllers.sh's newest complete build; without one, the error names the script and
-// make testbin.
+// notification-controller, helm-controller and their CRDs are found where $TIDEGATE_FLUX_CONTROLLERS
+// says, else in hack/flux-controllers.sh's newest complete build (one with both); without one, the
+// error names the script and make testbin.
 func TestNotificationControllerFromTheEnvironmentOrTheCache(t *testing.T) {
 	noEnv(t)
 	home := t.TempDir()
@@ -199,9 +199,14 @@ func TestNotificationControllerFromTheEnvironmentOrTheCache(t *testing.T) {
 	build(t, fluxControllersCache, filepath.Join(root, "aaaaaaaaaaaa"), fluxControllersCache.stamps, time.Now().Add(-time.Hour))
 	build(t, fluxControllersCache, filepath.Join(root, "bbbbbbbbbbbb"), fluxControllersCache.stamps, time.Now())
 	build(t, fluxControllersCache, filepath.Join(root, "cccccccccccc"), nil, time.Now()) // still building
+	// Built by the script before it built helm-controller too.
+	build(t, fluxControllersCache, filepath.Join(root, "dddddddddddd"), []string{"notification-controller"}, time.Now())
 	newest := filepath.Join(root, "bbbbbbbbbbbb")
-	if bin, crds, err := NotificationController(); err != nil || bin != filepath.Join(newest, "bin", "notification-controller") || crds != filepath.Join(newest, "crds") {
+	if bin, crds, err := NotificationController(); err != nil || bin != filepath.Join(newest, "bin", "notification-controller") || crds != filepath.Join(newest, "notification-controller-crds") {
 		t.Errorf("NotificationController() = %q, %q, %v; want the newest complete build's", bin, crds, err)
+	}
+	if bin, _, err := HelmController(); err != nil || bin != filepath.Join(newest, "bin", "helm-controller") {
+		t.Errorf("HelmController() = %q, %v; want the newest complete build's", bin, err)
 	}
 	named := t.TempDir()
 	t.Setenv(FluxControllersEnv, named)
@@ -211,6 +216,9 @@ func TestNotificationControllerFromTheEnvironmentOrTheCache(t *testing.T) {
 	build(t, fluxControllersCache, named, nil, time.Now())
 	if bin, _, err := NotificationController(); err != nil || bin != filepath.Join(named, "bin", "notification-controller") {
 		t.Errorf("NotificationController with $%s set = %q, %v; want the one there", FluxControllersEnv, bin, err)
+	}
+	if bin, crds, err := HelmController(); err != nil || bin != filepath.Join(named, "bin", "helm-controller") || crds != filepath.Join(named, "helm-controller-crds") {
+		t.Errorf("HelmController with $%s set = %q, %q, %v; want the one there", FluxControllersEnv, bin, crds, err)
 	}
 }
 
@@ -243,7 +251,8 @@ func TestTheLookupsMatchTheScripts(t *testing.T) {
 		}},
 		{"prometheus.sh", prometheusCache, []string{`mv -f "$DIR/bin/prometheus.tmp" "$DIR/bin/prometheus"`}},
 		{"flux-controllers.sh", fluxControllersCache, []string{
-			`mv -f "$DIR/bin/notification-controller.tmp" "$DIR/bin/notification-controller"`, `cp "$src/config/crd/bases/"*.yaml "$DIR/crds/"`,
+			`build_controller notification-controller `, `build_controller helm-controller `,
+			`mv -f "$DIR/bin/$name.tmp" "$DIR/bin/$name"`, `cp "$src/config/crd/bases/"*.yaml "$DIR/$name-crds/"`,
 		}},
 	} {
 		script := readHack(t, tc.script)
