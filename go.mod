@@ -12,6 +12,7 @@ require (
 	github.com/fluxcd/pkg/gittestserver v0.25.0
 	github.com/fluxcd/pkg/kustomize v1.35.7
 	github.com/fluxcd/pkg/runtime v0.117.0
+	github.com/fluxcd/pkg/ssa v0.76.2
 	github.com/fluxcd/source-controller/api v1.9.6
 	github.com/go-git/go-git/v5 v5.16.5
 	github.com/google/go-containerregistry v0.22.1

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -84,22 +85,26 @@ type Rendered struct {
 	// manifests is kustomize's output, which Substitute substitutes as kustomize-controller
 	// substitutes its build, resource by resource.
 	manifests []byte
+	// commonMetadata is the Kustomization's, which Substitute sets on the objects after the
+	// substitution, as kustomize-controller sets it on what it applies.
+	commonMetadata *kustomizev1.CommonMetadata
 }
 
-// Digest identifies the build: the sha256 of kustomize's output ("sha256:<hex>"). Two builds with
-// the same digest substitute, with the same postBuild, into the same objects.
+// Digest identifies the build: the sha256 of kustomize's output, and of the commonMetadata set
+// over it when there is one ("sha256:<hex>"). Two builds with the same digest substitute, with
+// the same postBuild, into the same objects.
 func (r *Rendered) Digest() string {
-	sum := sha256.Sum256(r.manifests)
+	sum := sha256.Sum256(append(slices.Clip(r.manifests), commonMetadataDigest(r.commonMetadata)...))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Manifests is kustomize's output, as Rebuilt takes it.
 func (r *Rendered) Manifests() []byte { return r.manifests }
 
-// Rebuilt is a build made elsewhere (a render worker) from its objects, sorted as Render sorts
-// them, and kustomize's output.
-func Rebuilt(objs []*unstructured.Unstructured, manifests []byte) *Rendered {
-	return &Rendered{Objects: objs, manifests: manifests}
+// Rebuilt is a build made elsewhere (a render worker) for a Kustomization with spec, from its
+// objects, sorted as Render sorts them, and kustomize's output.
+func Rebuilt(spec kustomizev1.KustomizationSpec, objs []*unstructured.Unstructured, manifests []byte) *Rendered {
+	return &Rendered{Objects: objs, manifests: manifests, commonMetadata: spec.CommonMetadata.DeepCopy()}
 }
 
 // Render builds the artifact for a Kustomization with spec as Render does, and also fails when a
@@ -114,8 +119,9 @@ func (a *Artifact) Render(spec kustomizev1.KustomizationSpec) (*Rendered, error)
 // ("" is the root), a kustomization.yaml generated when the directory has none (listing its
 // manifests and the subdirectories that have one), and the Kustomization's targetNamespace,
 // namePrefix, nameSuffix, patches, images and components applied over it; then SecureBuild,
-// which loads files from anywhere in the artifact and nothing outside it. spec.postBuild is not
-// applied here: Substitute does that, per cluster.
+// which loads files from anywhere in the artifact and nothing outside it. spec.postBuild and
+// spec.commonMetadata are not applied here: Substitute does that, per cluster. A spec that sets a
+// field the render does not apply as kustomize-controller does is refused (refuseUnrendered).
 //
 // Unlike kustomize-controller, nothing is ever fetched: a kustomization that refers to a remote
 // base or file is refused, and plugins, KRM functions and Helm are disabled (as in
@@ -127,6 +133,9 @@ func Render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec) (*Rende
 
 func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string) (*Rendered, error) {
 	userPath := spec.Path
+	if err := refuseUnrendered(spec); err != nil {
+		return nil, err
+	}
 	dir, err := buildDir(userPath)
 	if err != nil {
 		return nil, err
@@ -142,7 +151,7 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 			return nil, fmt.Errorf("path %s has no kustomization file and one could not be generated: %w", shown(userPath), err)
 		}
 	}
-	if err := refuseRemote(fsys, dir); err != nil {
+	if err := refuseRemote(fsys, dir, spec.Components); err != nil {
 		return nil, fmt.Errorf("path %s: %w", shown(userPath), err)
 	}
 	ks, err := kustomizationOf(spec)
@@ -178,6 +187,7 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err))
 	}
+	out.commonMetadata = spec.CommonMetadata.DeepCopy()
 	return out, nil
 }
 
@@ -257,11 +267,21 @@ func refuseSkipped(dir string, skipped []string) error {
 	return nil
 }
 
-// refuseRemote follows the kustomizations reachable from dir and refuses any reference kustomize
-// would fetch (a git clone runs the git binary, a URL file is an HTTP GET): evidence must be
-// about what the artifact holds, and the controller must not reach out on a package's say-so.
-func refuseRemote(fsys filesys.FileSystem, dir string) error {
+// refuseRemote follows the kustomizations reachable from dir, and from the components the
+// Kustomization adds to it (spec.components, relative to dir), and refuses any reference
+// kustomize would fetch (a git clone runs the git binary, a URL file is an HTTP GET): evidence
+// must be about what the artifact holds, and the controller must not reach out on a package's
+// say-so.
+func refuseRemote(fsys filesys.FileSystem, dir string, components []string) error {
 	queue := []string{dir}
+	for _, c := range components {
+		if isRemote(c) {
+			return fmt.Errorf("spec.template.components names %q, which is remote; tidegate renders only what the artifact holds, so vendor it into the source", c)
+		}
+		if p := path.Join(dir, c); fsys.IsDir(p) {
+			queue = append(queue, p)
+		}
+	}
 	seen := map[string]bool{}
 	for len(queue) > 0 {
 		d := queue[0]

@@ -116,7 +116,7 @@ func (r *Renderer) Render(ctx context.Context, op string, art *evidence.Artifact
 		}
 		objs = append(objs, obj)
 	}
-	return evidence.Rebuilt(objs, []byte(res.Manifests)), nil, nil
+	return evidence.Rebuilt(spec, objs, []byte(res.Manifests)), nil, nil
 }
 
 func init() {
