@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/evidence"
 )
 
 // templateField is how tidegate handles one field of v1alpha1.KustomizationTemplate.
@@ -62,7 +63,8 @@ var templateFields = map[string]templateField{
 
 // Every field of the template is written to the Kustomizations, and is either a build field (in
 // the candidate's build, in what the gates render with, in the build hash, and restored from a
-// recorded build) or none of those: a field added to the template without a decision here fails.
+// recorded build) or none of those; what the gates render with is a spec the render applies
+// whole: a field added to the template without a decision here fails.
 func TestEveryTemplateFieldIsHandled(t *testing.T) {
 	typ := reflect.TypeOf(v1alpha1.KustomizationTemplate{})
 	fields := map[string]bool{}
@@ -103,6 +105,9 @@ func TestEveryTemplateFieldIsHandled(t *testing.T) {
 		if f.build != (hash != zeroBuild) || f.build != renders || f.build != inBuild {
 			t.Errorf("%s: a build field is %v, but it changes the build hash %v, what the gates render with %v, the candidate's build %v",
 				name, f.build, hash != zeroBuild, renders, inBuild)
+		}
+		if u, err := evidence.UnrenderedFields(fr.BuildSpec()); err != nil || len(u) > 0 {
+			t.Errorf("%s: the gates' render does not apply %v of what it renders with (%v)", name, u, err)
 		}
 		if f.build {
 			// A candidate's build brings it back: a cluster runs the field as the candidate had it.

@@ -88,7 +88,17 @@ type Rendered struct {
 	// commonMetadata is the Kustomization's, which Substitute sets on the objects after the
 	// substitution, as kustomize-controller sets it on what it applies.
 	commonMetadata *kustomizev1.CommonMetadata
+	// secrets are the values the render decrypted, which Mask takes out of messages.
+	secrets []string
 }
+
+// Mask is msg without any value the render decrypted: each is replaced by [redacted]. A message
+// about the build (a substitution error, a member's dry-run rejection of its objects) goes
+// through it before it is kept anywhere.
+func (r *Rendered) Mask(msg string) string { return mask(msg, r.secrets) }
+
+// Secrets are the values the render decrypted, as Rebuilt takes them.
+func (r *Rendered) Secrets() []string { return r.secrets }
 
 // Digest identifies the build: the sha256 of kustomize's output, and of the commonMetadata set
 // over it when there is one ("sha256:<hex>"). Two builds with the same digest substitute, with
@@ -102,16 +112,21 @@ func (r *Rendered) Digest() string {
 func (r *Rendered) Manifests() []byte { return r.manifests }
 
 // Rebuilt is a build made elsewhere (a render worker) for a Kustomization with spec, from its
-// objects, sorted as Render sorts them, and kustomize's output.
-func Rebuilt(spec kustomizev1.KustomizationSpec, objs []*unstructured.Unstructured, manifests []byte) *Rendered {
-	return &Rendered{Objects: objs, manifests: manifests, commonMetadata: spec.CommonMetadata.DeepCopy()}
+// objects, sorted as Render sorts them, kustomize's output and the values it decrypted (Secrets).
+func Rebuilt(spec kustomizev1.KustomizationSpec, objs []*unstructured.Unstructured, manifests []byte, secrets []string) *Rendered {
+	return &Rendered{Objects: objs, manifests: manifests, commonMetadata: spec.CommonMetadata.DeepCopy(), secrets: secrets}
 }
 
 // Render builds the artifact for a Kustomization with spec as Render does, and also fails when a
 // file the artifact could not hold (see Artifact.Skipped) is a manifest kustomize-controller
 // would have picked up.
 func (a *Artifact) Render(spec kustomizev1.KustomizationSpec) (*Rendered, error) {
-	return render(a.FS, spec, a.Skipped)
+	return render(a.FS, spec, a.Skipped, nil)
+}
+
+// RenderWith is Render decrypting with keys, the Secret spec.decryption names.
+func (a *Artifact) RenderWith(spec kustomizev1.KustomizationSpec, keys *Keys) (*Rendered, error) {
+	return render(a.FS, spec, a.Skipped, keys)
 }
 
 // Render builds fsys (an artifact's files) for a Flux Kustomization with spec the way
@@ -127,11 +142,24 @@ func (a *Artifact) Render(spec kustomizev1.KustomizationSpec) (*Rendered, error)
 // base or file is refused, and plugins, KRM functions and Helm are disabled (as in
 // kustomize-controller). The files are written to a private temporary directory for the build,
 // as kustomize-controller extracts an artifact into its own; fsys is only read.
+//
+// A spec with decryption needs keys (RenderWith): Render refuses it.
 func Render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec) (*Rendered, error) {
-	return render(fsys, spec, nil)
+	return render(fsys, spec, nil, nil)
 }
 
-func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string) (*Rendered, error) {
+// RenderWith is Render decrypting the package's SOPS-encrypted content with keys, as
+// kustomize-controller decrypts it for a Kustomization with spec.decryption: the files kustomize
+// reads besides manifests (secretGenerator sources, patch files) before the build, and the built
+// objects after it (objects encrypted whole, and Secrets whose entries are encrypted files). A
+// Secret left encrypted is refused, as kustomize-controller refuses to apply it, with decryption
+// or without. Keys that cannot decrypt the package are a *DecryptionError. The objects and
+// kustomize's output hold the decrypted values; no error does (Rendered.Mask).
+func RenderWith(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, keys *Keys) (*Rendered, error) {
+	return render(fsys, spec, nil, keys)
+}
+
+func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string, keys *Keys) (*Rendered, error) {
 	userPath := spec.Path
 	if err := refuseUnrendered(spec); err != nil {
 		return nil, err
@@ -158,6 +186,10 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 	if err != nil {
 		return nil, err
 	}
+	dec, err := newDecryptor(spec.Decryption, keys)
+	if err != nil {
+		return nil, err
+	}
 
 	// Generating reads manifests through kustomize's resource factory, which shares the global
 	// schema a build resets, so the whole render holds the lock; holding it from the copy on also
@@ -171,7 +203,11 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 	defer func() { _ = os.RemoveAll(work) }()
 	// The working copy's name must never reach a receipt: errors name files as the artifact does.
 	hide := func(err error) error {
-		return errors.New(strings.ReplaceAll(err.Error(), work+string(filepath.Separator), ""))
+		msg := strings.ReplaceAll(err.Error(), work+string(filepath.Separator), "")
+		if de := (*DecryptionError)(nil); errors.As(err, &de) {
+			return &DecryptionError{msg: msg}
+		}
+		return errors.New(msg)
 	}
 	if err := copyOut(fsys, work); err != nil {
 		return nil, fmt.Errorf("rendering path %s: %w", shown(userPath), hide(err))
@@ -183,9 +219,14 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 		}
 		return nil, fmt.Errorf("kustomize build of path %s failed: the Kustomization's template does not apply: %w", shown(userPath), hide(err))
 	}
-	out, err := build(work, dirPath)
+	if dec != nil {
+		if err := dec.decryptSources(work, dirPath); err != nil {
+			return nil, maskErr(fmt.Errorf("decrypting the sources of path %s: %w", shown(userPath), hide(err)), dec.secrets())
+		}
+	}
+	out, err := build(work, dirPath, dec)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err))
+		return nil, maskErr(fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err)), dec.secrets())
 	}
 	out.commonMetadata = spec.CommonMetadata.DeepCopy()
 	return out, nil
@@ -388,8 +429,9 @@ func isRemote(ref string) bool {
 // race, kubernetes-sigs/kustomize#3659), which is why kustomize-controller serialises too.
 var buildMu sync.Mutex
 
-// build runs kustomize-controller's build of dirPath within root; the caller holds buildMu.
-func build(root, dirPath string) (*Rendered, error) {
+// build runs kustomize-controller's build of dirPath within root, decrypting with dec (nil: no
+// decryption); the caller holds buildMu.
+func build(root, dirPath string, dec *decryptor) (*Rendered, error) {
 	m, err := fluxkustomize.SecureBuild(root, dirPath, false)
 	if err != nil {
 		return nil, err
@@ -400,6 +442,14 @@ func build(root, dirPath string) (*Rendered, error) {
 			return nil, fmt.Errorf("failed to decode Kubernetes apiVersion, kind and name from: %v", res.String())
 		}
 	}
+	if dec != nil {
+		if err := dec.decryptResources(m); err != nil {
+			return nil, err
+		}
+	}
+	if err := refuseEncrypted(m); err != nil {
+		return nil, err
+	}
 	manifests, err := m.AsYaml()
 	if err != nil {
 		return nil, err
@@ -408,7 +458,7 @@ func build(root, dirPath string) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Rendered{Objects: objs, manifests: manifests}, nil
+	return &Rendered{Objects: objs, manifests: manifests, secrets: dec.secrets()}, nil
 }
 
 // decode turns kustomize's resources into objects, sorted by reference.

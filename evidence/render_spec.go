@@ -15,10 +15,10 @@ import (
 // renderedFields are the fields of a Kustomization spec that decide what kustomize-controller
 // applies, and that the render applies as it does: path; through its generator (fluxcd/pkg/
 // kustomize) targetNamespace, namePrefix, nameSuffix, patches, images, components,
-// ignoreMissingComponents and buildMetadata; postBuild (Substitute); commonMetadata, set on every
-// object after the substitution (Substitute).
+// ignoreMissingComponents and buildMetadata; decryption (RenderWith); postBuild (Substitute);
+// commonMetadata, set on every object after the substitution (Substitute).
 var renderedFields = []string{"path", "targetNamespace", "namePrefix", "nameSuffix", "patches", "images", "components",
-	"ignoreMissingComponents", "buildMetadata", "postBuild", "commonMetadata"}
+	"ignoreMissingComponents", "buildMetadata", "postBuild", "commonMetadata", "decryption"}
 
 // notBuildFields are the fields of a Kustomization spec that say how, when, where or as whom
 // kustomize-controller applies and checks the build, not what it builds.
@@ -26,17 +26,31 @@ var notBuildFields = []string{"sourceRef", "kubeConfig", "interval", "retryInter
 	"suspend", "deletionPolicy", "healthChecks", "healthCheckExprs", "dependsOn", "serviceAccountName"}
 
 // refusedFields are the fields of a Kustomization spec that change what kustomize-controller
-// applies in a way the render does not: spec.ignore drops fields from the apply; spec.decryption
-// decrypts what the render would leave encrypted. The template sets none of them but decryption.
-var refusedFields = []string{"ignore", "decryption"}
+// applies in a way the render does not: spec.ignore drops fields from the apply. The template
+// sets none of them.
+var refusedFields = []string{"ignore"}
 
-// refuseUnrendered fails for a spec that sets a field the render does not apply (refusedFields,
-// or one of no list), so that the gates never judge objects other than those kustomize-controller
-// applies. TestEveryKustomizationFieldIsSorted keeps the lists whole as Flux adds fields.
+// refuseUnrendered fails for a spec that sets a field the render does not apply
+// (UnrenderedFields), so that the gates never judge objects other than those kustomize-controller
+// applies.
 func refuseUnrendered(spec kustomizev1.KustomizationSpec) error {
+	unknown, err := UnrenderedFields(spec)
+	if err != nil {
+		return err
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("the render does not apply %v of the Kustomization: the gates would judge other objects than kustomize-controller applies", unknown)
+	}
+	return nil
+}
+
+// UnrenderedFields are the fields spec sets ("spec.<name>", sorted) that would change what
+// kustomize-controller applies in a way the render does not: those of refusedFields, and any of
+// no list. TestEveryKustomizationFieldIsSorted keeps the lists whole as Flux adds fields.
+func UnrenderedFields(spec kustomizev1.KustomizationSpec) ([]string, error) {
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
 	if err != nil {
-		return fmt.Errorf("encoding the Kustomization spec for the render: %w", err)
+		return nil, fmt.Errorf("encoding the Kustomization spec for the render: %w", err)
 	}
 	var unknown []string
 	for k, v := range u {
@@ -44,11 +58,8 @@ func refuseUnrendered(spec kustomizev1.KustomizationSpec) error {
 			unknown = append(unknown, "spec."+k)
 		}
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return fmt.Errorf("the render does not apply %v of the Kustomization: the gates would judge other objects than kustomize-controller applies", unknown)
-	}
-	return nil
+	sort.Strings(unknown)
+	return unknown, nil
 }
 
 // zero tells whether an unstructured value sets nothing.

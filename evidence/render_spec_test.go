@@ -112,7 +112,7 @@ func TestRenderCommonMetadata(t *testing.T) {
 	if plain.Digest() == r.Digest() {
 		t.Errorf("the build with commonMetadata has the digest of the build without")
 	}
-	if again := Rebuilt(spec, r.Objects, r.Manifests()); again.Digest() != r.Digest() {
+	if again := Rebuilt(spec, r.Objects, r.Manifests(), nil); again.Digest() != r.Digest() {
 		t.Errorf("a build rebuilt from a worker's answer has digest %s, want %s", again.Digest(), r.Digest())
 	}
 }

@@ -58,7 +58,7 @@ func (r *Rendered) Substitute(pb *kustomizev1.PostBuild) ([]*unstructured.Unstru
 			fluxkustomize.SubstituteWithStrict(false),
 			fluxkustomize.SubstituteWithAlways(always))
 		if err != nil {
-			return nil, fmt.Errorf("post build failed for '%s/%s': %w", res.GetGvk(), res.GetName(), err)
+			return nil, maskErr(fmt.Errorf("post build failed for '%s/%s': %w", res.GetGvk(), res.GetName(), err), r.secrets)
 		}
 		if out != nil {
 			if _, err := m.Replace(res); err != nil {
