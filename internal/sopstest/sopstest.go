@@ -4,6 +4,7 @@
 package sopstest
 
 import (
+	"encoding/base64"
 	"fmt"
 	"maps"
 	"slices"
@@ -47,6 +48,21 @@ func (k Key) Secret(namespace, name string, stringData map[string]string) ([]byt
 	plain += "stringData:\n"
 	for _, key := range slices.Sorted(maps.Keys(stringData)) {
 		plain += fmt.Sprintf("  %s: %q\n", key, stringData[key])
+	}
+	return k.Encrypt([]byte(plain), "yaml", "^(data|stringData)$")
+}
+
+// SecretData is Secret with data instead of stringData: each value base64-encoded, as a Secret's
+// data holds it, then encrypted. Left encrypted, such a Secret is not even a valid one (a data
+// value "ENC[...]" is not base64): only its decrypted form passes an API server's validation.
+func (k Key) SecretData(namespace, name string, data map[string]string) ([]byte, error) {
+	plain := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n", name)
+	if namespace != "" {
+		plain += "  namespace: " + namespace + "\n"
+	}
+	plain += "data:\n"
+	for _, key := range slices.Sorted(maps.Keys(data)) {
+		plain += fmt.Sprintf("  %s: %s\n", key, base64.StdEncoding.EncodeToString([]byte(data[key])))
 	}
 	return k.Encrypt([]byte(plain), "yaml", "^(data|stringData)$")
 }
