@@ -1,27 +1,15 @@
 package evidence
 
 import (
-	"bytes"
-	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
-	"github.com/getsops/sops/v3"
-	"github.com/getsops/sops/v3/aes"
-	sopsage "github.com/getsops/sops/v3/age"
-	"github.com/getsops/sops/v3/cmd/sops/common"
-	"github.com/getsops/sops/v3/cmd/sops/formats"
-	"github.com/getsops/sops/v3/config"
-	"github.com/getsops/sops/v3/keyservice"
-	"github.com/getsops/sops/v3/logging"
+	"sigs.k8s.io/kustomize/api/resmap"
 )
 
 // Keys are what a render decrypts a package's SOPS-encrypted content with: the data of the Secret
@@ -40,6 +28,22 @@ func (k Keys) String() string { return "the keys of Secret " + k.Secret }
 // GoString keeps %#v from printing the keys.
 func (k Keys) GoString() string { return k.String() }
 
+// AgeKeyExt ends the names of a decryption Secret's entries that hold age identities, as
+// kustomize-controller reads them.
+const AgeKeyExt = ".agekey"
+
+// AgeKeyEntries are the names of k's entries that hold age identities, sorted.
+func (k *Keys) AgeKeyEntries() []string {
+	var out []string
+	for name := range k.Data {
+		if filepath.Ext(name) == AgeKeyExt {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Digest is a digest of the keys (the Secret's name and its age identities), for keying what is
 // computed with them; it says nothing of the keys themselves.
 func (k *Keys) Digest() string {
@@ -48,7 +52,7 @@ func (k *Keys) Digest() string {
 	}
 	h := sha256.New()
 	h.Write([]byte(k.Secret))
-	for _, name := range ageKeyEntries(k) {
+	for _, name := range k.AgeKeyEntries() {
 		h.Write([]byte{0})
 		h.Write([]byte(name))
 		h.Write([]byte{0})
@@ -65,199 +69,56 @@ type DecryptionError struct{ msg string }
 
 func (e *DecryptionError) Error() string { return e.msg }
 
-// NewDecryptionError is a *DecryptionError saying msg, as a render worker reported it.
+// NewDecryptionError is a *DecryptionError saying msg.
 func NewDecryptionError(msg string) *DecryptionError { return &DecryptionError{msg: msg} }
 
-// decryptionErrorf is a *DecryptionError with the message format makes.
-func decryptionErrorf(format string, a ...any) error {
-	return &DecryptionError{msg: fmt.Sprintf(format, a...)}
+// A Decryptor decrypts a package's SOPS-encrypted content for one render, as kustomize-controller
+// decrypts it for a Kustomization with spec.decryption (evidence/decrypt makes one, with age keys:
+// the decryption, with its cloud SDKs, is linked only where packages are rendered). It keeps every
+// value it decrypted, so that no message of the render carries one.
+type Decryptor interface {
+	// DecryptSources decrypts, in place on disk below root, the SOPS-encrypted files kustomize
+	// reads besides manifests (secretGenerator files and env files, patch files) of the
+	// kustomization in dir and of those it reaches, before the build.
+	DecryptSources(root, dir string) error
+	// DecryptResources decrypts the built objects: those encrypted whole, and Secrets whose data
+	// entries are encrypted files.
+	DecryptResources(m resmap.ResMap) error
+	// Secrets are the values decrypted so far, longest first.
+	Secrets() []string
 }
 
-const (
-	// ageKeyExt ends the names of a decryption Secret's entries that hold age identities, as
-	// kustomize-controller reads them.
-	ageKeyExt = ".agekey"
-	// decryptAnnotation set to "disabled" keeps an object from being decrypted, as in Flux.
-	decryptAnnotation = "kustomize.toolkit.fluxcd.io/decrypt"
-	// maxEncryptedFileSize bounds an encrypted file the render decrypts, as kustomize-controller's.
-	maxEncryptedFileSize = 5 << 20
-)
+// DecryptAnnotation set to "disabled" keeps an object from being decrypted, as in Flux.
+const DecryptAnnotation = "kustomize.toolkit.fluxcd.io/decrypt"
 
-// ageKeyEntries are the names of k's entries that hold age identities, sorted.
-func ageKeyEntries(k *Keys) []string {
-	var out []string
-	for name := range k.Data {
-		if filepath.Ext(name) == ageKeyExt {
-			out = append(out, name)
+// DecryptionDisabled tells whether annotations keep their object from being decrypted.
+func DecryptionDisabled(annotations map[string]string) bool {
+	return strings.EqualFold(annotations[DecryptAnnotation], "disabled")
+}
+
+// refuseEncrypted fails for a Secret still SOPS-encrypted (a top-level sops field) that is not
+// annotated to be applied as it is: kustomize-controller refuses to apply it ("configuring
+// decryption is required for this secret to be reconciled"), with the template's decryption or
+// without one.
+func refuseEncrypted(m resmap.ResMap) error {
+	for _, res := range m.Resources() {
+		if res.GetKind() == "Secret" && res.GetApiVersion() == "v1" && !DecryptionDisabled(res.GetAnnotations()) && !res.Field("sops").IsNilOrEmpty() {
+			name := res.GetName()
+			if ns := res.GetNamespace(); ns != "" {
+				name = ns + "/" + name
+			}
+			return fmt.Errorf("Secret %s is SOPS-encrypted and kustomize-controller refuses to apply it so: set spec.template.decryption to a Secret with the age identity it is encrypted for", name)
 		}
 	}
-	sort.Strings(out)
-	return out
+	return nil
 }
 
-// decryptor decrypts a package's SOPS-encrypted content for one render, as kustomize-controller's
-// decryptor does for a Kustomization with spec.decryption, with age identities only. It keeps
-// every value it decrypted (revealed), so that no message of the render carries one (mask).
-type decryptor struct {
-	secret   string
-	services []keyservice.KeyServiceClient
-	revealed map[string]bool
-}
-
-// quietSOPS keeps SOPS from logging (it logs each decryption at info level), as
-// kustomize-controller does.
-var quietSOPS sync.Once
-
-// newDecryptor is the decryptor of a Kustomization with decryption d, nil when d is nil. keys must
-// hold at least one age identity.
-func newDecryptor(d *kustomizev1.Decryption, keys *Keys) (*decryptor, error) {
-	if d == nil {
-		return nil, nil
-	}
-	if d.Provider != "sops" {
-		return nil, fmt.Errorf("decryption provider %q is not one tidegate renders with: use sops", d.Provider)
-	}
-	name := "named by spec.template.decryption.secretRef"
-	if d.SecretRef != nil {
-		name = d.SecretRef.Name
-	}
-	if keys == nil {
-		return nil, decryptionErrorf("the package is rendered without the decryption Secret %s: it was not read", name)
-	}
-	var ids sopsage.ParsedIdentities
-	entries := ageKeyEntries(keys)
-	for _, e := range entries {
-		if err := ids.Import(string(keys.Data[e])); err != nil {
-			// The parser's error may quote the entry: it is not repeated.
-			return nil, decryptionErrorf("entry %s of the decryption Secret %s is not an age identity (AGE-SECRET-KEY-1...): write the identity that kustomize-controller decrypts the package with there", e, keys.Secret)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, decryptionErrorf("the decryption Secret %s holds no age identity: add an entry named <name>%s with the age identity (AGE-SECRET-KEY-1...) the package is encrypted for; tidegate decrypts with age keys only", keys.Secret, ageKeyExt)
-	}
-	quietSOPS.Do(func() { logging.SetLevel(0) })
-	return &decryptor{
-		secret:   keys.Secret,
-		services: []keyservice.KeyServiceClient{keyservice.NewCustomLocalClient(ageKeyService{ids: ids})},
-		revealed: map[string]bool{},
-	}, nil
-}
-
-// ageKeyService is a SOPS key service that opens data keys encrypted for age recipients with the
-// identities it holds, and nothing else: it never falls back to SOPS' own, which reads keys from
-// the process' environment and home directory, or asks a cloud KMS.
-type ageKeyService struct {
-	ids sopsage.ParsedIdentities
-}
-
-func (ageKeyService) Encrypt(context.Context, *keyservice.EncryptRequest) (*keyservice.EncryptResponse, error) {
-	return nil, errors.New("the render does not encrypt")
-}
-
-func (s ageKeyService) Decrypt(_ context.Context, req *keyservice.DecryptRequest) (*keyservice.DecryptResponse, error) {
-	k, ok := req.GetKey().GetKeyType().(*keyservice.Key_AgeKey)
-	if !ok {
-		return nil, fmt.Errorf("tidegate decrypts with age identities only, not with a %T key", req.GetKey().GetKeyType())
-	}
-	key := sopsage.MasterKey{Recipient: k.AgeKey.Recipient, EncryptedKey: string(req.Ciphertext)}
-	s.ids.ApplyToMasterKey(&key)
-	plain, err := key.Decrypt()
-	if err != nil {
-		return nil, err
-	}
-	return &keyservice.DecryptResponse{Plaintext: plain}, nil
-}
-
-// decrypt decrypts data, SOPS-encrypted in format in, into format out; what names the content in
-// errors. Keys that do not open it are a *DecryptionError.
-func (d *decryptor) decrypt(data []byte, in, out formats.Format, what string) (_ []byte, err error) {
-	defer func() {
-		// A store that cannot emit the tree panics, as kustomize-controller found.
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: SOPS could not write it decrypted", what)
-		}
-	}()
-	tree, err := common.StoreForFormat(in, config.NewStoresConfig()).LoadEncryptedFile(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: reading it as SOPS-encrypted %s: %w", what, formatName(in), userError(err))
-	}
-	key, err := tree.Metadata.GetDataKeyWithKeyServices(d.services, sops.DefaultDecryptionOrder)
-	if err != nil {
-		return nil, decryptionErrorf("%s: the age identities of the decryption Secret %s do not open it (%v): add the identity of a recipient it is encrypted for to the Secret, as kustomize-controller needs it too",
-			what, d.secret, userError(err))
-	}
-	before := leaves(tree.Branches, nil)
-	if _, err := tree.Decrypt(key, aes.NewCipher()); err != nil {
-		// SOPS quotes the value it could not decrypt: it is not repeated.
-		return nil, fmt.Errorf("%s: a value does not decrypt with its data key", what)
-	}
-	after := leaves(tree.Branches, nil)
-	for i, v := range before {
-		if s, ok := v.(string); ok && strings.HasPrefix(s, "ENC[") && i < len(after) {
-			d.reveal(fmt.Sprint(after[i]))
-		}
-	}
-	plain, err := common.StoreForFormat(out, config.NewStoresConfig()).EmitPlainFile(tree.Branches)
-	if err != nil {
-		return nil, fmt.Errorf("%s: writing it decrypted as %s: %w", what, formatName(out), userError(err))
-	}
-	d.reveal(string(plain))
-	return plain, nil
-}
-
-// leaves appends the scalar values of a SOPS tree to out, depth first: the same order before and
-// after the tree is decrypted, which changes values only.
-func leaves(v any, out []any) []any {
-	switch x := v.(type) {
-	case sops.TreeBranches:
-		for _, b := range x {
-			out = leaves(b, out)
-		}
-	case sops.TreeBranch:
-		for _, item := range x {
-			out = leaves(item.Value, out)
-		}
-	case []any:
-		for _, e := range x {
-			out = leaves(e, out)
-		}
-	default:
-		out = append(out, v)
-	}
-	return out
-}
-
-// reveal records a decrypted value, with the forms it takes in a Secret: base64-encoded, and
-// decoded when it is base64 itself (a Secret's data).
-func (d *decryptor) reveal(v string) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return
-	}
-	d.revealed[v] = true
-	d.revealed[base64.StdEncoding.EncodeToString([]byte(v))] = true
-	if b, err := base64.StdEncoding.DecodeString(v); err == nil && len(bytes.TrimSpace(b)) > 0 {
-		d.revealed[string(bytes.TrimSpace(b))] = true
-	}
-}
-
-// secrets are the values d revealed, longest first, so that a value inside another is masked
-// within it.
-func (d *decryptor) secrets() []string {
-	if d == nil {
+// secretsOf are dec's secrets, none without a decryptor.
+func secretsOf(dec Decryptor) []string {
+	if dec == nil {
 		return nil
 	}
-	out := make([]string, 0, len(d.revealed))
-	for v := range d.revealed {
-		out = append(out, v)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if len(out[i]) != len(out[j]) {
-			return len(out[i]) > len(out[j])
-		}
-		return out[i] < out[j]
-	})
-	return out
+	return dec.Secrets()
 }
 
 // mask replaces in msg every value of secrets (longest first) by [redacted].
@@ -280,68 +141,5 @@ func maskErr(err error, secrets []string) error {
 	return errors.New(mask(err.Error(), secrets))
 }
 
-// userError is the message SOPS means for people when err has one.
-func userError(err error) error {
-	var ue sops.UserError
-	if errors.As(err, &ue) {
-		return errors.New(ue.UserError())
-	}
-	return err
-}
-
-func formatName(f formats.Format) string {
-	switch f {
-	case formats.Yaml:
-		return "YAML"
-	case formats.Json:
-		return "JSON"
-	case formats.Dotenv:
-		return "dotenv"
-	case formats.Ini:
-		return "INI"
-	}
-	return "binary"
-}
-
-// formatForPath is the SOPS format of a file or a Secret's key by its name, as kustomize-
-// controller reads it: a .dockerconfigjson is JSON.
-func formatForPath(p string) formats.Format {
-	if strings.HasSuffix(p, ".dockerconfigjson") {
-		return formats.Json
-	}
-	return formats.FormatForPath(p)
-}
-
-// markers are what SOPS-encrypted content of each format holds, as kustomize-controller detects
-// it; checked in this order (binary's envelope is JSON, and reads as JSON).
-var markers = []struct {
-	format formats.Format
-	marker []byte
-}{
-	{formats.Yaml, []byte("mac: ENC[")},
-	{formats.Json, []byte(`"mac": "ENC[`)},
-	{formats.Dotenv, []byte("sops_mac=ENC[")},
-	{formats.Ini, []byte("[sops]")},
-}
-
-// encryptedFormat is the format of data when it is SOPS-encrypted, ok false when it is not.
-func encryptedFormat(data []byte) (formats.Format, bool) {
-	for _, m := range markers {
-		if bytes.Contains(data, m.marker) {
-			return m.format, true
-		}
-	}
-	return formats.Binary, false
-}
-
-// hasMarker tells whether data is SOPS-encrypted content of format f.
-func hasMarker(data []byte, f formats.Format) bool {
-	for _, m := range markers {
-		if m.format == f || (f == formats.Binary && m.format == formats.Json) {
-			if bytes.Contains(data, m.marker) {
-				return true
-			}
-		}
-	}
-	return false
-}
+// IsRemote reports whether kustomize would fetch ref (see isRemote).
+func IsRemote(ref string) bool { return isRemote(ref) }

@@ -124,9 +124,9 @@ func (a *Artifact) Render(spec kustomizev1.KustomizationSpec) (*Rendered, error)
 	return render(a.FS, spec, a.Skipped, nil)
 }
 
-// RenderWith is Render decrypting with keys, the Secret spec.decryption names.
-func (a *Artifact) RenderWith(spec kustomizev1.KustomizationSpec, keys *Keys) (*Rendered, error) {
-	return render(a.FS, spec, a.Skipped, keys)
+// RenderWith is Render decrypting with dec, as RenderWith.
+func (a *Artifact) RenderWith(spec kustomizev1.KustomizationSpec, dec Decryptor) (*Rendered, error) {
+	return render(a.FS, spec, a.Skipped, dec)
 }
 
 // Render builds fsys (an artifact's files) for a Flux Kustomization with spec the way
@@ -143,23 +143,24 @@ func (a *Artifact) RenderWith(spec kustomizev1.KustomizationSpec, keys *Keys) (*
 // kustomize-controller). The files are written to a private temporary directory for the build,
 // as kustomize-controller extracts an artifact into its own; fsys is only read.
 //
-// A spec with decryption needs keys (RenderWith): Render refuses it.
+// A spec with decryption needs a Decryptor (RenderWith): Render refuses it.
 func Render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec) (*Rendered, error) {
 	return render(fsys, spec, nil, nil)
 }
 
-// RenderWith is Render decrypting the package's SOPS-encrypted content with keys, as
+// RenderWith is Render decrypting the package's SOPS-encrypted content with dec, as
 // kustomize-controller decrypts it for a Kustomization with spec.decryption: the files kustomize
 // reads besides manifests (secretGenerator sources, patch files) before the build, and the built
 // objects after it (objects encrypted whole, and Secrets whose entries are encrypted files). A
 // Secret left encrypted is refused, as kustomize-controller refuses to apply it, with decryption
-// or without. Keys that cannot decrypt the package are a *DecryptionError. The objects and
-// kustomize's output hold the decrypted values; no error does (Rendered.Mask).
-func RenderWith(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, keys *Keys) (*Rendered, error) {
-	return render(fsys, spec, nil, keys)
+// or without; a spec with decryption and no dec is a *DecryptionError, and so is what dec cannot
+// decrypt. The objects and kustomize's output hold the decrypted values; no error does
+// (Rendered.Mask).
+func RenderWith(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, dec Decryptor) (*Rendered, error) {
+	return render(fsys, spec, nil, dec)
 }
 
-func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string, keys *Keys) (*Rendered, error) {
+func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string, dec Decryptor) (*Rendered, error) {
 	userPath := spec.Path
 	if err := refuseUnrendered(spec); err != nil {
 		return nil, err
@@ -186,9 +187,8 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 	if err != nil {
 		return nil, err
 	}
-	dec, err := newDecryptor(spec.Decryption, keys)
-	if err != nil {
-		return nil, err
+	if spec.Decryption != nil && dec == nil {
+		return nil, NewDecryptionError("the package is rendered without the keys of spec.template.decryption: they were not read")
 	}
 
 	// Generating reads manifests through kustomize's resource factory, which shares the global
@@ -220,13 +220,13 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 		return nil, fmt.Errorf("kustomize build of path %s failed: the Kustomization's template does not apply: %w", shown(userPath), hide(err))
 	}
 	if dec != nil {
-		if err := dec.decryptSources(work, dirPath); err != nil {
-			return nil, maskErr(fmt.Errorf("decrypting the sources of path %s: %w", shown(userPath), hide(err)), dec.secrets())
+		if err := dec.DecryptSources(work, dirPath); err != nil {
+			return nil, maskErr(fmt.Errorf("decrypting the sources of path %s: %w", shown(userPath), hide(err)), dec.Secrets())
 		}
 	}
 	out, err := build(work, dirPath, dec)
 	if err != nil {
-		return nil, maskErr(fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err)), dec.secrets())
+		return nil, maskErr(fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err)), secretsOf(dec))
 	}
 	out.commonMetadata = spec.CommonMetadata.DeepCopy()
 	return out, nil
@@ -431,7 +431,7 @@ var buildMu sync.Mutex
 
 // build runs kustomize-controller's build of dirPath within root, decrypting with dec (nil: no
 // decryption); the caller holds buildMu.
-func build(root, dirPath string, dec *decryptor) (*Rendered, error) {
+func build(root, dirPath string, dec Decryptor) (*Rendered, error) {
 	m, err := fluxkustomize.SecureBuild(root, dirPath, false)
 	if err != nil {
 		return nil, err
@@ -443,7 +443,7 @@ func build(root, dirPath string, dec *decryptor) (*Rendered, error) {
 		}
 	}
 	if dec != nil {
-		if err := dec.decryptResources(m); err != nil {
+		if err := dec.DecryptResources(m); err != nil {
 			return nil, err
 		}
 	}
@@ -458,7 +458,7 @@ func build(root, dirPath string, dec *decryptor) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Rendered{Objects: objs, manifests: manifests, secrets: dec.secrets()}, nil
+	return &Rendered{Objects: objs, manifests: manifests, secrets: secretsOf(dec)}, nil
 }
 
 // decode turns kustomize's resources into objects, sorted by reference.

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/evidence/decrypt"
 	"github.com/tidegate/tidegate/internal/worker"
 )
 
@@ -91,8 +92,8 @@ type response struct {
 }
 
 // Render builds art for a Kustomization with spec, decrypting with k, in a worker, as
-// art.RenderWith does in-process; op names the render in errors ("rendering the candidate"). A
-// package that does not build comes back as renderErr, the error art.RenderWith returns (an
+// decrypt.Render does in-process; op names the render in errors ("rendering the candidate"). A
+// package that does not build comes back as renderErr, the error decrypt.Render returns (an
 // *evidence.DecryptionError for keys that do not decrypt it), which is a finding about the
 // package. err says the render did not finish: a *worker.BudgetError past the budget, else the
 // worker's failure.
@@ -178,7 +179,7 @@ func serve(r io.Reader, w io.Writer) error {
 	if h.Keys != nil {
 		k = &evidence.Keys{Secret: h.Keys.Secret, Data: h.Keys.Data}
 	}
-	build, err := art.RenderWith(h.Spec, k)
+	build, err := decrypt.Render(art, h.Spec, k)
 	if err != nil {
 		var de *evidence.DecryptionError
 		res.Error, res.Decryption = err.Error(), errors.As(err, &de)

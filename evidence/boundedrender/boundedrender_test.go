@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/evidence/decrypt"
 	"github.com/tidegate/tidegate/internal/sopstest"
 	"github.com/tidegate/tidegate/internal/worker"
 )
@@ -144,7 +145,7 @@ func TestAWorkerDecryptsAsInProcess(t *testing.T) {
 	spec := kustomizev1.KustomizationSpec{Path: "./app", CommonMetadata: &kustomizev1.CommonMetadata{Labels: map[string]string{"team": "a"}},
 		Decryption: &kustomizev1.Decryption{Provider: "sops", SecretRef: &meta.LocalObjectReference{Name: "sops-age"}}}
 	keys := &evidence.Keys{Secret: "fleet/sops-age", Data: map[string][]byte{"k.agekey": []byte(key.Identity)}}
-	want, err := art.RenderWith(spec, keys)
+	want, err := decrypt.Render(art, spec, keys)
 	if err != nil {
 		t.Fatal(err)
 	}

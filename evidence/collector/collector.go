@@ -22,6 +22,7 @@ import (
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
+	"github.com/tidegate/tidegate/evidence/decrypt"
 	"github.com/tidegate/tidegate/internal/member"
 	"github.com/tidegate/tidegate/verdict"
 	"github.com/tidegate/tidegate/verdict/bounded"
@@ -244,7 +245,7 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 	if c.RenderBudget != nil {
 		p.Build, p.RenderErr, err = c.RenderBudget.Render(ctx, "rendering "+what, art, fr.BuildSpec(), keys)
 	} else {
-		p.Build, p.RenderErr = art.RenderWith(fr.BuildSpec(), keys)
+		p.Build, p.RenderErr = decrypt.Render(art, fr.BuildSpec(), keys)
 	}
 	if err := decryptionUnfinished(keys, p.RenderErr, err); err != nil {
 		return nil, err

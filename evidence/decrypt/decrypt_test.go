@@ -1,4 +1,4 @@
-package evidence
+package decrypt
 
 import (
 	"encoding/base64"
@@ -12,8 +12,16 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/internal/sopstest"
 )
+
+const configMapA = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n"
+
+// render renders fsys for spec, decrypting with keys.
+func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, keys *evidence.Keys) (*evidence.Rendered, error) {
+	return Render(&evidence.Artifact{FS: fsys}, spec, keys)
+}
 
 // The values the encrypted package holds; none may reach an error or a printed key.
 const (
@@ -40,19 +48,24 @@ func sopsPackage(t *testing.T, key sopstest.Key) (filesys.FileSystem, kustomizev
 		t.Fatal(err)
 	}
 	files := "apiVersion: v1\nkind: Secret\nmetadata:\n  name: files\ndata:\n  config.yaml: " + base64.StdEncoding.EncodeToString(file) + "\n"
-	fsys := memFS(t, map[string]string{
+	fsys := filesys.MakeFsInMemory()
+	for name, body := range map[string]string{
 		"app/kustomization.yaml": "resources: [secret.yaml, files.yaml, configmap.yaml]\nsecretGenerator:\n- name: api\n  envs: [api.env]\n  options: {disableNameSuffixHash: true}\n",
 		"app/files.yaml":         files,
 		"app/secret.yaml":        string(secret),
 		"app/api.env":            string(env),
 		"app/configmap.yaml":     configMapA,
-	})
+	} {
+		if err := fsys.WriteFile("/"+name, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	spec := kustomizev1.KustomizationSpec{Path: "./app", Decryption: &kustomizev1.Decryption{Provider: "sops", SecretRef: &meta.LocalObjectReference{Name: "sops-age"}}}
 	return fsys, spec
 }
 
-func keysOf(key sopstest.Key) *Keys {
-	return &Keys{Secret: "fleet/sops-age", Data: map[string][]byte{"fleet.agekey": []byte(key.Identity + "\n")}}
+func keysOf(key sopstest.Key) *evidence.Keys {
+	return &evidence.Keys{Secret: "fleet/sops-age", Data: map[string][]byte{"fleet.agekey": []byte(key.Identity + "\n")}}
 }
 
 // secretValue is a rendered Secret's value of key, decoded from data or as stringData has it.
@@ -89,7 +102,7 @@ func TestRenderDecryptsSOPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	fsys, spec := sopsPackage(t, key)
-	r, err := RenderWith(fsys, spec, keysOf(key))
+	r, err := render(fsys, spec, keysOf(key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +115,7 @@ func TestRenderDecryptsSOPS(t *testing.T) {
 	if got := secretValue(t, r.Objects, "files", "config.yaml"); got != "user: app\npassword: "+filePassword+"\n" {
 		t.Errorf("Secret files config.yaml %q, want the encrypted file decrypted", got)
 	}
-	objs, err := r.Substitute(postBuild(map[string]string{"region": "eu"}))
+	objs, err := r.Substitute(&kustomizev1.PostBuild{Substitute: map[string]string{"region": "eu"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +128,7 @@ func TestRenderDecryptsSOPS(t *testing.T) {
 		t.Errorf("masked %q", masked)
 	}
 	again, _ := sopsPackage(t, key)
-	r2, err := RenderWith(again, spec, keysOf(key))
+	r2, err := render(again, spec, keysOf(key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +137,7 @@ func TestRenderDecryptsSOPS(t *testing.T) {
 	}
 }
 
-// Keys that are missing, hold no age identity or the wrong one are a *DecryptionError that names
+// Keys that are missing, hold no age identity or the wrong one are an *evidence.DecryptionError that names
 // the Secret and the fix, and holds neither a decrypted value nor the identity. A package with an
 // encrypted Secret rendered without decryption is refused, as kustomize-controller refuses to
 // apply it.
@@ -140,18 +153,18 @@ func TestRenderDecryptionErrors(t *testing.T) {
 	fsys, spec := sopsPackage(t, key)
 	for _, tc := range []struct {
 		name string
-		keys *Keys
+		keys *evidence.Keys
 		want []string
 	}{
 		{"no keys", nil, []string{"without the decryption Secret sops-age"}},
-		{"no age identity", &Keys{Secret: "fleet/sops-age", Data: map[string][]byte{"identity.asc": []byte("x")}},
+		{"no age identity", &evidence.Keys{Secret: "fleet/sops-age", Data: map[string][]byte{"identity.asc": []byte("x")}},
 			[]string{"Secret fleet/sops-age holds no age identity", ".agekey"}},
-		{"not an identity", &Keys{Secret: "fleet/sops-age", Data: map[string][]byte{"fleet.agekey": []byte("AGE-SECRET-KEY-1NOTAKEY")}},
+		{"not an identity", &evidence.Keys{Secret: "fleet/sops-age", Data: map[string][]byte{"fleet.agekey": []byte("AGE-SECRET-KEY-1NOTAKEY")}},
 			[]string{"entry fleet.agekey of the decryption Secret fleet/sops-age is not an age identity"}},
 		{"another identity", keysOf(other), []string{"the age identities of the decryption Secret fleet/sops-age do not open it", key.Recipient, "add the identity"}},
 	} {
-		_, err := RenderWith(fsys, spec, tc.keys)
-		var de *DecryptionError
+		_, err := render(fsys, spec, tc.keys)
+		var de *evidence.DecryptionError
 		if !errors.As(err, &de) {
 			t.Errorf("%s: %v (%T), want a *DecryptionError", tc.name, err, err)
 			continue
@@ -168,8 +181,8 @@ func TestRenderDecryptionErrors(t *testing.T) {
 		}
 	}
 	spec.Decryption = nil
-	_, err = Render(fsys, spec)
-	var de *DecryptionError
+	_, err = evidence.Render(fsys, spec)
+	var de *evidence.DecryptionError
 	if err == nil || errors.As(err, &de) || !strings.Contains(err.Error(), "is SOPS-encrypted and kustomize-controller refuses to apply it") {
 		t.Errorf("an encrypted package without decryption: %v", err)
 	}

@@ -1,4 +1,4 @@
-package evidence
+package decrypt
 
 import (
 	"encoding/base64"
@@ -12,13 +12,15 @@ import (
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/api/types"
+
+	"github.com/tidegate/tidegate/evidence"
 )
 
-// decryptSources decrypts, in place on disk, the SOPS-encrypted files kustomize reads besides
+// DecryptSources decrypts, in place on disk, the SOPS-encrypted files kustomize reads besides
 // manifests (secretGenerator files and env files, patch files) of the kustomization in dir and of
 // those it reaches through resources and components, within root, as kustomize-controller does
 // before its build. A file without SOPS' marker for its format is left as it is.
-func (d *decryptor) decryptSources(root, dir string) error {
+func (d *decryptor) DecryptSources(root, dir string) error {
 	visited, done := map[string]bool{}, map[string]bool{}
 	var visit func(dir string) error
 	visit = func(dir string) error {
@@ -59,7 +61,7 @@ func (d *decryptor) decryptSources(root, dir string) error {
 			}
 		}
 		for _, p := range k.Patches {
-			if p.Path != "" && !isRemote(p.Path) {
+			if p.Path != "" && !evidence.IsRemote(p.Path) {
 				if err := file(p.Path, formatForPath(p.Path)); err != nil {
 					return err
 				}
@@ -81,7 +83,7 @@ func (d *decryptor) decryptSources(root, dir string) error {
 
 // within is ref, relative to dir, when it lies inside root.
 func within(root, dir, ref string) (string, bool) {
-	if ref == "" || isRemote(ref) {
+	if ref == "" || evidence.IsRemote(ref) {
 		return "", false
 	}
 	p := filepath.Clean(filepath.Join(dir, filepath.FromSlash(ref)))
@@ -135,13 +137,13 @@ func (d *decryptor) decryptFile(root, p string, f formats.Format) error {
 	return os.WriteFile(p, plain, 0o600)
 }
 
-// decryptResources decrypts the built resources as kustomize-controller does after its build: an
+// DecryptResources decrypts the built resources as kustomize-controller does after its build: an
 // object SOPS encrypted whole (a top-level sops field with a mac), or a Secret whose data entries
 // are SOPS-encrypted files. Objects annotated kustomize.toolkit.fluxcd.io/decrypt: disabled are
 // left alone.
-func (d *decryptor) decryptResources(m resmap.ResMap) error {
+func (d *decryptor) DecryptResources(m resmap.ResMap) error {
 	for _, res := range m.Resources() {
-		if decryptionDisabled(res.GetAnnotations()) {
+		if evidence.DecryptionDisabled(res.GetAnnotations()) {
 			continue
 		}
 		what := fmt.Sprintf("%s %s", res.GetKind(), qualified(res.GetNamespace(), res.GetName()))
@@ -185,28 +187,10 @@ func (d *decryptor) decryptResources(m resmap.ResMap) error {
 	return nil
 }
 
-// refuseEncrypted fails for a Secret still SOPS-encrypted (a top-level sops field) that is not
-// annotated to be applied as it is: kustomize-controller refuses to apply it ("configuring
-// decryption is required for this secret to be reconciled"), with the template's decryption or
-// without one.
-func refuseEncrypted(m resmap.ResMap) error {
-	for _, res := range m.Resources() {
-		if res.GetKind() == "Secret" && res.GetApiVersion() == "v1" && !decryptionDisabled(res.GetAnnotations()) && !res.Field("sops").IsNilOrEmpty() {
-			return fmt.Errorf("Secret %s is SOPS-encrypted and kustomize-controller refuses to apply it so: set spec.template.decryption to a Secret with the age identity it is encrypted for",
-				qualified(res.GetNamespace(), res.GetName()))
-		}
-	}
-	return nil
-}
-
 // encryptedWhole tells whether res is an object SOPS encrypted as a whole: a sops field with a mac.
 func encryptedWhole(res *resource.Resource) bool {
 	f := res.Field("sops")
 	return !f.IsNilOrEmpty() && !f.Value.Field("mac").IsNilOrEmpty()
-}
-
-func decryptionDisabled(annotations map[string]string) bool {
-	return strings.EqualFold(annotations[decryptAnnotation], "disabled")
 }
 
 func qualified(namespace, name string) string {
