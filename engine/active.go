@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -177,9 +178,27 @@ func waitForMembers(fr *v1alpha1.FleetRollout, w *World, wv *v1alpha1.WaveStatus
 		res.GateWave = i
 	} else {
 		res.waitFor(v1alpha1.WaitingForMembers, wv.Name, since, &metav1.Time{Time: since.Add(deadline)},
-			"wave %s: %d/%d clusters Ready at %s", wv.Name, t.healthy, total, cand.Revision)
+			"wave %s: %d/%d clusters Ready at %s%s", wv.Name, t.healthy, total, cand.Revision, dependencyWaits(w, cand.Source, t.pending))
 	}
 	return false
+}
+
+// dependencyWaits says, for the pending clusters whose Kustomization kustomize-controller holds
+// until another rollout's is Ready there (spec.template.dependsOn), which dependency each waits
+// for, as kustomize-controller names it; "" when none does. They count as not Ready yet, within
+// the wave's deadline, like any member that has not applied the candidate.
+func dependencyWaits(w *World, source string, pending []string) string {
+	var waits []string
+	for _, c := range pending {
+		if o := w.Kustomizations[c]; o.WaitingForDependency(source) {
+			waits = append(waits, c+": "+o.Message)
+		}
+	}
+	if len(waits) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s held by kustomize-controller until a rollout this one depends on (spec.template.dependsOn) is Ready there, not Ready until then: %s",
+		Plural(len(waits), "cluster is", "clusters are"), FirstNames(waits, 3))
 }
 
 // suspended are the clusters whose Kustomization is suspended.

@@ -33,8 +33,10 @@ const (
 // t.Source, built with t.Build (the candidate's or the known-good's: spec.path and the template's
 // build fields as they were when it started; nil, the spec's), with the cluster's own install-time
 // values (spec.values) merged over the build's postBuild substitutions. The template's other
-// fields (interval, timeout, wait, prune, force, healthChecks, healthCheckExprs) are the spec's:
-// they change how Flux applies and checks, not what.
+// fields (interval, timeout, wait, prune, force, healthChecks, healthCheckExprs,
+// serviceAccountName, dependsOn) are the spec's: they change how, when and as whom Flux applies
+// and checks, not what. dependsOn names, for each FleetRollout it lists, that rollout's
+// Kustomization on the same cluster.
 func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Target) *kustomizev1.Kustomization {
 	fr = fr.Built(tg.Build)
 	source, revision, wave := tg.Source, tg.Revision, tg.Wave
@@ -64,8 +66,15 @@ func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 			Patches:         t.Patches,
 			Images:          t.Images,
 			PostBuild:       fr.PostBuild(fc),
-			SourceRef:       kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
-			KubeConfig:      fc.Spec.KubeConfig,
+			Components:      t.Components,
+			CommonMetadata:  t.CommonMetadata,
+			Decryption:      t.Decryption.Flux(),
+			// kustomize-controller reads the decryption Secret, and impersonates the service
+			// account, in the Kustomization's namespace: the rollout's.
+			ServiceAccountName: t.ServiceAccountName,
+			DependsOn:          dependsOn(t, fc.Name),
+			SourceRef:          kustomizev1.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: source},
+			KubeConfig:         fc.Spec.KubeConfig,
 			// kustomize-controller's health checks use them, and so do noDisruption's samples
 			// (availability.WorkloadsFromInventory): both read them from the Kustomization.
 			HealthCheckExprs: t.HealthCheckExprs,
@@ -77,6 +86,21 @@ func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 		ks.Spec.KubeConfig = fc.Spec.KubeConfig.DeepCopy()
 	}
 	return ks
+}
+
+// dependsOn is the spec.dependsOn of cluster's Kustomization: the Kustomization on that cluster of
+// each rollout t depends on, named as tidegate names it, in the rollout's namespace. Such a
+// Kustomization may not exist yet (that rollout has not reached the cluster): kustomize-controller
+// then waits for it as for one not Ready (DependencyNotReady), and so does the wave.
+func dependsOn(t v1alpha1.KustomizationTemplate, cluster string) []kustomizev1.DependencyReference {
+	if len(t.DependsOn) == 0 {
+		return nil
+	}
+	out := make([]kustomizev1.DependencyReference, 0, len(t.DependsOn))
+	for _, d := range t.DependsOn {
+		out = append(out, kustomizev1.DependencyReference{Name: v1alpha1.KustomizationName(d.Name, cluster)})
+	}
+	return out
 }
 
 // defaultRetryInterval is how soon kustomize-controller retries a failed apply when the template
@@ -157,12 +181,19 @@ func StampHashes(ks *kustomizev1.Kustomization, spec string) error {
 // buildHash is the hash of the fields of a Kustomization that shape what Flux applies to its
 // cluster, and where: the source and path, what kustomize builds with (targetNamespace, name prefix
 // and suffix, patches, images, components, decryption), the postBuild substitution (the template's
-// and the cluster's values) and the kubeconfig. The rest (interval, timeout, retries, prune, wait,
-// health checks, deletion policy, labels) says how Flux applies and checks it, not what.
+// and the cluster's values), the kubeconfig and the commonMetadata set on every object. The rest
+// (interval, timeout, retries, prune, wait, health checks, service account, dependencies, deletion
+// policy, labels) says how, when and as whom Flux applies and checks it, not what.
 func buildHash(ks *kustomizev1.Kustomization) (string, error) {
 	s := &ks.Spec
-	return contentHash(s.SourceRef, s.Path, s.TargetNamespace, s.NamePrefix, s.NameSuffix, s.Patches, s.Images, s.Components,
-		s.Decryption, s.PostBuild, s.KubeConfig)
+	parts := []any{s.SourceRef, s.Path, s.TargetNamespace, s.NamePrefix, s.NameSuffix, s.Patches, s.Images, s.Components,
+		s.Decryption, s.PostBuild, s.KubeConfig}
+	if s.CommonMetadata != nil {
+		// Only when set: the hash of every Kustomization written before commonMetadata was a
+		// template field stays what it was, so none of them looks changed to sameBuild.
+		parts = append(parts, s.CommonMetadata)
+	}
+	return contentHash(parts...)
 }
 
 func contentHash(parts ...any) (string, error) {

@@ -303,6 +303,14 @@ func (o Observation) AwaitingAt(source, revision string) bool {
 	return o.Exists && o.Source == source && !o.ReadyCurrent && SameRevision(o.LastApplied, revision)
 }
 
+// WaitingForDependency tells whether kustomize-controller holds the Kustomization, pointing at
+// source with its current spec, until a Kustomization it depends on (spec.dependsOn: another
+// rollout's on the same cluster) is Ready, or exists (DependencyNotReady): it applied nothing of
+// the spec yet, which is a wait, not a failure (FailedAt). Message then names the dependency.
+func (o Observation) WaitingForDependency(source string) bool {
+	return o.Exists && o.Source == source && o.ReadyCurrent && o.Ready == metav1.ConditionFalse && o.Reason == meta.DependencyNotReadyReason
+}
+
 // SameRevision compares two Flux revisions by the commit or digest they name: a source pinned by
 // commit or digest alone reports "sha1:<commit>" where the tracked source said "main@sha1:<commit>".
 func SameRevision(a, b string) bool {

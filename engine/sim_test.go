@@ -33,6 +33,9 @@ type sim struct {
 	failGate map[string]bool
 	// noCRD are clusters that lack a CRD every revision after the first needs: their preflight fails.
 	noCRD map[string]bool
+	// dependency holds, for a cluster, what kustomize-controller says while it holds its
+	// Kustomization at the candidate until another rollout's is Ready there (DependencyNotReady).
+	dependency map[string]string
 	// weather says what kustomize-controller shows of cluster c on a turn besides its outcome: ""
 	// (settled), "busy" (mid-reconcile: Ready and Healthy Unknown, Progressing) or "retrying" (a
 	// failed apply of the revision it had applied, ReconciliationFailed). nil: always settled.
@@ -69,7 +72,7 @@ func newSim(t *testing.T, clusters ...string) *sim {
 	one := int32(1)
 	soak := &metav1.Duration{Duration: 10 * time.Second}
 	s := &sim{t: t, ks: map[string]Observation{}, broken: map[string]bool{}, failGate: map[string]bool{}, frozen: map[string]bool{}, noCRD: map[string]bool{},
-		decisions: map[string]int{}, inconclusive: map[string]bool{}, applied: map[string]Target{}, lastGood: map[string]string{},
+		dependency: map[string]string{}, decisions: map[string]int{}, inconclusive: map[string]bool{}, applied: map[string]Target{}, lastGood: map[string]string{},
 		fcs: map[string]*v1alpha1.FleetCluster{}, objects: map[string]*kustomizev1.Kustomization{}, writes: map[string]int{},
 		now: time.Unix(1_000_000, 0), settings: verdict.Settings{Soak: time.Minute, SampleInterval: 5 * time.Second, OnFail: v1alpha1.OnFailureHold}}
 	s.fr = &v1alpha1.FleetRollout{
@@ -344,6 +347,10 @@ func (s *sim) flux(plan fleets.WavePlan) {
 		}
 		if s.noHistory {
 			o.LastReconciled, o.LastReconciledStatus = "", ""
+		}
+		if msg := s.dependency[c]; msg != "" && s.fr.Status.Candidate != nil && tg.Source == s.fr.Status.Candidate.Source {
+			o = Observation{Exists: true, Source: tg.Source, ReadyCurrent: true, Ready: metav1.ConditionFalse, Reason: "DependencyNotReady",
+				Message: msg, Health: verdict.HealthChecksUnknown}
 		}
 		s.ks[c] = o
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -84,29 +85,48 @@ type Rendered struct {
 	// manifests is kustomize's output, which Substitute substitutes as kustomize-controller
 	// substitutes its build, resource by resource.
 	manifests []byte
+	// commonMetadata is the Kustomization's, which Substitute sets on the objects after the
+	// substitution, as kustomize-controller sets it on what it applies.
+	commonMetadata *kustomizev1.CommonMetadata
+	// secrets are the values the render decrypted, which Mask takes out of messages.
+	secrets []string
 }
 
-// Digest identifies the build: the sha256 of kustomize's output ("sha256:<hex>"). Two builds with
-// the same digest substitute, with the same postBuild, into the same objects.
+// Mask is msg without any value the render decrypted: each is replaced by [redacted]. A message
+// about the build (a substitution error, a member's dry-run rejection of its objects) goes
+// through it before it is kept anywhere.
+func (r *Rendered) Mask(msg string) string { return mask(msg, r.secrets) }
+
+// Secrets are the values the render decrypted, as Rebuilt takes them.
+func (r *Rendered) Secrets() []string { return r.secrets }
+
+// Digest identifies the build: the sha256 of kustomize's output, and of the commonMetadata set
+// over it when there is one ("sha256:<hex>"). Two builds with the same digest substitute, with
+// the same postBuild, into the same objects.
 func (r *Rendered) Digest() string {
-	sum := sha256.Sum256(r.manifests)
+	sum := sha256.Sum256(append(slices.Clip(r.manifests), commonMetadataDigest(r.commonMetadata)...))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Manifests is kustomize's output, as Rebuilt takes it.
 func (r *Rendered) Manifests() []byte { return r.manifests }
 
-// Rebuilt is a build made elsewhere (a render worker) from its objects, sorted as Render sorts
-// them, and kustomize's output.
-func Rebuilt(objs []*unstructured.Unstructured, manifests []byte) *Rendered {
-	return &Rendered{Objects: objs, manifests: manifests}
+// Rebuilt is a build made elsewhere (a render worker) for a Kustomization with spec, from its
+// objects, sorted as Render sorts them, kustomize's output and the values it decrypted (Secrets).
+func Rebuilt(spec kustomizev1.KustomizationSpec, objs []*unstructured.Unstructured, manifests []byte, secrets []string) *Rendered {
+	return &Rendered{Objects: objs, manifests: manifests, commonMetadata: spec.CommonMetadata.DeepCopy(), secrets: secrets}
 }
 
 // Render builds the artifact for a Kustomization with spec as Render does, and also fails when a
 // file the artifact could not hold (see Artifact.Skipped) is a manifest kustomize-controller
 // would have picked up.
 func (a *Artifact) Render(spec kustomizev1.KustomizationSpec) (*Rendered, error) {
-	return render(a.FS, spec, a.Skipped)
+	return render(a.FS, spec, a.Skipped, nil)
+}
+
+// RenderWith is Render decrypting with dec, as RenderWith.
+func (a *Artifact) RenderWith(spec kustomizev1.KustomizationSpec, dec Decryptor) (*Rendered, error) {
+	return render(a.FS, spec, a.Skipped, dec)
 }
 
 // Render builds fsys (an artifact's files) for a Flux Kustomization with spec the way
@@ -114,19 +134,37 @@ func (a *Artifact) Render(spec kustomizev1.KustomizationSpec) (*Rendered, error)
 // ("" is the root), a kustomization.yaml generated when the directory has none (listing its
 // manifests and the subdirectories that have one), and the Kustomization's targetNamespace,
 // namePrefix, nameSuffix, patches, images and components applied over it; then SecureBuild,
-// which loads files from anywhere in the artifact and nothing outside it. spec.postBuild is not
-// applied here: Substitute does that, per cluster.
+// which loads files from anywhere in the artifact and nothing outside it. spec.postBuild and
+// spec.commonMetadata are not applied here: Substitute does that, per cluster. A spec that sets a
+// field the render does not apply as kustomize-controller does is refused (refuseUnrendered).
 //
 // Unlike kustomize-controller, nothing is ever fetched: a kustomization that refers to a remote
 // base or file is refused, and plugins, KRM functions and Helm are disabled (as in
 // kustomize-controller). The files are written to a private temporary directory for the build,
 // as kustomize-controller extracts an artifact into its own; fsys is only read.
+//
+// A spec with decryption needs a Decryptor (RenderWith): Render refuses it.
 func Render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec) (*Rendered, error) {
-	return render(fsys, spec, nil)
+	return render(fsys, spec, nil, nil)
 }
 
-func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string) (*Rendered, error) {
+// RenderWith is Render decrypting the package's SOPS-encrypted content with dec, as
+// kustomize-controller decrypts it for a Kustomization with spec.decryption: the files kustomize
+// reads besides manifests (secretGenerator sources, patch files) before the build, and the built
+// objects after it (objects encrypted whole, and Secrets whose entries are encrypted files). A
+// Secret left encrypted is refused, as kustomize-controller refuses to apply it, with decryption
+// or without; a spec with decryption and no dec is a *DecryptionError, and so is what dec cannot
+// decrypt. The objects and kustomize's output hold the decrypted values; no error does
+// (Rendered.Mask).
+func RenderWith(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, dec Decryptor) (*Rendered, error) {
+	return render(fsys, spec, nil, dec)
+}
+
+func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped []string, dec Decryptor) (*Rendered, error) {
 	userPath := spec.Path
+	if err := refuseUnrendered(spec); err != nil {
+		return nil, err
+	}
 	dir, err := buildDir(userPath)
 	if err != nil {
 		return nil, err
@@ -142,12 +180,15 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 			return nil, fmt.Errorf("path %s has no kustomization file and one could not be generated: %w", shown(userPath), err)
 		}
 	}
-	if err := refuseRemote(fsys, dir); err != nil {
+	if err := refuseRemote(fsys, dir, spec.Components); err != nil {
 		return nil, fmt.Errorf("path %s: %w", shown(userPath), err)
 	}
 	ks, err := kustomizationOf(spec)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Decryption != nil && dec == nil {
+		return nil, NewDecryptionError("the package is rendered without the keys of spec.template.decryption: they were not read")
 	}
 
 	// Generating reads manifests through kustomize's resource factory, which shares the global
@@ -162,7 +203,11 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 	defer func() { _ = os.RemoveAll(work) }()
 	// The working copy's name must never reach a receipt: errors name files as the artifact does.
 	hide := func(err error) error {
-		return errors.New(strings.ReplaceAll(err.Error(), work+string(filepath.Separator), ""))
+		msg := strings.ReplaceAll(err.Error(), work+string(filepath.Separator), "")
+		if de := (*DecryptionError)(nil); errors.As(err, &de) {
+			return &DecryptionError{msg: msg}
+		}
+		return errors.New(msg)
 	}
 	if err := copyOut(fsys, work); err != nil {
 		return nil, fmt.Errorf("rendering path %s: %w", shown(userPath), hide(err))
@@ -174,10 +219,16 @@ func render(fsys filesys.FileSystem, spec kustomizev1.KustomizationSpec, skipped
 		}
 		return nil, fmt.Errorf("kustomize build of path %s failed: the Kustomization's template does not apply: %w", shown(userPath), hide(err))
 	}
-	out, err := build(work, dirPath)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err))
+	if dec != nil {
+		if err := dec.DecryptSources(work, dirPath); err != nil {
+			return nil, maskErr(fmt.Errorf("decrypting the sources of path %s: %w", shown(userPath), hide(err)), dec.Secrets())
+		}
 	}
+	out, err := build(work, dirPath, dec)
+	if err != nil {
+		return nil, maskErr(fmt.Errorf("kustomize build of path %s failed: %w", shown(userPath), hide(err)), secretsOf(dec))
+	}
+	out.commonMetadata = spec.CommonMetadata.DeepCopy()
 	return out, nil
 }
 
@@ -257,11 +308,21 @@ func refuseSkipped(dir string, skipped []string) error {
 	return nil
 }
 
-// refuseRemote follows the kustomizations reachable from dir and refuses any reference kustomize
-// would fetch (a git clone runs the git binary, a URL file is an HTTP GET): evidence must be
-// about what the artifact holds, and the controller must not reach out on a package's say-so.
-func refuseRemote(fsys filesys.FileSystem, dir string) error {
+// refuseRemote follows the kustomizations reachable from dir, and from the components the
+// Kustomization adds to it (spec.components, relative to dir), and refuses any reference
+// kustomize would fetch (a git clone runs the git binary, a URL file is an HTTP GET): evidence
+// must be about what the artifact holds, and the controller must not reach out on a package's
+// say-so.
+func refuseRemote(fsys filesys.FileSystem, dir string, components []string) error {
 	queue := []string{dir}
+	for _, c := range components {
+		if isRemote(c) {
+			return fmt.Errorf("spec.template.components names %q, which is remote; tidegate renders only what the artifact holds, so vendor it into the source", c)
+		}
+		if p := path.Join(dir, c); fsys.IsDir(p) {
+			queue = append(queue, p)
+		}
+	}
 	seen := map[string]bool{}
 	for len(queue) > 0 {
 		d := queue[0]
@@ -368,8 +429,9 @@ func isRemote(ref string) bool {
 // race, kubernetes-sigs/kustomize#3659), which is why kustomize-controller serialises too.
 var buildMu sync.Mutex
 
-// build runs kustomize-controller's build of dirPath within root; the caller holds buildMu.
-func build(root, dirPath string) (*Rendered, error) {
+// build runs kustomize-controller's build of dirPath within root, decrypting with dec (nil: no
+// decryption); the caller holds buildMu.
+func build(root, dirPath string, dec Decryptor) (*Rendered, error) {
 	m, err := fluxkustomize.SecureBuild(root, dirPath, false)
 	if err != nil {
 		return nil, err
@@ -380,6 +442,14 @@ func build(root, dirPath string) (*Rendered, error) {
 			return nil, fmt.Errorf("failed to decode Kubernetes apiVersion, kind and name from: %v", res.String())
 		}
 	}
+	if dec != nil {
+		if err := dec.DecryptResources(m); err != nil {
+			return nil, err
+		}
+	}
+	if err := refuseEncrypted(m); err != nil {
+		return nil, err
+	}
 	manifests, err := m.AsYaml()
 	if err != nil {
 		return nil, err
@@ -388,7 +458,7 @@ func build(root, dirPath string) (*Rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Rendered{Objects: objs, manifests: manifests}, nil
+	return &Rendered{Objects: objs, manifests: manifests, secrets: secretsOf(dec)}, nil
 }
 
 // decode turns kustomize's resources into objects, sorted by reference.

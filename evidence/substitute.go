@@ -20,7 +20,9 @@ import (
 // had that a string does not need). Objects labelled or
 // annotated kustomize.toolkit.fluxcd.io/substitute: disabled are left alone; newlines in values
 // are dropped. With pb nil nothing is substituted, as kustomize-controller substitutes nothing
-// without a postBuild. The objects come back new and sorted; r is not changed.
+// without a postBuild. Then the Kustomization's commonMetadata (the render's spec) is set on every
+// object, as kustomize-controller sets it on what it applies, after its substitution. The objects
+// come back new and sorted; r is not changed.
 //
 // Variables from pb.substituteFrom (ConfigMaps and Secrets on the hub) are not read: only
 // pb.substitute is substituted, and a variable without a value and without a default becomes "".
@@ -32,6 +34,7 @@ func (r *Rendered) Substitute(pb *kustomizev1.PostBuild) ([]*unstructured.Unstru
 		for _, o := range r.Objects {
 			out = append(out, o.DeepCopy())
 		}
+		setCommonMetadata(out, r.commonMetadata)
 		return out, nil
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&kustomizev1.Kustomization{Spec: kustomizev1.KustomizationSpec{PostBuild: pb}})
@@ -55,7 +58,7 @@ func (r *Rendered) Substitute(pb *kustomizev1.PostBuild) ([]*unstructured.Unstru
 			fluxkustomize.SubstituteWithStrict(false),
 			fluxkustomize.SubstituteWithAlways(always))
 		if err != nil {
-			return nil, fmt.Errorf("post build failed for '%s/%s': %w", res.GetGvk(), res.GetName(), err)
+			return nil, maskErr(fmt.Errorf("post build failed for '%s/%s': %w", res.GetGvk(), res.GetName(), err), r.secrets)
 		}
 		if out != nil {
 			if _, err := m.Replace(res); err != nil {
@@ -63,5 +66,10 @@ func (r *Rendered) Substitute(pb *kustomizev1.PostBuild) ([]*unstructured.Unstru
 			}
 		}
 	}
-	return decode(m)
+	out, err := decode(m)
+	if err != nil {
+		return nil, err
+	}
+	setCommonMetadata(out, r.commonMetadata)
+	return out, nil
 }

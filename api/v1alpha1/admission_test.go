@@ -144,6 +144,31 @@ func TestAdmission(t *testing.T) {
 			name: "65 healthCheckExprs", kind: rollout, spec: rolloutSpec(obj{"template": obj{"healthCheckExprs": healthCheckExprs(65, true)}}),
 			wantErr: []string{"spec.template.healthCheckExprs", "must have at most 64 items"},
 		},
+		// Template dependsOn: other rollouts, each once; decryption: sops with a Secret.
+		{
+			name: "dependsOn", kind: rollout, objName: "dependent",
+			spec: rolloutSpec(obj{"template": obj{"dependsOn": []any{obj{"name": "platform"}, obj{"name": "crds"}}}}),
+		},
+		{
+			name: "dependsOn itself", kind: rollout, objName: "self",
+			spec:    rolloutSpec(obj{"template": obj{"dependsOn": []any{obj{"name": "platform"}, obj{"name": "self"}}}}),
+			wantErr: []string{"a FleetRollout cannot depend on itself"},
+		},
+		{
+			name: "dependsOn twice", kind: rollout,
+			spec:    rolloutSpec(obj{"template": obj{"dependsOn": []any{obj{"name": "platform"}, obj{"name": "platform"}}}}),
+			wantErr: []string{"spec.template.dependsOn[1]", "Duplicate value"},
+		},
+		{name: "decryption", kind: rollout, spec: rolloutSpec(obj{"template": obj{"decryption": obj{"secretRef": obj{"name": "sops-age"}}}})},
+		{
+			name: "decryption without a Secret", kind: rollout, spec: rolloutSpec(obj{"template": obj{"decryption": obj{"provider": "sops"}}}),
+			wantErr: []string{"spec.template.decryption.secretRef", "Required value"},
+		},
+		{
+			name: "decryption by another provider", kind: rollout,
+			spec:    rolloutSpec(obj{"template": obj{"decryption": obj{"provider": "vault", "secretRef": obj{"name": "k"}}}}),
+			wantErr: []string{"spec.template.decryption.provider", `supported values: "sops"`},
+		},
 		{name: "rollback timeout", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "90s"}})},
 		{
 			name: "rollback timeout below 10s", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "5s"}}),

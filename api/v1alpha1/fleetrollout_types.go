@@ -162,7 +162,8 @@ type SourceReference struct {
 }
 
 // KustomizationTemplate is the part of a Flux Kustomization spec that a FleetRollout sets on each
-// per-cluster Kustomization. sourceRef, kubeConfig and path are set by tidegate.
+// per-cluster Kustomization. sourceRef, kubeConfig and path are set by tidegate, and so are the
+// Kustomizations dependsOn names.
 type KustomizationTemplate struct {
 	// interval of the Kustomizations. Defaults to 10m.
 	// +optional
@@ -229,6 +230,68 @@ type KustomizationTemplate struct {
 	// postBuild substitutions: the package's install-time values.
 	// +optional
 	PostBuild *kustomizev1.PostBuild `json:"postBuild,omitempty"`
+
+	// components are kustomize Components applied to the package on every cluster, paths relative
+	// to spec.path in the source's artifact (Flux's Kustomization spec.components). They are part of
+	// what the gates render, as kustomize-controller builds them; a component that is not in the
+	// artifact (a remote URL) fails the render, which fetches nothing.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	Components []string `json:"components,omitempty"`
+
+	// commonMetadata are labels and annotations set on every object the Kustomizations apply
+	// (Flux's Kustomization spec.commonMetadata), after the postBuild substitution, as
+	// kustomize-controller sets them; the gates judge the objects with them.
+	// +optional
+	CommonMetadata *kustomizev1.CommonMetadata `json:"commonMetadata,omitempty"`
+
+	// decryption decrypts the package's SOPS-encrypted content, Secrets and files, with the age
+	// keys of a Secret in the rollout's namespace (Flux's Kustomization spec.decryption). The
+	// Kustomizations live in that namespace, so kustomize-controller reads that Secret for every
+	// cluster; the gates' render reads it too and judges the decrypted objects. What they decrypt
+	// never reaches a receipt, status, event or log.
+	// +optional
+	Decryption *Decryption `json:"decryption,omitempty"`
+
+	// serviceAccountName is the service account kustomize-controller impersonates to apply the
+	// package (Flux's Kustomization spec.serviceAccountName; with a kubeConfig, on the member), as
+	// hubs locked down for multi-tenancy ask for. It changes who applies, not what: a change of it
+	// is written to every Kustomization without a wave.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// dependsOn names other FleetRollouts in this namespace whose package must be Ready on a
+	// cluster before this one is applied there: this rollout's Kustomization on each cluster
+	// depends on theirs on the same cluster (Flux's Kustomization spec.dependsOn). A cluster
+	// whose dependency is not Ready, or has no Kustomization there yet, waits within its wave's
+	// deadline, as any member not Ready yet; the rollout's status names the dependency.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	DependsOn []meta.LocalObjectReference `json:"dependsOn,omitempty"`
+}
+
+// DecryptionProviderSOPS is the decryption provider of spec.template.decryption: SOPS.
+const DecryptionProviderSOPS = "sops"
+
+// Decryption is how the package's SOPS-encrypted content is decrypted.
+type Decryption struct {
+	// provider of the decryption: sops, the one Flux has.
+	// +optional
+	// +kubebuilder:default=sops
+	// +kubebuilder:validation:Enum=sops
+	Provider string `json:"provider,omitempty"`
+
+	// secretRef names a Secret in the rollout's namespace whose entries named *.agekey each hold
+	// age identities (AGE-SECRET-KEY-1...), as kustomize-controller reads them. The gates decrypt
+	// with age only: a package encrypted for PGP or a cloud KMS alone cannot be rendered, and its
+	// gates stay Inconclusive, saying so.
+	// +required
+	SecretRef meta.LocalObjectReference `json:"secretRef"`
 }
 
 // Wave is one step of a rollout.
@@ -756,8 +819,9 @@ type RevisionStatus struct {
 }
 
 // Build is what of a FleetRollout's spec decides what kustomize-controller builds and applies from
-// a revision, for every cluster: spec.path and the template's targetNamespace, patches, images and
-// postBuild. Each cluster's values and credentials come on top of it.
+// a revision, for every cluster: spec.path and the template's targetNamespace, patches, images,
+// postBuild, components, commonMetadata and decryption. Each cluster's values and credentials come
+// on top of it.
 type Build struct {
 	// path of spec.path.
 	// +optional
@@ -778,6 +842,18 @@ type Build struct {
 	// postBuild of the template.
 	// +optional
 	PostBuild *kustomizev1.PostBuild `json:"postBuild,omitempty"`
+
+	// components of the template.
+	// +optional
+	Components []string `json:"components,omitempty"`
+
+	// commonMetadata of the template.
+	// +optional
+	CommonMetadata *kustomizev1.CommonMetadata `json:"commonMetadata,omitempty"`
+
+	// decryption of the template.
+	// +optional
+	Decryption *Decryption `json:"decryption,omitempty"`
 }
 
 // ShortRevisions are a rollout's revisions as `flux get` prints them.
@@ -1110,6 +1186,7 @@ type SkippedCluster struct {
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a FleetRollout's name may be at most 63 characters: it is the value of the tidegate.dev/rollout label on every object tidegate makes for it"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.template) || !has(self.spec.template.dependsOn) || self.spec.template.dependsOn.all(d, d.name != self.metadata.name)",message="a FleetRollout cannot depend on itself: spec.template.dependsOn names other FleetRollouts of its namespace"
 
 // FleetRollout moves one package across a fleet wave by wave, gated by CUE policies.
 type FleetRollout struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -284,9 +285,9 @@ func (fr *FleetRollout) InstallValues(fc *FleetCluster) map[string]string {
 
 // BuildSpec is the part of the Kustomization spec tidegate writes for fr that decides what
 // kustomize-controller builds from the artifact before its postBuild: spec.path and the
-// template's targetNamespace, patches and images. The evidence renders with it and each
-// cluster's PostBuild, so that the gates judge the objects Flux applies. Its slices are the
-// spec's own: do not change them.
+// template's targetNamespace, patches, images, components and decryption, and the commonMetadata
+// it sets on what it applies. The evidence renders with it and each cluster's PostBuild, so that
+// the gates judge the objects Flux applies. Its slices are the spec's own: do not change them.
 func (fr *FleetRollout) BuildSpec() kustomizev1.KustomizationSpec {
 	t := fr.Spec.Template
 	return kustomizev1.KustomizationSpec{
@@ -294,7 +295,22 @@ func (fr *FleetRollout) BuildSpec() kustomizev1.KustomizationSpec {
 		TargetNamespace: t.TargetNamespace,
 		Patches:         t.Patches,
 		Images:          t.Images,
+		Components:      t.Components,
+		CommonMetadata:  t.CommonMetadata,
+		Decryption:      t.Decryption.Flux(),
 	}
+}
+
+// Flux is d as Flux's Kustomization spec.decryption (nil for nil), with the provider it defaults to.
+func (d *Decryption) Flux() *kustomizev1.Decryption {
+	if d == nil {
+		return nil
+	}
+	provider := d.Provider
+	if provider == "" {
+		provider = DecryptionProviderSOPS
+	}
+	return &kustomizev1.Decryption{Provider: provider, SecretRef: &meta.LocalObjectReference{Name: d.SecretRef.Name}}
 }
 
 // PostBuild is the postBuild of cluster fc's Kustomization: the template's, with the
@@ -317,7 +333,8 @@ func (fr *FleetRollout) PostBuild(fc *FleetCluster) *kustomizev1.PostBuild {
 // sharing the spec's slices: do not change them).
 func (fr *FleetRollout) SpecBuild() *Build {
 	t := fr.Spec.Template
-	return &Build{Path: fr.Spec.Path, TargetNamespace: t.TargetNamespace, Patches: t.Patches, Images: t.Images, PostBuild: t.PostBuild}
+	return &Build{Path: fr.Spec.Path, TargetNamespace: t.TargetNamespace, Patches: t.Patches, Images: t.Images, PostBuild: t.PostBuild,
+		Components: t.Components, CommonMetadata: t.CommonMetadata, Decryption: t.Decryption}
 }
 
 // HashBuild is the hash of b, 12 hex characters: equal hashes are the same build.
@@ -347,6 +364,9 @@ func (fr *FleetRollout) Built(b *Build) *FleetRollout {
 	out.Spec.Template.Patches = b.Patches
 	out.Spec.Template.Images = b.Images
 	out.Spec.Template.PostBuild = b.PostBuild
+	out.Spec.Template.Components = b.Components
+	out.Spec.Template.CommonMetadata = b.CommonMetadata
+	out.Spec.Template.Decryption = b.Decryption
 	return &out
 }
 

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/evidence/decrypt"
 	"github.com/tidegate/tidegate/internal/worker"
 )
 
@@ -57,10 +58,19 @@ type Renderer struct {
 	Executable string
 }
 
-// header is the first value of a request; the artifact's files follow it, one entry each.
+// header is the first value of a request; the artifact's files follow it, one entry each. The
+// decryption keys go to the worker on its standard input, as the artifact does, never on its
+// command line or in its environment.
 type header struct {
 	Spec    kustomizev1.KustomizationSpec `json:"spec"`
 	Skipped []string                      `json:"skipped,omitempty"`
+	Keys    *keys                         `json:"keys,omitempty"`
+}
+
+// keys are evidence.Keys on the way to a worker.
+type keys struct {
+	Secret string            `json:"secret"`
+	Data   map[string][]byte `json:"data"`
 }
 
 type entry struct {
@@ -73,18 +83,28 @@ type response struct {
 	// Objects and Manifests are the build's (evidence.Rebuilt).
 	Objects   []json.RawMessage `json:"objects,omitempty"`
 	Manifests string            `json:"manifests,omitempty"`
-	// Error is kustomize's: the package does not build.
-	Error string `json:"error,omitempty"`
+	// Secrets are the values the render decrypted (evidence.Rendered.Secrets).
+	Secrets []string `json:"secrets,omitempty"`
+	// Error is kustomize's: the package does not build; Decryption says it is an
+	// *evidence.DecryptionError.
+	Error      string `json:"error,omitempty"`
+	Decryption bool   `json:"decryption,omitempty"`
 }
 
-// Render builds art for a Kustomization with spec in a worker, as art.Render does in-process; op
-// names the render in errors ("rendering the candidate"). A package that does not build comes
-// back as renderErr, the error art.Render returns, which is a finding about the package. err says
-// the render did not finish: a *worker.BudgetError past the budget, else the worker's failure.
-func (r *Renderer) Render(ctx context.Context, op string, art *evidence.Artifact, spec kustomizev1.KustomizationSpec) (build *evidence.Rendered, renderErr, err error) {
+// Render builds art for a Kustomization with spec, decrypting with k, in a worker, as
+// decrypt.Render does in-process; op names the render in errors ("rendering the candidate"). A
+// package that does not build comes back as renderErr, the error decrypt.Render returns (an
+// *evidence.DecryptionError for keys that do not decrypt it), which is a finding about the
+// package. err says the render did not finish: a *worker.BudgetError past the budget, else the
+// worker's failure.
+func (r *Renderer) Render(ctx context.Context, op string, art *evidence.Artifact, spec kustomizev1.KustomizationSpec, k *evidence.Keys) (build *evidence.Rendered, renderErr, err error) {
+	h := header{Spec: spec, Skipped: art.Skipped}
+	if k != nil {
+		h.Keys = &keys{Secret: k.Secret, Data: k.Data}
+	}
 	send := func(w io.Writer) error {
 		enc := json.NewEncoder(w)
-		if err := enc.Encode(header{Spec: spec, Skipped: art.Skipped}); err != nil {
+		if err := enc.Encode(h); err != nil {
 			return err
 		}
 		return art.FS.Walk("/", func(p string, info os.FileInfo, err error) error {
@@ -105,6 +125,9 @@ func (r *Renderer) Render(ctx context.Context, op string, art *evidence.Artifact
 	if err := kind.Run(ctx, r.Executable, op, r.Budget, send, &res); err != nil {
 		return nil, nil, err
 	}
+	if res.Decryption {
+		return nil, evidence.NewDecryptionError(res.Error), nil
+	}
 	if res.Error != "" {
 		return nil, errors.New(res.Error), nil
 	}
@@ -116,7 +139,7 @@ func (r *Renderer) Render(ctx context.Context, op string, art *evidence.Artifact
 		}
 		objs = append(objs, obj)
 	}
-	return evidence.Rebuilt(objs, []byte(res.Manifests)), nil, nil
+	return evidence.Rebuilt(spec, objs, []byte(res.Manifests), res.Secrets), nil, nil
 }
 
 func init() {
@@ -152,12 +175,17 @@ func serve(r io.Reader, w io.Writer) error {
 		}
 	}
 	var res response
-	build, err := art.Render(h.Spec)
+	var k *evidence.Keys
+	if h.Keys != nil {
+		k = &evidence.Keys{Secret: h.Keys.Secret, Data: h.Keys.Data}
+	}
+	build, err := decrypt.Render(art, h.Spec, k)
 	if err != nil {
-		res.Error = err.Error()
+		var de *evidence.DecryptionError
+		res.Error, res.Decryption = err.Error(), errors.As(err, &de)
 		return json.NewEncoder(w).Encode(res)
 	}
-	res.Manifests = string(build.Manifests())
+	res.Manifests, res.Secrets = string(build.Manifests()), build.Secrets()
 	res.Objects = make([]json.RawMessage, 0, len(build.Objects))
 	for _, o := range build.Objects {
 		raw, err := o.MarshalJSON()

@@ -22,6 +22,7 @@ import (
 	"github.com/tidegate/tidegate/evidence"
 	"github.com/tidegate/tidegate/evidence/availability"
 	"github.com/tidegate/tidegate/evidence/boundedrender"
+	"github.com/tidegate/tidegate/evidence/decrypt"
 	"github.com/tidegate/tidegate/internal/member"
 	"github.com/tidegate/tidegate/verdict"
 	"github.com/tidegate/tidegate/verdict/bounded"
@@ -204,11 +205,12 @@ func (u *unfinishedRender) Unwrap() error { return u.err }
 
 // renderRevision fetches the artifact a source serves, checks it is the content recorded for the
 // revision (digest), and builds it as kustomize-controller builds it for the rollout's
-// Kustomizations (spec.path, the template's targetNamespace, patches and images), in a worker
-// under RenderBudget when it is set; what ("the candidate") names the render in errors. An error
-// means the artifact could not be fetched or is not the recorded content, or, an
-// *unfinishedRender, that the render came to no result; a package that does not build comes back
-// with RenderErr. fresh fetches the artifact even when its render is cached: the fetch is the
+// Kustomizations (v1alpha1.FleetRollout.BuildSpec, decrypted with the Secret of the template's
+// decryption), in a worker under RenderBudget when it is set; what ("the candidate") names the
+// render in errors. An error means the artifact could not be fetched or is not the recorded
+// content, or, an *unfinishedRender, that the render came to no result (its budget, its worker, or
+// a decryption Secret that is missing or does not decrypt the package); a package that does not
+// build comes back with RenderErr. fresh fetches the artifact even when its render is cached: the fetch is the
 // proof that it is served. Only a finished render is cached.
 func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollout, src engine.SourceState, digest, what string, fresh bool) (*renderedPackage, error) {
 	if !src.Exists {
@@ -220,7 +222,11 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 	if digest == "" {
 		digest = src.Digest
 	}
-	key, err := renderKey(fr, digest)
+	keys, err := c.decryptionKeys(ctx, fr)
+	if err != nil {
+		return nil, &unfinishedRender{err}
+	}
+	key, err := renderKey(fr, digest, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -237,12 +243,12 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 	}
 	p := &renderedPackage{}
 	if c.RenderBudget != nil {
-		p.Build, p.RenderErr, err = c.RenderBudget.Render(ctx, "rendering "+what, art, fr.BuildSpec())
-		if err != nil {
-			return nil, &unfinishedRender{err}
-		}
+		p.Build, p.RenderErr, err = c.RenderBudget.Render(ctx, "rendering "+what, art, fr.BuildSpec(), keys)
 	} else {
-		p.Build, p.RenderErr = art.Render(fr.BuildSpec())
+		p.Build, p.RenderErr = decrypt.Render(art, fr.BuildSpec(), keys)
+	}
+	if err := decryptionUnfinished(keys, p.RenderErr, err); err != nil {
+		return nil, err
 	}
 	if b, err := art.FS.ReadFile(path.Join("/", fr.Spec.Path, installSchemaFile)); err == nil {
 		p.InstallSchema = b
@@ -266,15 +272,16 @@ func (c *Collector) RenderDigest(ctx context.Context, fr *v1alpha1.FleetRollout,
 	return p.Build.Digest(), nil
 }
 
-// renderKey keys a render by the content and by what of the rollout decides the build.
-func renderKey(fr *v1alpha1.FleetRollout, digest string) (string, error) {
+// renderKey keys a render by the content, by what of the rollout decides the build, and by the
+// decryption keys it decrypts with (their digest).
+func renderKey(fr *v1alpha1.FleetRollout, digest string, keys *evidence.Keys) (string, error) {
 	spec := fr.BuildSpec()
 	spec.Path = path.Clean("/" + spec.Path)
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return "", fmt.Errorf("encoding the build of %s/%s: %w", fr.Namespace, fr.Name, err)
 	}
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(append(b, keys.Digest()...))
 	return digest + ":" + hex.EncodeToString(sum[:16]), nil
 }
 

@@ -85,6 +85,7 @@ func (c *Collector) deploySafe(ctx context.Context, sc *engine.World, wv *v1alph
 	results, reused, oldest := c.recheck(sc, key, names, len(ev.Targets), func(names []string) []verdict.ClusterPreflight {
 		return c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
 	})
+	maskPreflight(pkg.Build, results)
 	if reused > 0 {
 		ev.Limits = append(ev.Limits, c.reusedLimit(reused, len(names), oldest, sc.Now))
 	}
@@ -116,6 +117,9 @@ func (c *Collector) deploySafe(ctx context.Context, sc *engine.World, wv *v1alph
 			len(away), firstOf(away)))
 	}
 	ev.Limits = append(ev.Limits, "the preflight is a server-side dry-run at decision time; admission webhooks and quotas may still decide otherwise when Flux applies")
+	if sa := fr.Spec.Template.ServiceAccountName; sa != "" {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("the preflight dry-runs with each FleetCluster's credentials, not as the service account %s that kustomize-controller impersonates to apply (spec.template.serviceAccountName): what that account may not do is not checked", sa))
+	}
 	if len(later) > 0 {
 		ev.Limits = append(ev.Limits, "the later waves' preflight covers the clusters planned for them now; each wave is checked again, on its own members, before it starts")
 	}

@@ -45,7 +45,7 @@ func (c *Collector) noDisruption(ctx context.Context, sc *engine.World, wv *v1al
 	for _, h := range wv.HeldBack {
 		held[h.Cluster] = h.Reason
 	}
-	var settled, asSeen []string
+	var settled, asSeen, dependents []string
 	summaries := make([]availability.ClusterSummary, 0, len(ev.Targets))
 	for _, name := range ev.Targets {
 		if reason, ok := held[name]; ok {
@@ -54,6 +54,9 @@ func (c *Collector) noDisruption(ctx context.Context, sc *engine.World, wv *v1al
 		}
 		o := w.Kustomizations[name]
 		ready, health, transient := o.JudgedAt(cand.Source, cand.Revision)
+		if o.WaitingForDependency(cand.Source) {
+			dependents = append(dependents, name+" ("+o.Message+")")
+		}
 		cc := verdict.ClusterContinuity{Name: name, Revision: o.LastApplied, HealthChecks: health, Transient: transient}
 		cc.Ready = !slices.Contains(wv.Missing, name) && ready
 		switch {
@@ -94,6 +97,10 @@ func (c *Collector) noDisruption(ctx context.Context, sc *engine.World, wv *v1al
 	if len(asSeen) > 0 {
 		ev.Limits = append(ev.Limits, fmt.Sprintf("%d clusters were between two reconcile outcomes with none finished to go by (%s): they are judged as seen",
 			len(asSeen), firstOf(asSeen)))
+	}
+	if len(dependents) > 0 {
+		ev.Limits = append(ev.Limits, fmt.Sprintf("%d clusters applied nothing of the candidate: kustomize-controller holds them until a rollout they depend on (spec.template.dependsOn) is Ready there (%s); they are not ready",
+			len(dependents), firstOf(dependents)))
 	}
 	if len(ev.HeldBack) > 0 {
 		ev.Limits = append(ev.Limits, fmt.Sprintf("%d members were held back before the wave, their preflight failed: they were not switched, have no continuity evidence, and count against maxFailures",
