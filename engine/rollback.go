@@ -65,30 +65,10 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *World, now metav1.Time) StepResu
 		res.RequeueAfter = rb.Deadline.Sub(w.Now)
 		return res
 	}
-	kc := w.KnownGoodChecks
-	if kc == nil && w.Now.Before(rb.Deadline.Time) && checksApply(w.Settings, CheckedBack(fr, w)) {
-		// The pass that began the rollback observed none: the next one runs them.
-		res.waitFor(v1alpha1.WaitingForRollback, "", rb.StartedAt, rb.Deadline, "rolling back: every cluster is Ready at known-good %s; its checks start", kg.Revision)
-		res.Next = true
+	if waitForRollbackChecks(fr, w, rb, &res) {
 		return res
 	}
-	if kc != nil {
-		// The reversal is checked as the rehearsal's is: the policy's checks at the known-good,
-		// waited for until the same deadline. What did not finish by then is named, never passed.
-		if len(kc.Pending) > 0 && w.Now.Before(rb.Deadline.Time) {
-			res.waitFor(v1alpha1.WaitingForRollback, "", rb.StartedAt, rb.Deadline, "rolling back: every cluster is Ready at known-good %s; checks there: %s, at most until %s",
-				kg.Revision, FirstNames(kc.Pending, 3), rb.Deadline.UTC().Format(time.RFC3339))
-			res.RequeueAfter = rb.Deadline.Sub(w.Now)
-			return res
-		}
-		rb.Checks, rb.Unchecked = kc.Runs, kc.Pending
-		if len(rb.Unchecked) > maxUnchecked {
-			rb.Unchecked = rb.Unchecked[:maxUnchecked]
-		}
-	}
-	sort.Strings(gone)
-	sort.Strings(confirmed)
-	sort.Strings(unconfirmed)
+	// SentBack is sorted, and so are the lists taken from it.
 	rb.Confirmed, rb.Unconfirmed, rb.Departed, rb.FinishedAt = confirmed, unconfirmed, gone, &now
 	st.Phase = v1alpha1.PhaseRolledBack
 	st.CurrentWave = ""
@@ -100,6 +80,34 @@ func stepRollback(fr *v1alpha1.FleetRollout, w *World, now metav1.Time) StepResu
 	reject(fr, st.Candidate, "rolled back to "+kg.Revision, now)
 	st.Revert = nil
 	return res
+}
+
+// waitForRollbackChecks follows, once every cluster sent back is Ready at the known-good (or the
+// deadline passed), the policy's checks there (World.KnownGoodChecks), as waitForBackChecks does
+// for a rehearsal: it waits while some have not finished, or while checks that apply were not
+// observed yet (the pass that began the rollback observed none), until the rollback's deadline,
+// and records the runs in rb, with what did not finish by then named, never passed.
+func waitForRollbackChecks(fr *v1alpha1.FleetRollout, w *World, rb *v1alpha1.RollbackStatus, res *StepResult) (wait bool) {
+	kg := fr.Status.LastKnownGood
+	kc, before := w.KnownGoodChecks, w.Now.Before(rb.Deadline.Time)
+	switch {
+	case kc == nil && before && checksApply(w.Settings, CheckedBack(fr, w)):
+		res.waitFor(v1alpha1.WaitingForRollback, "", rb.StartedAt, rb.Deadline, "rolling back: every cluster is Ready at known-good %s; its checks start", kg.Revision)
+		res.Next = true
+		return true
+	case kc == nil:
+		return false
+	case len(kc.Pending) > 0 && before:
+		res.waitFor(v1alpha1.WaitingForRollback, "", rb.StartedAt, rb.Deadline, "rolling back: every cluster is Ready at known-good %s; checks there: %s, at most until %s",
+			kg.Revision, FirstNames(kc.Pending, 3), rb.Deadline.UTC().Format(time.RFC3339))
+		res.RequeueAfter = rb.Deadline.Sub(w.Now)
+		return true
+	}
+	rb.Checks, rb.Unchecked = kc.Runs, kc.Pending
+	if len(rb.Unchecked) > maxUnchecked {
+		rb.Unchecked = rb.Unchecked[:maxUnchecked]
+	}
+	return false
 }
 
 // beginRollback sends the rollout back to its known-good revision; without one there is nothing to go
