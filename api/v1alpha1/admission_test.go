@@ -169,6 +169,29 @@ func TestAdmission(t *testing.T) {
 			spec:    rolloutSpec(obj{"template": obj{"decryption": obj{"provider": "vault", "secretRef": obj{"name": "k"}}}}),
 			wantErr: []string{"spec.template.decryption.provider", `supported values: "sops"`},
 		},
+		// Charts: from an OCIRepository without a path, or a GitRepository's directory; the
+		// template's kustomize-only fields refused.
+		{
+			name: "chart from an OCIRepository", kind: rollout,
+			spec: rolloutSpec(obj{"sourceRef": obj{"kind": "OCIRepository", "name": "web-chart"}, "path": nil,
+				"chart": obj{"releaseName": "web", "values": obj{"replicaCount": int64(2), "ingress": obj{"enabled": true}}}}),
+		},
+		{name: "chart from a GitRepository's directory", kind: rollout, spec: rolloutSpec(obj{"path": "./charts/web", "chart": obj{}})},
+		{
+			name: "chart from an OCIRepository with a path", kind: rollout,
+			spec:    rolloutSpec(obj{"sourceRef": obj{"kind": "OCIRepository", "name": "web-chart"}, "chart": obj{}}),
+			wantErr: []string{"spec.path must be empty for a chart from an OCIRepository"},
+		},
+		{
+			name: "chart with patches", kind: rollout,
+			spec:    rolloutSpec(obj{"chart": obj{}, "template": obj{"patches": []any{obj{"patch": "x"}}}}),
+			wantErr: []string{"a chart rollout (spec.chart) writes HelmReleases", "spec.chart.values"},
+		},
+		{
+			name: "chart release name too long", kind: rollout,
+			spec:    rolloutSpec(obj{"chart": obj{"releaseName": strings.Repeat("r", 54)}}),
+			wantErr: []string{"spec.chart.releaseName", "may not be more than 53"},
+		},
 		{name: "rollback timeout", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "90s"}})},
 		{
 			name: "rollback timeout below 10s", kind: rollout, spec: rolloutSpec(obj{"rollback": obj{"timeout": "5s"}}),
@@ -804,4 +827,37 @@ func manyValues(n int) obj {
 		v[fmt.Sprintf("value_%d", i)] = "x"
 	}
 	return v
+}
+
+// TestChartCannotBeAddedOrRemoved: a rollout writes Kustomizations or HelmReleases for its whole
+// life; its chart's values may change (a new candidate), its kind of package may not.
+func TestChartCannotBeAddedOrRemoved(t *testing.T) {
+	ctx, c, ns := setup(t)
+	for _, tc := range []struct {
+		name        string
+		from, to    obj
+		wantRefused bool
+	}{
+		{name: "chart added", from: rolloutSpec(nil), to: rolloutSpec(obj{"chart": obj{}}), wantRefused: true},
+		{name: "chart removed", from: rolloutSpec(obj{"chart": obj{}}), to: rolloutSpec(nil), wantRefused: true},
+		{name: "chart values changed", from: rolloutSpec(obj{"chart": obj{}}), to: rolloutSpec(obj{"chart": obj{"values": obj{"a": "b"}}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: obj{"apiVersion": v1alpha1.GroupVersion.String(), "kind": v1alpha1.FleetRolloutKind,
+				"metadata": obj{"name": strings.ReplaceAll(tc.name, " ", "-"), "namespace": ns}, "spec": tc.from}}
+			if err := c.Create(ctx, u); err != nil {
+				t.Fatal(err)
+			}
+			u.Object["spec"] = tc.to
+			err := c.Update(ctx, u)
+			switch {
+			case tc.wantRefused && err == nil:
+				t.Fatal("the update was accepted")
+			case tc.wantRefused && !strings.Contains(err.Error(), "spec.chart cannot be added or removed"):
+				t.Fatalf("refused with %v, want the message that names spec.chart", err)
+			case !tc.wantRefused && err != nil:
+				t.Fatalf("refused: %v", err)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/kustomize"
 	"github.com/fluxcd/pkg/apis/meta"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -23,7 +24,11 @@ const (
 	OnFailureRollback = "Rollback"
 )
 
-// FleetRolloutSpec moves one package, a path in a Flux source, across a fleet wave by wave.
+// FleetRolloutSpec moves one package, a path in a Flux source or a Helm chart, across a fleet wave
+// by wave.
+// +kubebuilder:validation:XValidation:rule="has(self.chart) == has(oldSelf.chart)",message="spec.chart cannot be added or removed: a FleetRollout writes Kustomizations, or HelmReleases for a chart, for its whole life; make a new FleetRollout for the other kind of package"
+// +kubebuilder:validation:XValidation:rule="!has(self.chart) || self.sourceRef.kind != 'OCIRepository' || !has(self.path) || self.path in ['', '.', './']",message="spec.path must be empty for a chart from an OCIRepository: its artifact is the chart (pushed with helm push, selected with layerSelector mediaType application/vnd.cncf.helm.chart.content.v1.tar+gzip and operation copy)"
+// +kubebuilder:validation:XValidation:rule="!has(self.chart) || !has(self.template) || (!has(self.template.patches) && !has(self.template.images) && !has(self.template.postBuild) && !has(self.template.components) && !has(self.template.commonMetadata) && !has(self.template.decryption) && !has(self.template.healthChecks) && !has(self.template.healthCheckExprs) && !has(self.template.prune) && !has(self.template.force))",message="a chart rollout (spec.chart) writes HelmReleases, which have no patches, images, postBuild, components, commonMetadata, decryption, healthChecks, healthCheckExprs, prune or force: remove them from spec.template, and set the chart's values in spec.chart.values"
 // +kubebuilder:validation:XValidation:rule="!has(self.class) || self.class != 'SystemConfiguration' || (has(self.owner) && size(self.owner) > 0)",message="a SystemConfiguration rollout must name its owner in spec.owner"
 type FleetRolloutSpec struct {
 	// sourceRef is the Flux GitRepository or OCIRepository that tracks the package's new revisions.
@@ -42,9 +47,19 @@ type FleetRolloutSpec struct {
 	// +optional
 	Revision string `json:"revision,omitempty"`
 
-	// template holds the fields copied into each per-cluster Kustomization.
+	// template holds the fields copied into each per-cluster Kustomization (or HelmRelease, for a
+	// chart: interval, retryInterval, timeout, wait, targetNamespace, serviceAccountName and
+	// dependsOn).
 	// +optional
 	Template KustomizationTemplate `json:"template,omitempty"`
+
+	// chart makes the package a Helm chart: tidegate writes one Flux HelmRelease per member, which
+	// helm-controller installs on the member (spec.kubeConfig), instead of a Kustomization. The
+	// chart is the artifact of an OCIRepository (a chart pushed with helm push), or the chart
+	// directory spec.path of a GitRepository's artifact. A change of it is a new candidate, as a
+	// template edit is.
+	// +optional
+	Chart *ChartSpec `json:"chart,omitempty"`
 
 	// clusterSelector selects, among the FleetClusters in the rollout's namespace, the clusters this
 	// rollout targets. Empty selects every FleetCluster.
@@ -273,6 +288,27 @@ type KustomizationTemplate struct {
 	// +listType=map
 	// +listMapKey=name
 	DependsOn []meta.LocalObjectReference `json:"dependsOn,omitempty"`
+}
+
+// ChartSpec is how the rollout's Helm chart is installed on each member.
+type ChartSpec struct {
+	// releaseName is the Helm release's name on every member. Defaults to the rollout's name.
+	// The release is installed in spec.template.targetNamespace (default: the rollout's
+	// namespace), where Helm also stores it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=53
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ReleaseName string `json:"releaseName,omitempty"`
+
+	// values are the chart's values, merged over its values.yaml as helm-controller merges a
+	// HelmRelease's spec.values. Each FleetCluster's spec.values are set over them, each key a
+	// dotted path (region, or ingress.host) set to its string value, as helm install
+	// --set-string sets it.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
 }
 
 // DecryptionProviderSOPS is the decryption provider of spec.template.decryption: SOPS.
@@ -854,6 +890,10 @@ type Build struct {
 	// decryption of the template.
 	// +optional
 	Decryption *Decryption `json:"decryption,omitempty"`
+
+	// chart of spec.chart.
+	// +optional
+	Chart *ChartSpec `json:"chart,omitempty"`
 }
 
 // ShortRevisions are a rollout's revisions as `flux get` prints them.

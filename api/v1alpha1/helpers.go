@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -334,7 +335,7 @@ func (fr *FleetRollout) PostBuild(fc *FleetCluster) *kustomizev1.PostBuild {
 func (fr *FleetRollout) SpecBuild() *Build {
 	t := fr.Spec.Template
 	return &Build{Path: fr.Spec.Path, TargetNamespace: t.TargetNamespace, Patches: t.Patches, Images: t.Images, PostBuild: t.PostBuild,
-		Components: t.Components, CommonMetadata: t.CommonMetadata, Decryption: t.Decryption}
+		Components: t.Components, CommonMetadata: t.CommonMetadata, Decryption: t.Decryption, Chart: fr.Spec.Chart}
 }
 
 // HashBuild is the hash of b, 12 hex characters: equal hashes are the same build.
@@ -367,6 +368,7 @@ func (fr *FleetRollout) Built(b *Build) *FleetRollout {
 	out.Spec.Template.Components = b.Components
 	out.Spec.Template.CommonMetadata = b.CommonMetadata
 	out.Spec.Template.Decryption = b.Decryption
+	out.Spec.Chart = b.Chart
 	return &out
 }
 
@@ -427,4 +429,77 @@ func LedgerPartName(first string, n int) string {
 		return first
 	}
 	return boundedName(first, strconv.Itoa(n))
+}
+
+// IsChart tells whether the rollout's package is a Helm chart (spec.chart): its members are
+// HelmReleases, not Kustomizations.
+func (fr *FleetRollout) IsChart() bool { return fr.Spec.Chart != nil }
+
+// ReleaseName is the Helm release name of the rollout's chart on every member:
+// spec.chart.releaseName, else the rollout's name. "" for a rollout that is not a chart.
+func (fr *FleetRollout) ReleaseName() string {
+	switch {
+	case fr.Spec.Chart == nil:
+		return ""
+	case fr.Spec.Chart.ReleaseName != "":
+		return fr.Spec.Chart.ReleaseName
+	}
+	return fr.Name
+}
+
+// ReleaseNamespace is the namespace the rollout's chart is installed in on every member, where
+// Helm stores its release too: spec.template.targetNamespace, else the rollout's namespace.
+func (fr *FleetRollout) ReleaseNamespace() string {
+	if ns := fr.Spec.Template.TargetNamespace; ns != "" {
+		return ns
+	}
+	return fr.Namespace
+}
+
+// ChartValues are the values of cluster fc's HelmRelease (fc nil: a cluster without values of its
+// own): spec.chart.values, with each of fc's spec.values set over them at the dotted path its key
+// names, as a string, as helm install --set-string sets it (a key "ingress.host" sets host in the
+// map ingress, making it when it is missing, and replacing anything but a map there). nil when
+// neither sets any; always a new map otherwise.
+func (fr *FleetRollout) ChartValues(fc *FleetCluster) (map[string]any, error) {
+	var values map[string]any
+	if c := fr.Spec.Chart; c != nil && c.Values != nil && len(c.Values.Raw) > 0 {
+		if err := json.Unmarshal(c.Values.Raw, &values); err != nil {
+			return nil, fmt.Errorf("spec.chart.values of FleetRollout %s/%s is not a JSON object: %w", fr.Namespace, fr.Name, err)
+		}
+	}
+	if fc == nil || len(fc.Spec.Values) == 0 {
+		return values, nil
+	}
+	if values == nil {
+		values = map[string]any{}
+	}
+	for _, k := range slices.Sorted(maps.Keys(fc.Spec.Values)) {
+		if err := setPath(values, k, fc.Spec.Values[k]); err != nil {
+			return nil, fmt.Errorf("spec.values of FleetCluster %s/%s: %w", fc.Namespace, fc.Name, err)
+		}
+	}
+	return values, nil
+}
+
+// setPath sets v at the dotted path key of values, making the maps on the way.
+func setPath(values map[string]any, key, v string) error {
+	parts := strings.Split(key, ".")
+	m := values
+	for i, p := range parts {
+		if p == "" {
+			return fmt.Errorf("value %q: a key is a dotted path of names, such as region or ingress.host, with no empty name", key)
+		}
+		if i == len(parts)-1 {
+			m[p] = v
+			return nil
+		}
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[p] = next
+		}
+		m = next
+	}
+	return nil
 }

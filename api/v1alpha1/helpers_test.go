@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,29 @@ func TestApprovalsOfABuild(t *testing.T) {
 	}
 	if fr.ApprovalOfCandidate(edit, "rest", false) != nil {
 		t.Error("an approval of wave ring approves wave rest")
+	}
+}
+
+func TestChartValuesSetClusterValuesAtTheirPaths(t *testing.T) {
+	fr := &FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps"},
+		Spec: FleetRolloutSpec{Chart: &ChartSpec{Values: &apiextensionsv1.JSON{
+			Raw: []byte(`{"replicaCount":2,"ingress":{"enabled":true,"host":"default.example"},"region":{"name":"x"}}`)}}}}
+	fc := &FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: "eu-1", Namespace: "apps"},
+		Spec: FleetClusterSpec{Values: map[string]string{"ingress.host": "eu-1.example", "region": "eu", "tier.name": "gold"}}}
+	got, err := fr.ChartValues(fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"replicaCount": float64(2), "ingress": map[string]any{"enabled": true, "host": "eu-1.example"},
+		"region": "eu", "tier": map[string]any{"name": "gold"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("values %v, want %v", got, want)
+	}
+	if again, _ := fr.ChartValues(nil); !reflect.DeepEqual(again["region"], map[string]any{"name": "x"}) {
+		t.Fatalf("a cluster's values changed the rollout's: %v", again)
+	}
+	fc.Spec.Values = map[string]string{"ingress..host": "x"}
+	if _, err := fr.ChartValues(fc); err == nil || !strings.Contains(err.Error(), "FleetCluster apps/eu-1") {
+		t.Fatalf("an empty path segment: %v, want an error naming the FleetCluster", err)
 	}
 }
