@@ -24,6 +24,9 @@ const guardFactor = 2
 // for its cleanup (stopping its fleet, printing its logs) once it fails.
 const deadlineMargin = 90 * time.Second
 
+// loggedWait is the shortest wait of eventually that it logs.
+const loggedWait = 5 * time.Second
+
 // testContext is the deadline of one test: d, what the test needs alone with room to spare, times
 // guardFactor, and never later than deadlineMargin before the binary's -timeout. So a test that
 // wedges late in the run fails as itself, naming what it waited for and printing its fleet's logs,
@@ -58,12 +61,18 @@ func consistently(ctx context.Context, t *testing.T, what string, d time.Duratio
 }
 
 // eventually polls cond until it is true or ctx ends; on timeout the test fails with what and the last observation.
+// A wait of loggedWait or more is logged with its length: where a scenario's time goes, in its own
+// log, for the slow ones hack/testsummary lists.
 func eventually(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	last := ""
+	began := time.Now()
 	for {
 		ok, seen := cond()
 		if ok {
+			if d := time.Since(began); d >= loggedWait {
+				t.Logf("waited %.1fs for %s", d.Seconds(), what)
+			}
 			return
 		}
 		last = seen
