@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +20,7 @@ import (
 // package` does.
 func chartArchive(t *testing.T, files map[string]string) []byte {
 	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := localfleet.PackageChart(dir, "", "")
+	c, err := localfleet.PackageChartFiles("the test's chart", files, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
