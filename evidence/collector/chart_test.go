@@ -187,3 +187,90 @@ func TestAChartOverTheRenderBudgetIsInconclusive(t *testing.T) {
 		t.Errorf("the built-in policy: %+v (%v), want Inconclusive", d, err)
 	}
 }
+
+// gadgetCRD is a CRD of a chart's crds/ directory.
+const gadgetCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.tidegate.dev
+spec:
+  group: example.tidegate.dev
+  names: {kind: Gadget, listKind: GadgetList, plural: gadgets, singular: gadget}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
+// rollbackSafe of a chart classifies the known-good's and the candidate's releases as a kustomize
+// package's: a claim the candidate adds asks for an approval. It adds what Helm does not undo: a
+// CRD the candidate's crds/ directory adds is irreversible, and asks for an approval too; the
+// hooks of the charts, which run again going back, are a limit. An approval of the candidate
+// passes the gate. rollbackSucceeds fetches the known-good chart again and renders it.
+func TestRollbackSafeOfAChart(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	candidate := maps.Clone(webChart)
+	candidate["Chart.yaml"] = "apiVersion: v2\nname: web\nversion: 0.2.0\n"
+	candidate["crds/gadgets.yaml"] = gadgetCRD
+	candidate["templates/claim.yaml"] = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"
+	candidate["templates/migrate.yaml"] = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\n  annotations:\n    helm.sh/hook: pre-upgrade\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: m, image: example.com/migrate:v1}]\n"
+	w := chartWorld(t, 2, packageChart(t, webChart), now)
+	good := w.scope.Candidate
+	cand := servedChart(t, "web-0-2-0", "0.2.0", packageChart(t, candidate))
+	fr := w.scope.Rollout
+	fr.Status.LastKnownGood = &v1alpha1.RevisionStatus{Revision: good.Revision, Source: good.Name, Digest: good.Digest}
+	fr.Status.Candidate = &v1alpha1.RevisionStatus{Revision: cand.Revision, Source: cand.Name, Digest: cand.Digest}
+	w.scope.Candidate, w.scope.KnownGood = cand, good
+	c := newCollector(t, nil)
+
+	collect := func() verdict.RollbackSafeEvidence {
+		t.Helper()
+		out, err := c.Collect(context.Background(), w.decision(t, now), v1alpha1.GateRollbackSafe, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Evidence.(verdict.RollbackSafeEvidence)
+	}
+	ev := collect()
+	if ev.FirstRollout || len(ev.CRDChanges) != 1 || ev.CRDChanges[0].Name != "gadgets.example.tidegate.dev" || ev.CRDChanges[0].Change != verdict.ChangeAdded ||
+		!strings.Contains(ev.CRDChanges[0].Reason, "Helm never deletes a chart's crds/ CRDs") {
+		t.Errorf("CRD changes %+v; want the Gadget CRD the candidate's crds/ adds", ev.CRDChanges)
+	}
+	if len(ev.PrunedStateful) != 1 || ev.PrunedStateful[0].Kind != "PersistentVolumeClaim" || ev.PrunedStateful[0].Namespace != w.ns+"-apps" || ev.PrunedStateful[0].Change != verdict.ChangeAdded {
+		t.Errorf("pruned stateful %+v; want the claim the candidate adds, in the release's namespace", ev.PrunedStateful)
+	}
+	if !hasLimit(ev.Limits, "the candidate chart has hooks, which run when it installs or upgrades") || !strings.Contains(strings.Join(ev.Limits, "\n"), "Job migrate (pre-upgrade)") {
+		t.Errorf("limits %q; want the candidate's hook", ev.Limits)
+	}
+	d, err := verdict.Evaluate(verdict.DefaultPolicy(), verdict.GateRollbackSafe, ev)
+	if err != nil || d.Pass || len(d.Reasons) != 2 {
+		t.Errorf("the built-in policy: %+v (%v); want a failure asking for approvals of the CRD and the claim", d, err)
+	}
+
+	fr.Spec.Approvals = []v1alpha1.Approval{{Revision: cand.Revision, Irreversible: true, By: "ops"}}
+	if d, err := verdict.Evaluate(verdict.DefaultPolicy(), verdict.GateRollbackSafe, collect()); err != nil || !d.Pass {
+		t.Errorf("approved: %+v (%v)", d, err)
+	}
+
+	out, err := c.Collect(context.Background(), w.decision(t, now), v1alpha1.GateRollbackSucceeds, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := out.Evidence.(verdict.RollbackSucceedsEvidence).KnownGoodSource; src == nil || !src.Renders {
+		t.Errorf("rollbackSucceeds' known-good: %+v; want it fetched and rendered", src)
+	}
+	// A known-good whose source serves what is no chart does not render: the way back is gone.
+	notChart, digest := tarball(t, map[string]string{"web/values.yaml": "region: eu\n"}, w.ns)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write(notChart) }))
+	t.Cleanup(srv.Close)
+	fr.Status.LastKnownGood.Digest, w.scope.KnownGood.Digest, w.scope.KnownGood.URL = digest, digest, srv.URL+"/web.tgz"
+	if out, err = c.Collect(context.Background(), w.decision(t, now), v1alpha1.GateRollbackSucceeds, 1); err != nil {
+		t.Fatal(err)
+	}
+	if src := out.Evidence.(verdict.RollbackSucceedsEvidence).KnownGoodSource; src == nil || src.Renders || !strings.Contains(src.RenderError, "Chart.yaml") {
+		t.Errorf("a known-good that is no chart: %+v; want it not rendered", src)
+	}
+}
