@@ -9,17 +9,9 @@ import (
 // and so does one it changes; one it drops stays as it was, and a first rollout has no going
 // back.
 func TestClassifyChartCRDs(t *testing.T) {
-	widgets := `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
-spec:
-  group: example.com
-  names: {kind: Widget, plural: widgets}
-  scope: Namespaced
-  versions: [{name: v1, served: true, storage: true}]
-`
-	gadgets := edit(t, edit(t, widgets, "widgets.example.com", "gadgets.example.com"), "{kind: Widget, plural: widgets}", "{kind: Gadget, plural: gadgets}")
-	changed := edit(t, widgets, "[{name: v1, served: true, storage: true}]", "[{name: v1, served: true, storage: false}, {name: v2, served: true, storage: true}]")
+	widgets := crd
+	gadgets := edit(t, edit(t, crd, "widgets.example.com", "gadgets.example.com"), "{kind: Widget, plural: widgets}", "{kind: Gadget, plural: gadgets}")
+	changed := edit(t, crd, "{name: v1alpha1, served: true, storage: false}", "{name: v1alpha1, served: false, storage: false}")
 	brief := func(l []Finding) []string {
 		out := []string{}
 		for _, f := range l {

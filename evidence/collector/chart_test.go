@@ -191,18 +191,12 @@ func TestAChartOverTheRenderBudgetIsInconclusive(t *testing.T) {
 // gadgetCRD is a CRD of a chart's crds/ directory.
 const gadgetCRD = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata:
-  name: gadgets.example.tidegate.dev
+metadata: {name: gadgets.example.tidegate.dev}
 spec:
   group: example.tidegate.dev
   names: {kind: Gadget, listKind: GadgetList, plural: gadgets, singular: gadget}
   scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]
 `
 
 // rollbackSafe of a chart classifies the known-good's and the candidate's releases as a kustomize
