@@ -211,7 +211,7 @@ func hooksLimit(what string, r *chart.Rendered, runs string) string {
 	for _, h := range r.Hooks {
 		hooks = append(hooks, fmt.Sprintf("%s %s (%s)", h.Kind, h.Name, strings.Join(h.Events, ", ")))
 	}
-	return fmt.Sprintf("%s has hooks, which %s: %s", what, runs, firstOf(hooks))
+	return fmt.Sprintf("%s's hooks %s: %s", what, runs, firstOf(hooks))
 }
 
 // errUnfinished tells whether err is a render that came to no result.

@@ -199,8 +199,9 @@ spec:
   versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]
 `
 
-// rollbackSafe of a chart classifies the known-good's and the candidate's releases as a kustomize
-// package's: a claim the candidate adds asks for an approval. It adds what Helm does not undo: a
+// deploySafe of a chart with a crds/ directory dry-runs its CRDs with the release, and lists its
+// hooks as not dry-run. rollbackSafe of a chart classifies the known-good's and the candidate's
+// releases as a kustomize package's: a claim the candidate adds asks for an approval. It adds what Helm does not undo: a
 // CRD the candidate's crds/ directory adds is irreversible, and asks for an approval too; the
 // hooks of the charts, which run again going back, are a limit. An approval of the candidate
 // passes the gate. rollbackSucceeds fetches the known-good chart again and renders it.
@@ -209,6 +210,7 @@ func TestRollbackSafeOfAChart(t *testing.T) {
 	candidate := maps.Clone(webChart)
 	candidate["Chart.yaml"] = "apiVersion: v2\nname: web\nversion: 0.2.0\n"
 	candidate["crds/gadgets.yaml"] = gadgetCRD
+	candidate["templates/gadget.yaml"] = "apiVersion: example.tidegate.dev/v1\nkind: Gadget\nmetadata:\n  name: web\n"
 	candidate["templates/claim.yaml"] = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"
 	candidate["templates/migrate.yaml"] = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\n  annotations:\n    helm.sh/hook: pre-upgrade\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: m, image: example.com/migrate:v1}]\n"
 	w := chartWorld(t, 2, packageChart(t, webChart), now)
@@ -219,6 +221,20 @@ func TestRollbackSafeOfAChart(t *testing.T) {
 	fr.Status.Candidate = &v1alpha1.RevisionStatus{Revision: cand.Revision, Source: cand.Name, Digest: cand.Digest}
 	w.scope.Candidate, w.scope.KnownGood = cand, good
 	c := newCollector(t, nil)
+
+	// deploySafe preflights the CRD of crds/ with the release's objects, so the Gadget's API is not
+	// missing, and lists the hook, which it does not dry-run.
+	out, err := c.Collect(context.Background(), w.decision(t, now), v1alpha1.GateDeploySafe, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := out.Evidence.(verdict.DeploySafeEvidence)
+	if d, err := verdict.Evaluate(verdict.DefaultPolicy(), verdict.GateDeploySafe, ds); err != nil || !d.Pass || ds.Render.Total != 4 {
+		t.Errorf("deploySafe: %+v (%v); render %+v, preflight %+v", d, err, ds.Render, ds.Preflight.Clusters)
+	}
+	if !hasLimit(ds.Limits, "the chart's hooks run at install and upgrade and are not dry-run: Job migrate (pre-upgrade)") {
+		t.Errorf("deploySafe's limits %q; want the hook", ds.Limits)
+	}
 
 	collect := func() verdict.RollbackSafeEvidence {
 		t.Helper()
@@ -236,7 +252,7 @@ func TestRollbackSafeOfAChart(t *testing.T) {
 	if len(ev.PrunedStateful) != 1 || ev.PrunedStateful[0].Kind != "PersistentVolumeClaim" || ev.PrunedStateful[0].Namespace != w.ns+"-apps" || ev.PrunedStateful[0].Change != verdict.ChangeAdded {
 		t.Errorf("pruned stateful %+v; want the claim the candidate adds, in the release's namespace", ev.PrunedStateful)
 	}
-	if !hasLimit(ev.Limits, "the candidate chart has hooks, which run when it installs or upgrades") || !strings.Contains(strings.Join(ev.Limits, "\n"), "Job migrate (pre-upgrade)") {
+	if !hasLimit(ev.Limits, "the candidate chart's hooks run when it installs or upgrades") || !strings.Contains(strings.Join(ev.Limits, "\n"), "Job migrate (pre-upgrade)") {
 		t.Errorf("limits %q; want the candidate's hook", ev.Limits)
 	}
 	d, err := verdict.Evaluate(verdict.DefaultPolicy(), verdict.GateRollbackSafe, ev)
@@ -249,7 +265,7 @@ func TestRollbackSafeOfAChart(t *testing.T) {
 		t.Errorf("approved: %+v (%v)", d, err)
 	}
 
-	out, err := c.Collect(context.Background(), w.decision(t, now), v1alpha1.GateRollbackSucceeds, 1)
+	out, err = c.Collect(context.Background(), w.decision(t, now), v1alpha1.GateRollbackSucceeds, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
