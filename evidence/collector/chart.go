@@ -25,8 +25,11 @@ const (
 	// values, so that a fleet whose clusters set values of their own renders each once.
 	maxCachedChartRenders = 1024
 	// chartRenderParallel bounds the chart renders a collection runs at once: each is a render
-	// worker under the render budget, and those of a fleet's clusters are many.
-	chartRenderParallel = 4
+	// worker under the render budget, and a collection, like a kustomize package's, holds one
+	// worker at a time, so that the workers at once stay one per rollout reconciled (the render
+	// budget's memory times --concurrent fits the manager's limit). Distinct values among a wave's
+	// clusters are few (a region, a size), and each is rendered once (chartRenders).
+	chartRenderParallel = 1
 )
 
 // chartPackage is one revision of a rollout's Helm chart (spec.chart): the archive its pinned
@@ -168,7 +171,7 @@ func chartApplied(r *chart.Rendered) []*unstructured.Unstructured {
 
 // renderOwnChartValues has each target whose FleetCluster sets values of its own preflighted with
 // what helm-controller applies on it: the chart rendered with its values (chartApplied). The
-// renders are made first, at most chartRenderParallel at once, each distinct values once. A
+// renders are made first, chartRenderParallel at once, each distinct values once. A
 // chart that does not render with a cluster's values is that cluster's failure, among its dry-run
 // errors, as a member's refusal is; a render that came to no result leaves the cluster
 // unobserved.
