@@ -67,14 +67,23 @@ type SourceEvidence struct {
 	Message  string `json:"message,omitempty"`
 }
 
-// RenderEvidence is the kustomize build of the candidate: the first MaxRenderedObjects objects,
-// sorted, with how many there were and how many are left out.
+// RenderEvidence is the kustomize build of the candidate, or its chart's render: the first
+// MaxRenderedObjects objects, sorted, with how many there were and how many are left out.
 type RenderEvidence struct {
 	OK        bool        `json:"ok"`
 	Error     string      `json:"error,omitempty"`
 	Objects   []ObjectRef `json:"objects,omitempty"`
 	Total     int         `json:"total"`
 	Truncated int         `json:"truncated"`
+	// Chart is the chart rendered, for a rollout of a Helm chart (spec.chart).
+	Chart *ChartRef `json:"chart,omitempty"`
+}
+
+// ChartRef is #ChartRef: a Helm chart's name and version, the version as helm-controller records
+// it, with the digest of the chart's OCI artifact as build metadata ("0.1.0+0123456789ab").
+type ChartRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 // InstallEvidence is the check of install-time values against the package's install schema: the

@@ -1,5 +1,6 @@
-// Package boundedrender renders tenants' packages (evidence.Render) in a child process under a
-// time and memory budget, so that no package can stop the controller that renders it.
+// Package boundedrender renders tenants' packages (evidence.Render, and Helm charts with
+// chart.Render) in a child process under a time and memory budget, so that no package can stop the
+// controller that renders it.
 //
 // A kustomize build cannot be cancelled and its memory cannot be capped in-process: a package
 // whose configMapGenerator names one large file under many keys builds a ConfigMap as large as
@@ -7,7 +8,10 @@
 // of kind "render" (internal/worker, the mechanism the policy worker uses too): the running
 // executable started again, which this package's init turns into a worker before main (or a test
 // binary's TestMain) runs. The artifact's files and the build spec go to the worker; the built
-// objects and kustomize's output, or kustomize's error, come back. Past the budget the caller gets
+// objects and kustomize's output, or kustomize's error, come back. A chart's templates are no
+// cheaper to bound (a template can range over a large value, or call itself), so a chart renders
+// in the same worker: the archive, the HelmRelease and the values go to it, the release's objects,
+// CRDs and hooks, or Helm's error, come back. Past the budget the caller gets
 // a *worker.BudgetError, and the controller carries on.
 package boundedrender
 
@@ -26,6 +30,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/evidence/chart"
 	"github.com/tidegate/tidegate/evidence/decrypt"
 	"github.com/tidegate/tidegate/internal/worker"
 )
@@ -65,6 +70,8 @@ type header struct {
 	Spec    kustomizev1.KustomizationSpec `json:"spec"`
 	Skipped []string                      `json:"skipped,omitempty"`
 	Keys    *keys                         `json:"keys,omitempty"`
+	// Chart, when set, asks for a chart render (RenderChart): one entry, the chart archive, follows.
+	Chart *chartRequest `json:"chart,omitempty"`
 }
 
 // keys are evidence.Keys on the way to a worker.
@@ -89,6 +96,8 @@ type response struct {
 	// *evidence.DecryptionError.
 	Error      string `json:"error,omitempty"`
 	Decryption bool   `json:"decryption,omitempty"`
+	// Chart is a chart render's result (RenderChart).
+	Chart *chart.Rendered `json:"chart,omitempty"`
 }
 
 // Render builds art for a Kustomization with spec, decrypting with k, in a worker, as
@@ -147,12 +156,15 @@ func init() {
 }
 
 // serve is a worker: it reads an artifact and a spec from r, renders, and writes the build or
-// kustomize's error to w.
+// kustomize's error to w; a request for a chart render is served by serveChart.
 func serve(r io.Reader, w io.Writer) error {
 	dec := json.NewDecoder(r)
 	var h header
 	if err := dec.Decode(&h); err != nil {
 		return fmt.Errorf("reading the request: %w", err)
+	}
+	if h.Chart != nil {
+		return serveChart(dec, h.Chart, w)
 	}
 	art := &evidence.Artifact{FS: filesys.MakeFsInMemory(), Skipped: h.Skipped}
 	for {

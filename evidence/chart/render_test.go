@@ -219,3 +219,36 @@ func TestRenderRefuses(t *testing.T) {
 		t.Error("an archive that is no chart rendered")
 	}
 }
+
+// Values a chart's values.schema.json refuses are refused, with the path Helm names, as Helm's
+// install action refuses them when helm-controller installs or upgrades; a HelmRelease that
+// disables the validation of the step it renders (spec.install or spec.upgrade) renders them.
+func TestRenderValidatesValuesAgainstTheChartsSchema(t *testing.T) {
+	c, err := localfleet.PackageChartFiles("strict", map[string]string{
+		"Chart.yaml":            "apiVersion: v2\nname: strict\nversion: 1.0.0\n",
+		"values.yaml":           "replicas: 1\n",
+		"values.schema.json":    `{"type": "object", "properties": {"replicas": {"type": "integer", "maximum": 5}}}`,
+		"templates/config.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: strict\ndata:\n  replicas: {{ .Values.replicas | quote }}\n",
+	}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := Render(ctx, c.Archive, helmRelease("fleet", "strict"), map[string]any{"replicas": float64(3)}, Options{}); err != nil {
+		t.Errorf("values the schema allows: %v", err)
+	}
+	for _, upgrade := range []bool{false, true} {
+		_, err := Render(ctx, c.Archive, helmRelease("fleet", "strict"), map[string]any{"replicas": float64(9)}, Options{Upgrade: upgrade})
+		if err == nil || !strings.Contains(err.Error(), "/replicas") {
+			t.Errorf("upgrade %v: values the schema refuses: %v", upgrade, err)
+		}
+	}
+	hr := helmRelease("fleet", "strict")
+	hr.Spec.Upgrade = &helmv2.Upgrade{DisableSchemaValidation: true}
+	if _, err := Render(ctx, c.Archive, hr, map[string]any{"replicas": float64(9)}, Options{Upgrade: true}); err != nil {
+		t.Errorf("an upgrade without schema validation: %v", err)
+	}
+	if _, err := Render(ctx, c.Archive, hr, map[string]any{"replicas": float64(9)}, Options{}); err == nil {
+		t.Error("an install validates, whatever spec.upgrade says")
+	}
+}

@@ -86,6 +86,9 @@ type Collector struct {
 	samplers   map[time.Duration]*availability.Sampler
 
 	bg background
+
+	// chartRenders are the renders of charts with each cluster's values (renderChart).
+	chartRenders digestCache[*chartRender]
 }
 
 // Collected is one gate's evidence, with the approvals it relied on (for the receipt).
@@ -185,10 +188,16 @@ func unread(sc *engine.World, gate string) error {
 var ErrUnobserved = errors.New("not observed")
 
 // renderedPackage is one revision of the package, fetched and built once for the rollout's
-// Kustomizations (v1alpha1.FleetRollout.BuildSpec), before each cluster's postBuild substitution.
+// Kustomizations (v1alpha1.FleetRollout.BuildSpec), before each cluster's postBuild substitution;
+// or, for a rollout of a Helm chart, the chart, rendered with the rollout's values (Chart).
 type renderedPackage struct {
+	// Build is the kustomize build; nil for a chart.
 	Build *evidence.Rendered
-	// RenderErr is kustomize's error; the package is then not deployable (but it was fetched).
+	// Chart is the chart of a rollout of a Helm chart (v1alpha1.FleetRollout.IsChart); nil for a
+	// kustomize package.
+	Chart *chartPackage
+	// RenderErr is kustomize's error, or Helm's for a chart that does not render with the rollout's
+	// values; the package is then not deployable (but it was fetched).
 	RenderErr error
 	// InstallSchema is the content of tidegate/install.cue, nil when the package ships none.
 	InstallSchema []byte
@@ -207,7 +216,9 @@ func (u *unfinishedRender) Unwrap() error { return u.err }
 // revision (digest), and builds it as kustomize-controller builds it for the rollout's
 // Kustomizations (v1alpha1.FleetRollout.BuildSpec, decrypted with the Secret of the template's
 // decryption), in a worker under RenderBudget when it is set; what ("the candidate") names the
-// render in errors. An error means the artifact could not be fetched or is not the recorded
+// render in errors. The artifact of a chart's source is the chart archive (a gzipped tarball of
+// the chart's directory): it is rendered as helm-controller renders it for the rollout's
+// HelmReleases, with the rollout's values (newChartPackage). An error means the artifact could not be fetched or is not the recorded
 // content, or, an *unfinishedRender, that the render came to no result (its budget, its worker, or
 // a decryption Secret that is missing or does not decrypt the package); a package that does not
 // build comes back with RenderErr. fresh fetches the artifact even when its render is cached: the fetch is the
@@ -226,7 +237,7 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 	if err != nil {
 		return nil, &unfinishedRender{err}
 	}
-	key, err := renderKey(fr, digest, keys)
+	key, err := renderKey(fr, src.Revision, digest, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -234,12 +245,20 @@ func (c *Collector) renderRevision(ctx context.Context, fr *v1alpha1.FleetRollou
 	if cached != nil && !fresh {
 		return cached, nil
 	}
-	art, err := c.fetchArtifact(ctx, src.URL, digest)
+	art, data, err := c.fetchArtifact(ctx, src.URL, digest)
 	if err != nil {
 		return nil, fmt.Errorf("pinned source %s: %w", src.Name, err)
 	}
 	if cached != nil {
 		return cached, nil
+	}
+	if fr.IsChart() {
+		p, err := c.newChartPackage(ctx, fr, src.Revision, key, data, art, what)
+		if err != nil {
+			return nil, err
+		}
+		c.renders.put(key, p, maxCachedRenders)
+		return p, nil
 	}
 	p := &renderedPackage{}
 	if c.RenderBudget != nil {
@@ -269,26 +288,49 @@ func (c *Collector) RenderDigest(ctx context.Context, fr *v1alpha1.FleetRollout,
 	if p.RenderErr != nil {
 		return "", p.RenderErr
 	}
+	if p.Chart != nil {
+		return chartDigest(p.Chart.shared)
+	}
 	return p.Build.Digest(), nil
 }
 
-// renderKey keys a render by the content, by what of the rollout decides the build, and by the
-// decryption keys it decrypts with (their digest).
-func renderKey(fr *v1alpha1.FleetRollout, digest string, keys *evidence.Keys) (string, error) {
+// renderKey keys a render by the content, by what of the rollout decides the build (for a chart,
+// spec.chart and the source's artifact revision, which is in the chart's version, too), and by
+// the decryption keys it decrypts with (their digest).
+func renderKey(fr *v1alpha1.FleetRollout, revision, digest string, keys *evidence.Keys) (string, error) {
 	spec := fr.BuildSpec()
 	spec.Path = path.Clean("/" + spec.Path)
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return "", fmt.Errorf("encoding the build of %s/%s: %w", fr.Namespace, fr.Name, err)
 	}
+	if fr.IsChart() {
+		b = append(b, chartKey(fr, revision)...)
+	}
 	sum := sha256.Sum256(append(b, keys.Digest()...))
 	return digest + ":" + hex.EncodeToString(sum[:16]), nil
 }
 
 // objectsOf is what cluster fc's Kustomization applies from pkg (fc nil: a cluster without
-// values of its own): the build substituted with its postBuild.
-func objectsOf(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, pkg *renderedPackage) ([]*unstructured.Unstructured, error) {
-	return pkg.Build.Substitute(fr.PostBuild(fc))
+// values of its own): the build substituted with its postBuild. For a chart it is the release's
+// objects as helm-controller renders them with the cluster's values (renderChart; the CRDs of
+// the chart's crds/ directory and its hooks are not among them); a render that came to no result
+// is an *unfinishedRender.
+func (c *Collector) objectsOf(ctx context.Context, fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, pkg *renderedPackage) ([]*unstructured.Unstructured, error) {
+	if pkg.Chart == nil {
+		return pkg.Build.Substitute(fr.PostBuild(fc))
+	}
+	if fc == nil || len(fc.Spec.Values) == 0 {
+		return pkg.Chart.shared.Objects, nil
+	}
+	r, renderErr, err := c.renderChart(ctx, fr, fc, pkg.Chart, "the chart with cluster "+fc.Name+"'s values")
+	if err != nil {
+		return nil, err
+	}
+	if renderErr != nil {
+		return nil, renderErr
+	}
+	return r.Objects, nil
 }
 
 // baseEvidence is what every gate's evidence carries.

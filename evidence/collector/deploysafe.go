@@ -12,6 +12,7 @@ import (
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/evidence/chart"
 	"github.com/tidegate/tidegate/evidence/preflight"
 	"github.com/tidegate/tidegate/verdict"
 )
@@ -55,18 +56,21 @@ func (c *Collector) deploySafe(ctx context.Context, sc *engine.World, wv *v1alph
 		ev.Unobserved = append(ev.Unobserved, verdict.Unobserved{Reason: "fetching the candidate's artifact failed: " + err.Error()})
 	case pkg.RenderErr != nil:
 		ev.Render.Error = pkg.RenderErr.Error()
+	case pkg.Chart != nil:
+		// What a cluster without values of its own applies: the CRDs of the chart's crds/ first.
+		r := pkg.Chart.shared
+		objs = chartApplied(r)
+		ev.Render.OK, ev.Render.Chart = true, &verdict.ChartRef{Name: r.Chart, Version: r.Version}
+		summarizeRender(&ev.Render, append(r.CRDs[:len(r.CRDs):len(r.CRDs)], r.Objects...))
+		ev.Limits = append(ev.Limits, chartLimits(fr, r)...)
 	default:
 		// The objects a cluster without values of its own applies.
-		if objs, err = objectsOf(fr, nil, pkg); err != nil {
+		if objs, err = c.objectsOf(ctx, fr, nil, pkg); err != nil {
 			ev.Render.Error = "postBuild substitution: " + err.Error()
 			break
 		}
 		ev.Render.OK = true
-		sum := evidence.Summarize(objs, verdict.MaxRenderedObjects)
-		ev.Render.Total, ev.Render.Truncated = sum.Total, sum.Truncated
-		for _, o := range sum.Objects {
-			ev.Render.Objects = append(ev.Render.Objects, verdict.ObjectRef(o))
-		}
+		summarizeRender(&ev.Render, objs)
 	}
 	ev.Limits = append(ev.Limits, substituteFromLimits(fr)...)
 	values := valuesOf(fr, ev.Targets, sc.Clusters)
@@ -85,7 +89,9 @@ func (c *Collector) deploySafe(ctx context.Context, sc *engine.World, wv *v1alph
 	results, reused, oldest := c.recheck(sc, key, names, len(ev.Targets), func(names []string) []verdict.ClusterPreflight {
 		return c.preflight(ctx, sc, names, pkg, objs, preflight.Options{Force: fr.Spec.Template.Force})
 	})
-	maskPreflight(pkg.Build, results)
+	if pkg.Build != nil {
+		maskPreflight(pkg.Build, results)
+	}
 	if reused > 0 {
 		ev.Limits = append(ev.Limits, c.reusedLimit(reused, len(names), oldest, sc.Now))
 	}
@@ -118,12 +124,41 @@ func (c *Collector) deploySafe(ctx context.Context, sc *engine.World, wv *v1alph
 	}
 	ev.Limits = append(ev.Limits, "the preflight is a server-side dry-run at decision time; admission webhooks and quotas may still decide otherwise when Flux applies")
 	if sa := fr.Spec.Template.ServiceAccountName; sa != "" {
-		ev.Limits = append(ev.Limits, fmt.Sprintf("the preflight dry-runs with each FleetCluster's credentials, not as the service account %s that kustomize-controller impersonates to apply (spec.template.serviceAccountName): what that account may not do is not checked", sa))
+		applier := "kustomize-controller"
+		if fr.IsChart() {
+			applier = "helm-controller"
+		}
+		ev.Limits = append(ev.Limits, fmt.Sprintf("the preflight dry-runs with each FleetCluster's credentials, not as the service account %s that %s impersonates to apply (spec.template.serviceAccountName): what that account may not do is not checked", sa, applier))
 	}
 	if len(later) > 0 {
 		ev.Limits = append(ev.Limits, "the later waves' preflight covers the clusters planned for them now; each wave is checked again, on its own members, before it starts")
 	}
 	return ev, nil
+}
+
+// summarizeRender lists objs, at most verdict.MaxRenderedObjects of them, in ev.
+func summarizeRender(ev *verdict.RenderEvidence, objs []*unstructured.Unstructured) {
+	sum := evidence.Summarize(objs, verdict.MaxRenderedObjects)
+	ev.Total, ev.Truncated = sum.Total, sum.Truncated
+	for _, o := range sum.Objects {
+		ev.Objects = append(ev.Objects, verdict.ObjectRef(o))
+	}
+}
+
+// chartLimits say what deploySafe's evidence of chart r does not establish: its hooks are not
+// dry-run, and what the templates read of a member, or of the release's history, is Helm's
+// defaults, not the member's.
+func chartLimits(fr *v1alpha1.FleetRollout, r *chart.Rendered) []string {
+	var out []string
+	if l := hooksLimit("the chart", r, "run at install and upgrade and are not dry-run"); l != "" {
+		out = append(out, l)
+	}
+	how := "as a first install of the release (no known-good runs)"
+	if renderedUpgrade(fr) {
+		how = "as an upgrade of the release from the known-good"
+	}
+	out = append(out, "the chart is rendered "+how+", with Helm's default capabilities (.Capabilities.KubeVersion and APIVersions), not each member's; templates that read them, or that look up objects on the cluster, may render otherwise there")
+	return out
 }
 
 // sourceEvidence is the candidate's provenance as its pinned source reports it. Its verification
@@ -197,7 +232,12 @@ func (c *Collector) preflight(ctx context.Context, sc *engine.World, targets []s
 		}
 		pts = append(pts, t)
 	}
-	// A target with values of its own is checked with the package substituted with them.
-	substituteOwnValues(fr, sc.Clusters, pts, pkg)
+	// A target with values of its own is checked with the package substituted, or the chart
+	// rendered, with them.
+	if pkg.Chart != nil {
+		c.renderOwnChartValues(ctx, fr, sc.Clusters, pts, pkg.Chart)
+	} else {
+		substituteOwnValues(fr, sc.Clusters, pts, pkg)
+	}
 	return preflight.CheckAll(ctx, pts, objs, opts, c.PreflightParallel)
 }

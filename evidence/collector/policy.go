@@ -78,7 +78,7 @@ func (c *Collector) Policy(ctx context.Context, fr *v1alpha1.FleetRollout) (*Rol
 		return p, nil
 	}
 	from := fmt.Sprintf("%s %s/%s path %s at %s", ref.SourceRef.Kind, fr.Namespace, ref.SourceRef.Name, strings.TrimPrefix(dir, "/"), src.Revision)
-	art, err := c.fetchArtifact(ctx, src.URL, src.Digest)
+	art, _, err := c.fetchArtifact(ctx, src.URL, src.Digest)
 	if err != nil {
 		return nil, fmt.Errorf("fetching the policy from %s: %w", from, err)
 	}
@@ -154,11 +154,13 @@ func cueFiles(fsys filesys.FileSystem, dir string) (map[string][]byte, error) {
 	return files, nil
 }
 
-// fetchArtifact downloads and unpacks a source artifact, checking its digest.
-func (c *Collector) fetchArtifact(ctx context.Context, url, digest string) (*evidence.Artifact, error) {
-	data, err := evidence.FetchArtifact(ctx, c.HTTPClient, url, digest, maxArtifactBytes)
+// fetchArtifact downloads and unpacks a source artifact, checking its digest; data is the
+// artifact as served (a chart's archive is rendered from it).
+func (c *Collector) fetchArtifact(ctx context.Context, url, digest string) (art *evidence.Artifact, data []byte, err error) {
+	data, err = evidence.FetchArtifact(ctx, c.HTTPClient, url, digest, maxArtifactBytes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return evidence.Extract(data, maxArtifactFiles, maxUnpackedBytes)
+	art, err = evidence.Extract(data, maxArtifactFiles, maxUnpackedBytes)
+	return art, data, err
 }

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/evidence"
+	"github.com/tidegate/tidegate/evidence/chart"
 	"github.com/tidegate/tidegate/verdict"
 )
 
@@ -47,9 +49,15 @@ func (c *Collector) rollbackSafe(ctx context.Context, sc *engine.World, wv *v1al
 		}
 		good = pkg
 	}
-	diff, err := classifyEach(goodFR, fr, ev.Targets, sc.Clusters, good, cand)
+	diff, err := c.classifyEach(ctx, goodFR, fr, ev.Targets, sc.Clusters, good, cand)
+	if errUnfinished(err) {
+		return ev, nil, fmt.Errorf("%w: %w", ErrUnobserved, err)
+	}
 	if err != nil {
 		return ev, nil, err
+	}
+	if cand.Chart != nil {
+		ev.Limits = append(ev.Limits, chartRollbackFindings(&diff, good, cand)...)
 	}
 	ev.FirstRollout = diff.FirstRollout
 	ev.PrunedStateful, ev.ChangedStateful, ev.CRDChanges, ev.ImmutableRecreates, ev.Irreversible =
@@ -100,7 +108,7 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *engine.World, wv *
 		}
 	} else if pkg.RenderErr != nil {
 		src.RenderError = pkg.RenderErr.Error()
-	} else if _, err := objectsOf(goodFR, nil, pkg); err != nil {
+	} else if _, err := c.objectsOf(ctx, goodFR, nil, pkg); err != nil {
 		src.RenderError = "postBuild substitution: " + err.Error()
 	} else {
 		src.Renders = true
@@ -129,6 +137,27 @@ func (c *Collector) rollbackSucceeds(ctx context.Context, sc *engine.World, wv *
 		ev.Limits = append(ev.Limits, "the rehearsal proves the first wave's rollback; later waves' clusters were not rehearsed")
 	}
 	return ev
+}
+
+// chartRollbackFindings adds to diff what going back cannot undo of a chart's crds/ CRDs
+// (evidence.ClassifyChartCRDs), and returns the limits of going back to a chart: its hooks run
+// again, unjudged.
+func chartRollbackFindings(diff *evidence.RollbackSafety, good, cand *renderedPackage) []string {
+	var goodCRDs []*unstructured.Unstructured
+	var goodChart *chart.Rendered
+	if good != nil {
+		goodChart = good.Chart.shared
+		goodCRDs = append([]*unstructured.Unstructured{}, goodChart.CRDs...)
+	}
+	diff.Merge(evidence.RollbackSafety{FirstRollout: diff.FirstRollout, CRDChanges: evidence.ClassifyChartCRDs(goodCRDs, cand.Chart.shared.CRDs)})
+	var out []string
+	if l := hooksLimit("the known-good chart", goodChart, "run again when going back (a rollback is an upgrade of the release to the known-good chart), and are not judged here"); l != "" {
+		out = append(out, l)
+	}
+	if l := hooksLimit("the candidate chart", cand.Chart.shared, "run when it installs or upgrades, and are not judged here"); l != "" {
+		out = append(out, l)
+	}
+	return out
 }
 
 func rehearsalLeg(started, ready *metav1.Time, now time.Time) *verdict.RehearsalLeg {

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -82,7 +83,7 @@ func substituteOwnValues(fr *v1alpha1.FleetRollout, clusters map[string]*v1alpha
 			continue
 		}
 		targets[i].Objects = func() ([]*unstructured.Unstructured, error) {
-			objs, err := objectsOf(fr, fc, pkg)
+			objs, err := pkg.Build.Substitute(fr.PostBuild(fc))
 			if err != nil {
 				return nil, fmt.Errorf("postBuild substitution with the cluster's values (spec.values): %w", err)
 			}
@@ -96,8 +97,9 @@ func substituteOwnValues(fr *v1alpha1.FleetRollout, clusters map[string]*v1alpha
 // the findings: a cluster's own values can make a change matter (a claim's size, a storage
 // class) that the rollout's values do not. goodFR and fr are the rollout with the known-good's and
 // the candidate's build (v1alpha1.FleetRollout.Built): each side is substituted as its clusters
-// get it.
-func classifyEach(goodFR, fr *v1alpha1.FleetRollout, targets []string, clusters map[string]*v1alpha1.FleetCluster, good, cand *renderedPackage) (evidence.RollbackSafety, error) {
+// get it. For a chart the objects are the release's, rendered with each distinct values
+// (objectsOf); a render that came to no result is an *unfinishedRender.
+func (c *Collector) classifyEach(ctx context.Context, goodFR, fr *v1alpha1.FleetRollout, targets []string, clusters map[string]*v1alpha1.FleetCluster, good, cand *renderedPackage) (evidence.RollbackSafety, error) {
 	owners := []*v1alpha1.FleetCluster{nil}
 	for _, name := range targets {
 		if fc := clusters[name]; fc != nil && len(fc.Spec.Values) > 0 {
@@ -107,7 +109,7 @@ func classifyEach(goodFR, fr *v1alpha1.FleetRollout, targets []string, clusters 
 	var out evidence.RollbackSafety
 	seen := map[string]bool{}
 	for i, fc := range owners {
-		key, err := json.Marshal([]*kustomizev1.PostBuild{goodFR.PostBuild(fc), fr.PostBuild(fc)})
+		key, err := valuesKey(goodFR, fr, fc)
 		if err != nil {
 			return out, err
 		}
@@ -119,17 +121,21 @@ func classifyEach(goodFR, fr *v1alpha1.FleetRollout, targets []string, clusters 
 		if fc != nil {
 			whose = "cluster " + fc.Name + "'s values"
 		}
-		c, err := objectsOf(fr, fc, cand)
+		how := "postBuild substitution"
+		if fr.IsChart() {
+			how = "render"
+		}
+		objs, err := c.objectsOf(ctx, fr, fc, cand)
 		if err != nil {
-			return out, fmt.Errorf("the candidate's postBuild substitution with %s: %w", whose, err)
+			return out, fmt.Errorf("the candidate's %s with %s: %w", how, whose, err)
 		}
 		var g []*unstructured.Unstructured
 		if good != nil {
-			if g, err = objectsOf(goodFR, fc, good); err != nil {
-				return out, fmt.Errorf("the known-good's postBuild substitution with %s: %w", whose, err)
+			if g, err = c.objectsOf(ctx, goodFR, fc, good); err != nil {
+				return out, fmt.Errorf("the known-good's %s with %s: %w", how, whose, err)
 			}
 		}
-		diff := evidence.ClassifyRollback(g, c)
+		diff := evidence.ClassifyRollback(g, objs)
 		if i == 0 {
 			out = diff
 		} else {
@@ -137,6 +143,24 @@ func classifyEach(goodFR, fr *v1alpha1.FleetRollout, targets []string, clusters 
 		}
 	}
 	return out, nil
+}
+
+// valuesKey is what cluster fc's values are on both sides of going back: the postBuild of its
+// Kustomizations, or the values of its HelmReleases for a chart. Clusters with equal keys get
+// the same objects.
+func valuesKey(goodFR, fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster) ([]byte, error) {
+	if !fr.IsChart() {
+		return json.Marshal([]*kustomizev1.PostBuild{goodFR.PostBuild(fc), fr.PostBuild(fc)})
+	}
+	good, err := goodFR.ChartValues(fc)
+	if err != nil {
+		return nil, err
+	}
+	cand, err := fr.ChartValues(fc)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal([]map[string]any{good, cand})
 }
 
 // substituteFromLimits says what the evidence leaves out of spec.template.postBuild.substituteFrom.

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -121,15 +122,15 @@ func TestClassifyEachClusterValues(t *testing.T) {
 	fr := tenantRollout()
 	clusters := tenants(map[string]map[string]string{"plain": nil, "big-1": {"newsize": "5Gi"}, "big-2": {"newsize": "5Gi"}})
 
-	got, err := classifyEach(fr, fr, []string{"plain"}, clusters, good, cand)
+	got, err := (&Collector{}).classifyEach(context.Background(), fr, fr, []string{"plain"}, clusters, good, cand)
 	if err != nil || len(got.ChangedStateful) != 0 || got.FirstRollout {
 		t.Fatalf("the rollout's values: %+v, %v; want no finding", got, err)
 	}
-	got, err = classifyEach(fr, fr, []string{"plain", "big-1", "big-2"}, clusters, good, cand)
+	got, err = (&Collector{}).classifyEach(context.Background(), fr, fr, []string{"plain", "big-1", "big-2"}, clusters, good, cand)
 	if err != nil || len(got.ChangedStateful) != 1 || got.ChangedStateful[0].Field != "spec.resources" {
 		t.Fatalf("with clusters' own values: %+v, %v; want the claim's resources, once", got.ChangedStateful, err)
 	}
-	if got, err := classifyEach(fr, fr, []string{"big-1"}, clusters, nil, cand); err != nil || !got.FirstRollout {
+	if got, err := (&Collector{}).classifyEach(context.Background(), fr, fr, []string{"big-1"}, clusters, nil, cand); err != nil || !got.FirstRollout {
 		t.Errorf("no known-good: %+v, %v; want a first rollout", got, err)
 	}
 }

@@ -61,8 +61,15 @@ func PackageChart(dir, version, appVersion string) (*Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the chart in %s: %w", dir, err)
 	}
+	return PackageChartFiles(dir, files, version, appVersion)
+}
+
+// PackageChartFiles packages the chart of files, by their paths in the chart's directory, as
+// PackageChart packages the chart in dir (which names it in errors). It may change files.
+func PackageChartFiles(dir string, files map[string]string, version, appVersion string) (*Chart, error) {
 	var meta map[string]any
-	if err := yaml.Unmarshal([]byte(files["Chart.yaml"]), &meta); err != nil {
+	var err error
+	if err = yaml.Unmarshal([]byte(files["Chart.yaml"]), &meta); err != nil {
 		return nil, fmt.Errorf("reading the Chart.yaml in %s: %w", dir, err)
 	}
 	if meta == nil {
