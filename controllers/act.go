@@ -5,8 +5,10 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -18,7 +20,7 @@ import (
 func (r *FleetRolloutReconciler) act(ctx context.Context, p *pass) outcome {
 	fr := p.Rollout
 	st := &fr.Status
-	existing, err := r.listKustomizations(ctx, fr)
+	existing, err := r.listMembers(ctx, fr)
 	if err != nil {
 		return retryable(err)
 	}
@@ -71,7 +73,14 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 		if !r.writes.due(fr, c, p.Now) {
 			continue // its last write failed: it is tried again after its backoff
 		}
-		desired := engine.DesiredKustomization(fr, fc, t)
+		desired, err := engine.DesiredMember(fr, fc, t)
+		if err != nil {
+			// The cluster's values do not fit the chart's (a dotted path through a value that is
+			// not a map): nothing can be written for it until they are fixed.
+			r.recordWriteFailure(fr, c, failures, &writeError{reason: v1alpha1.WriteRefused, kind: engine.MemberKind(fr),
+				ks: client.ObjectKey{Namespace: fr.Namespace, Name: v1alpha1.KustomizationName(fr.Name, c)}, err: err}, p.Now)
+			continue
+		}
 		if !engine.MayWrite(isMoving, c, desired, existing[c]) {
 			// Not in a wave being switched, and what it would get is not what tidegate wrote
 			// before (its values or credentials changed, or its Kustomization is
@@ -82,16 +91,7 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 		var werr *writeError
 		switch {
 		case errors.As(err, &werr):
-			// One cluster's Kustomization that cannot be written stops no other: it is recorded,
-			// counted in its wave, and tried again with backoff.
-			f := werr.failure(c, p.Now)
-			if prev, ok := failures[c]; ok && prev.Reason == f.Reason && prev.Message == f.Message {
-				f.Since = prev.Since
-			} else {
-				r.event(fr, corev1.EventTypeWarning, "WriteFailed", "%s", f.Message)
-			}
-			failures[c] = f
-			r.writes.failed(fr, c, p.Now)
+			r.recordWriteFailure(fr, c, failures, werr, p.Now)
 			continue
 		case err != nil:
 			return err
@@ -112,6 +112,20 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 	}
 	r.recordWriteFailures(p, targets, failures)
 	return nil
+}
+
+// recordWriteFailure records that cluster c's member could not be written. One cluster's member
+// that cannot be written stops no other: it is recorded, counted in its wave, and tried again with
+// backoff.
+func (r *FleetRolloutReconciler) recordWriteFailure(fr *v1alpha1.FleetRollout, c string, failures map[string]v1alpha1.WriteFailure, werr *writeError, now time.Time) {
+	f := werr.failure(c, now)
+	if prev, ok := failures[c]; ok && prev.Reason == f.Reason && prev.Message == f.Message {
+		f.Since = prev.Since
+	} else {
+		r.event(fr, corev1.EventTypeWarning, "WriteFailed", "%s", f.Message)
+	}
+	failures[c] = f
+	r.writes.failed(fr, c, now)
 }
 
 // recordWriteFailures keeps in status the write failures of the clusters still to be written, and

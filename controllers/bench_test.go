@@ -1,10 +1,11 @@
 package controllers
 
 import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"fmt"
 	"testing"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
@@ -17,7 +18,7 @@ func BenchmarkNotOurSpec1000Clusters(b *testing.B) {
 	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
 		Spec: v1alpha1.FleetRolloutSpec{SourceRef: v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}}}
 	w := &engine.World{Rollout: fr, Clusters: map[string]*v1alpha1.FleetCluster{}}
-	objects := map[string]*kustomizev1.Kustomization{}
+	objects := map[string]client.Object{}
 	for i := range 1000 {
 		fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cluster-%04d", i), Namespace: fr.Namespace}}
 		w.Clusters[fc.Name] = fc

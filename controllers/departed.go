@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // orphanDeparted carries out status.orphaned: each listed cluster's Kustomization, whose
@@ -28,11 +30,14 @@ func (r *FleetRolloutReconciler) orphanDeparted(ctx context.Context, p *pass) er
 		if err := setDeletionPolicy(ctx, r.Client, ks, v1alpha1.DeletionPolicyOrphan); err != nil {
 			return err
 		}
-		if err := r.Delete(ctx, ks, client.Preconditions{UID: &ks.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting kustomization %s/%s of fleetrollout %s, whose FleetCluster %s is gone: %w", ks.Namespace, ks.Name, fr.Name, o.Cluster, err)
+		uid := ks.GetUID()
+		if err := r.Delete(ctx, ks, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s/%s of fleetrollout %s, whose FleetCluster %s is gone: %w",
+				strings.ToLower(engine.MemberKind(fr)), ks.GetNamespace(), ks.GetName(), fr.Name, o.Cluster, err)
 		}
 		delete(p.Objects, o.Cluster)
-		r.event(fr, corev1.EventTypeNormal, "Orphaned", "FleetCluster %s is gone: its Kustomization, at %s, was orphaned; the member keeps running it, managed by nothing", o.Cluster, o.Revision)
+		r.event(fr, corev1.EventTypeNormal, "Orphaned", "FleetCluster %s is gone: its %s, at %s, was orphaned; the member keeps running it, managed by nothing",
+			o.Cluster, engine.MemberKind(fr), o.Revision)
 	}
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +35,11 @@ import (
 //     until every one of them is gone, that is until kustomize-controller pruned what it applied
 //     (a member that cannot be reached keeps the rollout until it can, or until the policy is
 //     changed to Orphan).
+//
+// A chart rollout's HelmReleases have no deletionPolicy: helm-controller uninstalls the release
+// when a HelmRelease is deleted, unless it is suspended. Orphan suspends each HelmRelease
+// (spec.suspend true) before it goes, and Delete resumes a suspended one, so that its deletion
+// uninstalls the release (memberDeletionPolicy).
 //
 // engine.DesiredKustomization writes the same deletionPolicy on every Kustomization all along, so a
 // deletion that does not wait for the finalizer (a foreground cascade, the namespace deleted)
@@ -73,8 +80,8 @@ func (r *FleetRolloutReconciler) finalize(ctx context.Context, fr *v1alpha1.Flee
 		return reconcile.Result{}, err
 	}
 	for _, ks := range owned {
-		if ks.Spec.DeletionPolicy != policy {
-			if err := r.hook("finalize:" + ks.Labels[v1alpha1.ClusterLabel]); err != nil {
+		if memberDeletionPolicy(ks) != policy {
+			if err := r.hook("finalize:" + ks.GetLabels()[v1alpha1.ClusterLabel]); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
@@ -85,18 +92,19 @@ func (r *FleetRolloutReconciler) finalize(ctx context.Context, fr *v1alpha1.Flee
 	if policy == v1alpha1.DeletionPolicyDelete && len(owned) > 0 {
 		var left []string
 		for _, ks := range owned {
-			left = append(left, ks.Name)
-			if !ks.DeletionTimestamp.IsZero() {
+			left = append(left, ks.GetName())
+			if ks.GetDeletionTimestamp() != nil {
 				continue
 			}
-			if err := r.hook("finalize:" + ks.Labels[v1alpha1.ClusterLabel]); err != nil {
+			if err := r.hook("finalize:" + ks.GetLabels()[v1alpha1.ClusterLabel]); err != nil {
 				return reconcile.Result{}, err
 			}
 			if err := r.Delete(ctx, ks, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
-				return reconcile.Result{}, fmt.Errorf("deleting kustomization %s/%s of fleetrollout %s (deletionPolicy Delete): %w", ks.Namespace, ks.Name, fr.Name, err)
+				return reconcile.Result{}, fmt.Errorf("deleting %s %s/%s of fleetrollout %s (deletionPolicy Delete): %w",
+					strings.ToLower(engine.MemberKind(fr)), ks.GetNamespace(), ks.GetName(), fr.Name, err)
 			}
 		}
-		r.event(fr, corev1.EventTypeNormal, "Pruning", "deletionPolicy Delete: waiting for kustomize-controller to prune the package and delete %s", engine.FirstNames(left, 10))
+		r.event(fr, corev1.EventTypeNormal, "Pruning", "deletionPolicy Delete: waiting for Flux to remove the package from the members and delete %s", engine.FirstNames(left, 10))
 		return reconcile.Result{RequeueAfter: deletionRequeue}, nil
 	}
 
@@ -113,44 +121,73 @@ func (r *FleetRolloutReconciler) finalize(ctx context.Context, fr *v1alpha1.Flee
 	}
 	msg := "deletionPolicy Delete: the package was pruned from every member"
 	if policy == v1alpha1.DeletionPolicyOrphan {
-		msg = fmt.Sprintf("deletionPolicy Orphan: %d Kustomizations set to orphan; the members keep running what they run", len(owned))
+		msg = fmt.Sprintf("deletionPolicy Orphan: %d %ss set to orphan; the members keep running what they run", len(owned), engine.MemberKind(fr))
 	}
 	r.event(fr, corev1.EventTypeNormal, "Finalized", "%s", msg)
 	log.FromContext(ctx).Info("finalized", "deletionPolicy", policy, "kustomizations", len(owned))
 	return reconcile.Result{}, nil
 }
 
-// ownedKustomizations lists, uncached, the Kustomizations that fr controls: the finalizer must not
-// miss one the cache has not seen yet.
-func ownedKustomizations(ctx context.Context, c client.Reader, fr *v1alpha1.FleetRollout) ([]*kustomizev1.Kustomization, error) {
-	var list kustomizev1.KustomizationList
-	if err := c.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
-		return nil, fmt.Errorf("listing kustomizations of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
+// ownedKustomizations lists, uncached, the members (Kustomizations, or HelmReleases for a chart)
+// that fr controls: the finalizer must not miss one the cache has not seen yet.
+func ownedKustomizations(ctx context.Context, c client.Reader, fr *v1alpha1.FleetRollout) ([]client.Object, error) {
+	list := engine.NewMemberList(fr)
+	if err := c.List(ctx, list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
+		return nil, fmt.Errorf("listing %ss of fleetrollout %s/%s: %w", strings.ToLower(engine.MemberKind(fr)), fr.Namespace, fr.Name, err)
 	}
-	var out []*kustomizev1.Kustomization
-	for i := range list.Items {
-		if metav1.IsControlledBy(&list.Items[i], fr) {
-			out = append(out, &list.Items[i])
+	var out []client.Object
+	for _, m := range engine.MemberItems(list) {
+		if metav1.IsControlledBy(m, fr) {
+			out = append(out, m)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
 	return out, nil
 }
 
-// setDeletionPolicy sets Flux's spec.deletionPolicy of ks to policy unless it says so already. A
-// merge patch of that one field: the rest of what tidegate applied stays as it is.
-func setDeletionPolicy(ctx context.Context, c client.Client, ks *kustomizev1.Kustomization, policy string) error {
-	if ks.Spec.DeletionPolicy == policy {
+// memberDeletionPolicy is what deleting member obj does to its cluster: a Kustomization's
+// spec.deletionPolicy; for a HelmRelease, Orphan when it is suspended (helm-controller then
+// uninstalls nothing), else Delete.
+func memberDeletionPolicy(obj client.Object) string {
+	switch m := obj.(type) {
+	case *kustomizev1.Kustomization:
+		return m.Spec.DeletionPolicy
+	case *helmv2.HelmRelease:
+		if m.Spec.Suspend {
+			return v1alpha1.DeletionPolicyOrphan
+		}
+	}
+	return v1alpha1.DeletionPolicyDelete
+}
+
+// setDeletionPolicy makes deleting member ks do what policy says, unless it does already
+// (memberDeletionPolicy): Flux's spec.deletionPolicy of a Kustomization, spec.suspend of a
+// HelmRelease. A merge patch of that one field: the rest of what tidegate applied stays as it is.
+func setDeletionPolicy(ctx context.Context, c client.Client, ks client.Object, policy string) error {
+	if memberDeletionPolicy(ks) == policy {
 		return nil
 	}
 	body := fmt.Sprintf(`{"spec":{"deletionPolicy":%q}}`, policy)
-	target := &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Namespace: ks.Namespace, Name: ks.Name}}
+	var target client.Object = &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Namespace: ks.GetNamespace(), Name: ks.GetName()}}
+	hr, chart := ks.(*helmv2.HelmRelease)
+	if chart {
+		body = fmt.Sprintf(`{"spec":{"suspend":%t}}`, policy == v1alpha1.DeletionPolicyOrphan)
+		target = &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: ks.GetNamespace(), Name: ks.GetName()}}
+	}
 	if err := c.Patch(ctx, target, client.RawPatch(types.MergePatchType, []byte(body)), client.FieldOwner(v1alpha1.FieldManager)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("setting deletionPolicy %s on kustomization %s/%s: %w", policy, ks.Namespace, ks.Name, err)
+		kind := kustomizev1.KustomizationKind
+		if chart {
+			kind = helmv2.HelmReleaseKind
+		}
+		return fmt.Errorf("setting deletionPolicy %s on %s %s/%s: %w", policy, strings.ToLower(kind), ks.GetNamespace(), ks.GetName(), err)
 	}
-	ks.Spec.DeletionPolicy = policy
+	if chart {
+		hr.Spec.Suspend = policy == v1alpha1.DeletionPolicyOrphan
+	} else if k, ok := ks.(*kustomizev1.Kustomization); ok {
+		k.Spec.DeletionPolicy = policy
+	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 	"github.com/tidegate/tidegate/internal/member"
 )
 
@@ -77,6 +79,9 @@ type FleetClusterReconciler struct {
 
 	// indexed is true when Kustomizations can be listed through fleetClusterKustomizationIndex.
 	indexed bool
+	// helmReleases is true when the hub serves HelmReleases, chart rollouts' members
+	// (helmReleasesServed): they are indexed, watched and listed as Kustomizations are.
+	helmReleases bool
 
 	// nextProbe is when each FleetCluster is due for its next probe. Reconciles triggered by a
 	// Kustomization change in between refresh status.rollouts only; probing on each of them would
@@ -89,16 +94,26 @@ type FleetClusterReconciler struct {
 // SetupWithManager registers the reconciler: FleetClusters on spec change or reconcile request, and the
 // FleetCluster named in a Kustomization's tidegate.dev/cluster label when its rollout view changes.
 func (r *FleetClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kustomizev1.Kustomization{}, fleetClusterKustomizationIndex,
-		func(o client.Object) []string {
-			if name := o.GetLabels()[v1alpha1.ClusterLabel]; name != "" {
-				return []string{name}
-			}
-			return nil
-		}); err != nil {
-		return fmt.Errorf("indexing kustomizations by %s label: %w", v1alpha1.ClusterLabel, err)
+	served, err := helmReleasesServed(mgr.GetRESTMapper())
+	if err != nil {
+		return err
 	}
-	r.indexed = true
+	members := []client.Object{&kustomizev1.Kustomization{}}
+	if served {
+		members = append(members, &helmv2.HelmRelease{})
+	}
+	for _, m := range members {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), m, fleetClusterKustomizationIndex,
+			func(o client.Object) []string {
+				if name := o.GetLabels()[v1alpha1.ClusterLabel]; name != "" {
+					return []string{name}
+				}
+				return nil
+			}); err != nil {
+			return fmt.Errorf("indexing %T by %s label: %w", m, v1alpha1.ClusterLabel, err)
+		}
+	}
+	r.indexed, r.helmReleases = true, served
 	if r.Members == nil {
 		r.Members = NewMemberClients(mgr, r.HubConfig, MemberOptions{})
 	}
@@ -106,7 +121,12 @@ func (r *FleetClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if concurrency <= 0 {
 		concurrency = DefaultClusterConcurrency
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if served {
+		b = b.Watches(&helmv2.HelmRelease{}, handler.EnqueueRequestsFromMapFunc(fleetClusterForKustomization),
+			builder.WithPredicates(clusterRolloutViewChanged{}))
+	}
+	return b.
 		For(&v1alpha1.FleetCluster{}, builder.WithPredicates(
 			// A FleetCluster relabelled into this shard is probed at once.
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}, predicate.LabelChangedPredicate{}),
@@ -308,28 +328,41 @@ func (r *FleetClusterReconciler) forgetProbe(key types.NamespacedName) {
 // observeRollouts lists the cluster's Kustomizations and returns, per rollout, the revision it should
 // run and the one it last applied, sorted by rollout name.
 func (r *FleetClusterReconciler) observeRollouts(ctx context.Context, obj *v1alpha1.FleetCluster) ([]v1alpha1.ClusterRolloutStatus, error) {
-	var list kustomizev1.KustomizationList
 	opts := []client.ListOption{client.InNamespace(obj.Namespace)}
 	if r.indexed {
 		opts = append(opts, client.MatchingFields{fleetClusterKustomizationIndex: obj.Name})
 	} else {
 		opts = append(opts, client.MatchingLabels{v1alpha1.ClusterLabel: obj.Name})
 	}
+	var list kustomizev1.KustomizationList
 	if err := r.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("fleetcluster %s/%s: listing its kustomizations: %w", obj.Namespace, obj.Name, err)
 	}
-	return clusterRollouts(list.Items), nil
+	out := clusterRollouts(list.Items)
+	if r.helmReleases {
+		var hrs helmv2.HelmReleaseList
+		if err := r.List(ctx, &hrs, opts...); err != nil {
+			return nil, fmt.Errorf("fleetcluster %s/%s: listing its helmreleases: %w", obj.Namespace, obj.Name, err)
+		}
+		// A rollout's members are of one kind: the two lists name different rollouts.
+		out = append(out, clusterRollouts(hrs.Items)...)
+		sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	}
+	return out, nil
 }
 
-// clusterRollouts turns a cluster's Kustomizations into status.rollouts. Kustomizations without a
-// rollout label are not tidegate's and are skipped; should two name the same rollout, the one whose
-// name sorts first counts, so the result does not flip between reconciles.
-func clusterRollouts(items []kustomizev1.Kustomization) []v1alpha1.ClusterRolloutStatus {
-	sort.Slice(items, func(i, j int) bool { return items[i].Name < items[j].Name })
+// clusterRollouts turns a cluster's members (Kustomizations, or HelmReleases) into status.rollouts.
+// Members without a rollout label are not tidegate's and are skipped; should two name the same
+// rollout, the one whose name sorts first counts, so the result does not flip between reconciles.
+func clusterRollouts[T any, PT interface {
+	*T
+	client.Object
+}](items []T) []v1alpha1.ClusterRolloutStatus {
+	sort.Slice(items, func(i, j int) bool { return PT(&items[i]).GetName() < PT(&items[j]).GetName() })
 	seen := map[string]bool{}
 	var out []v1alpha1.ClusterRolloutStatus
 	for i := range items {
-		v := viewOf(&items[i])
+		v := viewOf(PT(&items[i]))
 		if v.rollout == "" || seen[v.rollout] {
 			continue
 		}
@@ -356,8 +389,11 @@ func viewOf(obj client.Object) clusterRolloutView {
 		rollout: obj.GetLabels()[v1alpha1.RolloutLabel],
 		desired: obj.GetAnnotations()[v1alpha1.RevisionAnnotation],
 	}
-	if ks, ok := obj.(*kustomizev1.Kustomization); ok {
-		v.live = ks.Status.LastAppliedRevision
+	switch m := obj.(type) {
+	case *kustomizev1.Kustomization:
+		v.live = m.Status.LastAppliedRevision
+	case *helmv2.HelmRelease:
+		v.live = engine.Observe(m).LastApplied
 	}
 	return v
 }

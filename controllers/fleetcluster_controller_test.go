@@ -292,7 +292,7 @@ func TestFleetClusterRolloutsFromKustomizations(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("clusterRollouts =\n%+v\nwant\n%+v", got, want)
 	}
-	if got := clusterRollouts(nil); got != nil {
+	if got := clusterRollouts([]kustomizev1.Kustomization(nil)); got != nil {
 		t.Errorf("no Kustomizations gave %+v, want nil so status does not flip between null and []", got)
 	}
 }

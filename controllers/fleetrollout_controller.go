@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	runtimectrl "github.com/fluxcd/pkg/runtime/controller"
 	fluxevents "github.com/fluxcd/pkg/runtime/events"
 	corev1 "k8s.io/api/core/v1"
@@ -83,6 +83,10 @@ type FleetRolloutReconciler struct {
 
 	// Export, when set, exports each receipt pruning deletes, first.
 	Export *ReceiptExport
+
+	// HelmReleases tells whether the hub serves HelmReleases, a chart rollout's members
+	// (helmReleasesServed): SetupWithManager sets it.
+	HelmReleases bool
 
 	// writes keeps the backoff of the Kustomization writes that failed.
 	writes writeBackoff
@@ -214,9 +218,22 @@ func (r *FleetRolloutReconciler) reconcile(ctx context.Context, fr *v1alpha1.Fle
 	return r.settle(p), p
 }
 
+// HelmControllerMissingReason is Ready's reason for a chart rollout on a hub that does not serve
+// HelmReleases.
+const HelmControllerMissingReason = "HelmControllerMissing"
+
 // resolveTarget reads the tracked source: the revision wanted is spec.revision, else its artifact's.
+// A chart rollout that cannot have HelmReleases (its chart from a GitRepository, or a hub without
+// helm-controller) goes no further.
 func (r *FleetRolloutReconciler) resolveTarget(ctx context.Context, p *pass) outcome {
 	fr := p.Rollout
+	if why := engine.ChartSourceRefused(fr); why != "" {
+		return stalled(v1alpha1.InvalidSpecReason, errors.New(why), 0)
+	}
+	if fr.IsChart() && !r.HelmReleases {
+		return stalled(HelmControllerMissingReason, fmt.Errorf("fleetrollout %s/%s is a Helm chart (spec.chart), whose members are HelmReleases, "+
+			"and the hub does not serve HelmReleases (helm.toolkit.fluxcd.io/v2): install helm-controller on the hub, then restart tidegate", fr.Namespace, fr.Name), fr.GetRequeueAfter())
+	}
 	kind, name := fr.Spec.SourceRef.Kind, fr.Spec.SourceRef.Name
 	tracked, state, err := collector.GetSource(ctx, r.Client, fr.Namespace, kind, name)
 	switch {
@@ -362,8 +379,8 @@ func (r *FleetRolloutReconciler) prune(ctx context.Context, p *pass) outcome {
 		return proceeding()
 	}
 	inUse := map[string]bool{}
-	for _, ks := range p.Objects {
-		inUse[ks.Spec.SourceRef.Name] = true
+	for _, m := range p.Objects {
+		inUse[engine.MemberSource(m)] = true
 	}
 	prune := func(name string) error { return r.hook("prune:" + name) }
 	if err := prunePinnedSources(ctx, r.Client, fr, fr.Spec.SourceRef.Kind, inUse, prune); err != nil {
@@ -419,16 +436,18 @@ func (r *FleetRolloutReconciler) settle(p *pass) outcome {
 	return doneAfter(after)
 }
 
-func (r *FleetRolloutReconciler) listKustomizations(ctx context.Context, fr *v1alpha1.FleetRollout) (map[string]*kustomizev1.Kustomization, error) {
-	var list kustomizev1.KustomizationList
-	if err := r.List(ctx, &list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
-		return nil, fmt.Errorf("listing kustomizations of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err)
+// listMembers lists the rollout's members by cluster, from the cache: its Kustomizations, or its
+// HelmReleases for a chart.
+func (r *FleetRolloutReconciler) listMembers(ctx context.Context, fr *v1alpha1.FleetRollout) (map[string]client.Object, error) {
+	list := engine.NewMemberList(fr)
+	if err := r.List(ctx, list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
+		return nil, fmt.Errorf("listing %ss of fleetrollout %s/%s: %w", strings.ToLower(engine.MemberKind(fr)), fr.Namespace, fr.Name, err)
 	}
-	out := make(map[string]*kustomizev1.Kustomization, len(list.Items))
-	for i := range list.Items {
-		ks := &list.Items[i]
-		if c := ks.Labels[v1alpha1.ClusterLabel]; c != "" && metav1.IsControlledBy(ks, fr) {
-			out[c] = ks
+	items := engine.MemberItems(list)
+	out := make(map[string]client.Object, len(items))
+	for _, m := range items {
+		if c := m.GetLabels()[v1alpha1.ClusterLabel]; c != "" && metav1.IsControlledBy(m, fr) {
+			out[c] = m
 		}
 	}
 	return out, nil

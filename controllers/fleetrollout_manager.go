@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/runtime/predicates"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -53,7 +55,17 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 4
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	served, err := helmReleasesServed(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	r.HelmReleases = served
+	b := ctrl.NewControllerManagedBy(mgr)
+	if served {
+		// A chart rollout's members, watched as Kustomizations are.
+		b = b.Owns(&helmv2.HelmRelease{}, builder.WithPredicates(newKustomizationChanges()))
+	}
+	return b.
 		For(&v1alpha1.FleetRollout{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicates.ReconcileRequestedPredicate{}))).
 		Owns(&kustomizev1.Kustomization{}, builder.WithPredicates(newKustomizationChanges())).
@@ -65,6 +77,21 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 			builder.WithPredicates(fleetClusterChanged)).
 		WithOptions(controllerOptions(opts.MaxConcurrentReconciles, opts.SkipNameValidation, opts.RateLimiter)).
 		Complete(r)
+}
+
+// helmReleasesServed tells whether the hub serves HelmReleases (helm-controller's CRD is installed),
+// as the manager's RESTMapper says when the manager is made. A hub without helm-controller runs Kustomization
+// rollouts all the same; a chart rollout there waits, saying to install it (helmControllerMissing).
+func helmReleasesServed(mapper apimeta.RESTMapper) (bool, error) {
+	gvk := helmv2.GroupVersion.WithKind(helmv2.HelmReleaseKind)
+	_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	switch {
+	case err == nil:
+		return true, nil
+	case apimeta.IsNoMatchError(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("looking up %s on the hub: %w", gvk, err)
 }
 
 // rolloutsForSource maps a source to the rollout that pinned it (its controller) and the rollouts that track it.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,18 +22,18 @@ import (
 	"github.com/tidegate/tidegate/engine"
 )
 
-// applyKustomization writes ks with server-side apply under tidegate's field manager, unless the
-// existing object already carries the same content hash and still has the spec tidegate gave it.
-// A spec field tidegate sets that someone else changed (spec.path, spec.interval, …) is written
-// back, as kustomize-controller corrects drift in what it applies; a field tidegate leaves unset,
-// spec.suspend among them, stays the other writer's. beforeWrite runs just before a write (the
-// crash-point hook). It reports whether it wrote.
-func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ks, existing *kustomizev1.Kustomization, beforeWrite func() error) (bool, error) {
+// applyKustomization writes member ks (a Kustomization, or a HelmRelease for a chart) with
+// server-side apply under tidegate's field manager, unless the existing object already carries the
+// same content hash and still has the spec tidegate gave it. A spec field tidegate sets that someone
+// else changed (spec.path, spec.interval, …) is written back, as kustomize-controller corrects drift
+// in what it applies; a field tidegate leaves unset, spec.suspend among them, stays the other
+// writer's. beforeWrite runs just before a write (the crash-point hook). It reports whether it wrote.
+func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ks, existing client.Object, beforeWrite func() error) (bool, error) {
 	hash, err := engine.SpecHash(ks)
 	if err != nil {
 		return false, err
 	}
-	if existing != nil && existing.Annotations[engine.SpecHashAnnotation] == hash {
+	if existing != nil && existing.GetAnnotations()[engine.SpecHashAnnotation] == hash {
 		kept, err := engine.SpecKept(ks, existing)
 		if err != nil || kept {
 			return false, err
@@ -44,10 +46,10 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 		return false, err
 	}
 	controller := true
-	ks.OwnerReferences = []metav1.OwnerReference{{
+	ks.SetOwnerReferences([]metav1.OwnerReference{{
 		APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.FleetRolloutKind,
 		Name: fr.Name, UID: fr.UID, Controller: &controller, BlockOwnerDeletion: &controller,
-	}}
+	}})
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ks)
 	if err != nil {
 		return false, err
@@ -55,33 +57,35 @@ func applyKustomization(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 	delete(u, "status")
 	unstructured.RemoveNestedField(u, "metadata", "creationTimestamp")
 	obj := &unstructured.Unstructured{Object: u}
+	kind := engine.MemberKind(fr)
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(v1alpha1.FieldManager), client.ForceOwnership); err != nil {
-		return false, &writeError{reason: writeReason(err), ks: client.ObjectKeyFromObject(ks), err: err}
+		return false, &writeError{reason: writeReason(err), kind: kind, ks: client.ObjectKeyFromObject(ks), err: err}
 	}
 	// ks becomes what the API server answered: the written spec with the status it keeps across a
-	// spec write (kustomize-controller's of the earlier spec) and the generation it moved, which is
-	// what the cache will show of this write.
-	written := kustomizev1.Kustomization{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &written); err != nil {
-		return true, fmt.Errorf("reading the answer to the write of kustomization %s: %w", client.ObjectKeyFromObject(ks), err)
+	// spec write (Flux's of the earlier spec) and the generation it moved, which is what the cache
+	// will show of this write.
+	written := engine.NewMember(fr)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, written); err != nil {
+		return true, fmt.Errorf("reading the answer to the write of %s %s: %w", strings.ToLower(kind), client.ObjectKeyFromObject(ks), err)
 	}
-	*ks = written
+	reflect.ValueOf(ks).Elem().Set(reflect.ValueOf(written).Elem())
 	return true, nil
 }
 
-// writeKustomization writes cluster's Kustomization ks (applyKustomization) unless an object of its
+// writeKustomization writes cluster's member ks (applyKustomization) unless an object of its
 // name exists that the rollout does not own: another rollout's, or one a person or another tool
-// made. That one is never taken over: it is a *writeError (NameTaken). A Kustomization not in the
+// made. That one is never taken over: it is a *writeError (NameTaken). A member not in the
 // cache yet is read from the API server, so a write just made is not mistaken for someone else's.
-func (r *FleetRolloutReconciler) writeKustomization(ctx context.Context, fr *v1alpha1.FleetRollout, ks, existing *kustomizev1.Kustomization, beforeWrite func() error) (bool, error) {
+func (r *FleetRolloutReconciler) writeKustomization(ctx context.Context, fr *v1alpha1.FleetRollout, ks, existing client.Object, beforeWrite func() error) (bool, error) {
+	kind := engine.MemberKind(fr)
 	if existing == nil {
-		found := &kustomizev1.Kustomization{}
+		found := engine.NewMember(fr)
 		switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ks), found); {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return false, &writeError{reason: writeReason(err), ks: client.ObjectKeyFromObject(ks), err: err}
+			return false, &writeError{reason: writeReason(err), kind: kind, ks: client.ObjectKeyFromObject(ks), err: err}
 		case !metav1.IsControlledBy(found, fr):
-			return false, &writeError{reason: v1alpha1.WriteNameTaken, ks: client.ObjectKeyFromObject(ks), owner: ownerOf(found)}
+			return false, &writeError{reason: v1alpha1.WriteNameTaken, kind: kind, ks: client.ObjectKeyFromObject(ks), owner: ownerOf(found)}
 		default:
 			existing = found
 		}
@@ -89,9 +93,10 @@ func (r *FleetRolloutReconciler) writeKustomization(ctx context.Context, fr *v1a
 	return applyKustomization(ctx, r.Client, fr, ks, existing, beforeWrite)
 }
 
-// writeError is a Kustomization write that failed for one cluster.
+// writeError is a member write (a Kustomization's, a HelmRelease's) that failed for one cluster.
 type writeError struct {
 	reason string // v1alpha1.WriteRefused, WriteNameTaken or WriteFailed
+	kind   string // the member's kind: Kustomization or HelmRelease
 	ks     client.ObjectKey
 	owner  string // NameTaken: who owns the object, "" for nobody
 	err    error
@@ -99,9 +104,9 @@ type writeError struct {
 
 func (e *writeError) Error() string {
 	if e.err == nil {
-		return fmt.Sprintf("kustomization %s exists and is not the rollout's (%s)", e.ks, e.owner)
+		return fmt.Sprintf("%s %s exists and is not the rollout's (%s)", strings.ToLower(e.kind), e.ks, e.owner)
 	}
-	return fmt.Sprintf("writing kustomization %s: %v", e.ks, e.err)
+	return fmt.Sprintf("writing %s %s: %v", strings.ToLower(e.kind), e.ks, e.err)
 }
 
 func (e *writeError) Unwrap() error { return e.err }
@@ -118,19 +123,27 @@ func (e *writeError) failure(cluster string, now time.Time) v1alpha1.WriteFailur
 		if e.owner != "" {
 			owner = "owned by " + e.owner
 		}
-		msg = fmt.Sprintf("cluster %s: Kustomization %s, the name of its Kustomization, exists and is not this rollout's (%s): "+
-			"rename or delete that Kustomization, or rename the FleetCluster or the FleetRollout", cluster, e.ks, owner)
+		msg = fmt.Sprintf("cluster %s: %s %s, the name of its %s, exists and is not this rollout's (%s): "+
+			"rename or delete that %s, or rename the FleetCluster or the FleetRollout", cluster, e.kindName(), e.ks, e.kindName(), owner, e.kindName())
 	case v1alpha1.WriteRefused:
-		msg = fmt.Sprintf("cluster %s: the hub refused Kustomization %s: %v; fix what refuses it (an admission policy, a quota, the rollout's template); it is tried again with backoff",
-			cluster, e.ks, e.err)
+		msg = fmt.Sprintf("cluster %s: the hub refused %s %s: %v; fix what refuses it (an admission policy, a quota, the rollout's template or values); it is tried again with backoff",
+			cluster, e.kindName(), e.ks, e.err)
 	default:
-		msg = fmt.Sprintf("cluster %s: writing Kustomization %s failed: %v; it is tried again with backoff", cluster, e.ks, e.err)
+		msg = fmt.Sprintf("cluster %s: writing %s %s failed: %v; it is tried again with backoff", cluster, e.kindName(), e.ks, e.err)
 	}
 	if len(msg) > maxWriteFailureMessage {
 		msg = msg[:maxWriteFailureMessage-3] + "..."
 	}
 	t := metav1.NewTime(now.Truncate(time.Second))
 	return v1alpha1.WriteFailure{Cluster: cluster, Reason: e.reason, Message: msg, Since: &t}
+}
+
+// kindName is the kind of the member that could not be written, Kustomization when unknown.
+func (e *writeError) kindName() string {
+	if e.kind == "" {
+		return kustomizev1.KustomizationKind
+	}
+	return e.kind
 }
 
 // writeReason classifies a failed write: what the hub refuses needs a fix (Refused); anything else
@@ -189,20 +202,18 @@ type writeBackoff struct {
 
 type unseenWrite struct {
 	replaced string
-	written  *kustomizev1.Kustomization
+	written  client.Object
 }
 
-// wrote remembers that cluster's Kustomization was written as written, over cached (nil: created).
-func (b *writeBackoff) wrote(fr *v1alpha1.FleetRollout, cluster string, cached, written *kustomizev1.Kustomization) {
+// wrote remembers that cluster's member was written as written, over cached (nil: created).
+func (b *writeBackoff) wrote(fr *v1alpha1.FleetRollout, cluster string, cached, written client.Object) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.unseen == nil {
 		b.unseen = map[writeKey]unseenWrite{}
 	}
 	w := unseenWrite{written: written}
-	if cached != nil {
-		w.replaced = cached.ResourceVersion
-	}
+	w.replaced = resourceVersionOf(cached)
 	b.unseen[writeKey{fr.UID, cluster}] = w
 }
 
@@ -210,7 +221,7 @@ func (b *writeBackoff) wrote(fr *v1alpha1.FleetRollout, cluster string, cached, 
 // rollout wrote while the cache still holds the copy that write replaced (none, for a create), so
 // that a pass that follows a write closely neither writes it again nor counts the cluster as not
 // switched. A write the cache shows (its copy moved on) is forgotten.
-func (b *writeBackoff) overlay(fr *v1alpha1.FleetRollout, existing map[string]*kustomizev1.Kustomization) {
+func (b *writeBackoff) overlay(fr *v1alpha1.FleetRollout, existing map[string]client.Object) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, w := range b.unseen {
@@ -225,11 +236,11 @@ func (b *writeBackoff) overlay(fr *v1alpha1.FleetRollout, existing map[string]*k
 	}
 }
 
-func resourceVersionOf(ks *kustomizev1.Kustomization) string {
-	if ks == nil {
+func resourceVersionOf(obj client.Object) string {
+	if obj == nil || reflect.ValueOf(obj).IsNil() {
 		return ""
 	}
-	return ks.ResourceVersion
+	return obj.GetResourceVersion()
 }
 
 type writeKey struct {

@@ -1,16 +1,19 @@
 package controllers
 
 import (
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/object"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/runtime/leaderelection"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
@@ -97,6 +100,17 @@ func ManagerOptions(c ManagerConfig) ctrl.Options {
 		Scheme: scheme.New(),
 		Logger: c.Logger,
 		Cache:  cacheOptions(c.FleetNamespaces, c.WatchSelector),
+		// A chart rollout's members, HelmReleases, are cached as Kustomizations are, when the hub
+		// serves them: the cache cannot be told of a kind the hub does not have.
+		NewCache: func(cfg *rest.Config, o cache.Options) (cache.Cache, error) {
+			if served, err := helmReleasesServed(o.Mapper); err != nil {
+				return nil, err
+			} else if served {
+				o.ByObject = maps.Clone(o.ByObject)
+				o.ByObject[&helmv2.HelmRelease{}] = o.ByObject[&kustomizev1.Kustomization{}]
+			}
+			return cache.New(cfg, o)
+		},
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Kubeconfig Secrets are read from the API server, never cached: the manager holds no
 			// Secret's data. Only their metadata is cached (NewMemberClients), so that a Secret is
@@ -188,28 +202,45 @@ func cacheOptions(fleetNamespaces []string, watch labels.Selector) cache.Options
 // availability.Sampled, WorkloadsFromInventory) and any entry whose ID does not parse, which that
 // function reports. At 1,000 clusters the inventory is most of a cached
 // Kustomization. Nothing writes a cached Kustomization back: tidegate writes them by server-side
-// apply of the desired object (applyKustomization).
+// apply of the desired object (applyKustomization). A HelmRelease, a chart rollout's member, is
+// trimmed the same way: its latest release only (engine.Observe reads it), and of its inventory the
+// objects sampled.
 func trimKustomization(obj any) (any, error) {
-	ks, ok := obj.(*kustomizev1.Kustomization)
-	if !ok {
-		return cache.TransformStripManagedFields()(obj)
-	}
-	ks.ManagedFields = nil
-	if len(ks.Status.History) > 1 {
-		ks.Status.History = slices.Clip(ks.Status.History[:1])
-	}
-	if inv := ks.Status.Inventory; inv != nil {
-		sampled := availability.Sampled(ks.Spec.HealthCheckExprs...)
-		kept := inv.Entries[:0]
-		for _, e := range inv.Entries {
-			id, err := object.ParseObjMetadata(e.ID)
-			if err != nil || sampled(id.GroupKind) {
-				kept = append(kept, e)
-			}
+	switch m := obj.(type) {
+	case *kustomizev1.Kustomization:
+		m.ManagedFields = nil
+		if len(m.Status.History) > 1 {
+			m.Status.History = slices.Clip(m.Status.History[:1])
 		}
-		inv.Entries = slices.Clip(kept)
+		if inv := m.Status.Inventory; inv != nil {
+			inv.Entries = sampledEntries(inv.Entries, func(e kustomizev1.ResourceRef) string { return e.ID }, availability.Sampled(m.Spec.HealthCheckExprs...))
+		}
+		return m, nil
+	case *helmv2.HelmRelease:
+		m.ManagedFields = nil
+		if len(m.Status.History) > 1 {
+			m.Status.History.SortByVersion() // before the object is shared: the newest first
+			m.Status.History = slices.Clip(m.Status.History[:1])
+		}
+		if inv := m.Status.Inventory; inv != nil {
+			inv.Entries = sampledEntries(inv.Entries, func(e helmv2.ResourceRef) string { return e.ID }, availability.Sampled(m.Spec.HealthCheckExprs...))
+		}
+		return m, nil
 	}
-	return ks, nil
+	return cache.TransformStripManagedFields()(obj)
+}
+
+// sampledEntries keeps, of a member's inventory entries, the objects sampled for availability and
+// any entry whose ID does not parse, in place.
+func sampledEntries[E any](entries []E, id func(E) string, sampled func(schema.GroupKind) bool) []E {
+	kept := entries[:0]
+	for _, e := range entries {
+		m, err := object.ParseObjMetadata(id(e))
+		if err != nil || sampled(m.GroupKind) {
+			kept = append(kept, e)
+		}
+	}
+	return slices.Clip(kept)
 }
 
 // controllerOptions are the options of tidegate's controllers. A nil rateLimiter is

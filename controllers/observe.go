@@ -89,15 +89,18 @@ func (r *FleetRolloutReconciler) renderDigests(ctx context.Context, p *pass) {
 // passes nor fails the cluster; the writes of this pass put tidegate's spec back
 // (applyKustomization), and the cluster is judged on it.
 func notOurSpec(p *pass) {
-	for c, ks := range p.Objects {
+	for c, m := range p.Objects {
 		fc := p.Clusters[c]
-		if ks == nil || fc == nil {
+		if m == nil || fc == nil {
 			continue
 		}
-		source := ks.Spec.SourceRef.Name
-		want := engine.DesiredKustomization(p.Rollout, fc, engine.Target{Source: source, Revision: ks.Annotations[v1alpha1.RevisionAnnotation],
-			Wave: ks.Labels[v1alpha1.WaveLabel], Build: engine.BuildOfSource(&p.Rollout.Status, source)})
-		if kept, err := engine.SpecKept(want, ks); err == nil && !kept {
+		source := engine.MemberSource(m)
+		want, err := engine.DesiredMember(p.Rollout, fc, engine.Target{Source: source, Revision: m.GetAnnotations()[v1alpha1.RevisionAnnotation],
+			Wave: m.GetLabels()[v1alpha1.WaveLabel], Build: engine.BuildOfSource(&p.Rollout.Status, source)})
+		if err != nil {
+			continue // nothing can be written for it (a write failure says why): what it says stands
+		}
+		if kept, err := engine.SpecKept(want, m); err == nil && !kept {
 			o := p.Kustomizations[c]
 			o.Current, o.ReadyCurrent = false, false
 			p.Kustomizations[c] = o

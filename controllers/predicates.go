@@ -3,6 +3,7 @@ package controllers
 import (
 	"sync"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // viewChanged passes creates, deletes and generic events (predicate.Funcs' defaults), and the
@@ -53,15 +55,23 @@ func conditionOf(o conditions.Getter, typ string) conditionView {
 	return conditionView{status: string(c.Status), reason: c.Reason, observedGeneration: c.ObservedGeneration}
 }
 
+// kustomizationViewOf is the view of a member: a Kustomization, or a HelmRelease, whose applied
+// revision is the digest of its latest release and which has no Healthy condition (its Ready says
+// its health: engine.Observe).
 func kustomizationViewOf(o client.Object) kustomizationView {
-	ks, ok := o.(*kustomizev1.Kustomization)
-	if !ok {
-		return kustomizationView{}
+	switch m := o.(type) {
+	case *kustomizev1.Kustomization:
+		return kustomizationView{
+			generation: m.Generation, observedGeneration: m.Status.ObservedGeneration, lastApplied: m.Status.LastAppliedRevision,
+			ready: conditionOf(m, meta.ReadyCondition), healthy: conditionOf(m, meta.HealthyCondition),
+		}
+	case *helmv2.HelmRelease:
+		return kustomizationView{
+			generation: m.Generation, observedGeneration: m.Status.ObservedGeneration, lastApplied: engine.Observe(m).LastApplied,
+			ready: conditionOf(m, meta.ReadyCondition),
+		}
 	}
-	return kustomizationView{
-		generation: ks.Generation, observedGeneration: ks.Status.ObservedGeneration, lastApplied: ks.Status.LastAppliedRevision,
-		ready: conditionOf(ks, meta.ReadyCondition), healthy: conditionOf(ks, meta.HealthyCondition),
-	}
+	return kustomizationView{}
 }
 
 // settled tells whether kustomize-controller is done with the Kustomization for now: Ready is True

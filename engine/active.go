@@ -162,8 +162,8 @@ func waitForMembers(fr *v1alpha1.FleetRollout, w *World, wv *v1alpha1.WaveStatus
 			since = &now
 		}
 		res.waitFor(v1alpha1.WaitingForMembers, wv.Name, since, nil,
-			"wave %s: %d/%d clusters Ready at %s; the Kustomization of %s is suspended (spec.suspend) and applies nothing: the wave waits until it is resumed (flux resume kustomization %s -n %s)",
-			wv.Name, t.healthy, total, cand.Revision, strings.Join(names, ", "), v1alpha1.KustomizationName(fr.Name, names[0]), fr.Namespace)
+			"wave %s: %d/%d clusters Ready at %s; the %s of %s is suspended (spec.suspend) and applies nothing: the wave waits until it is resumed (flux resume %s %s -n %s)",
+			wv.Name, t.healthy, total, cand.Revision, MemberKind(fr), strings.Join(names, ", "), strings.ToLower(MemberKind(fr)), v1alpha1.KustomizationName(fr.Name, names[0]), fr.Namespace)
 		res.RequeueAfter = fr.GetRequeueAfter()
 		return true
 	}
@@ -205,7 +205,7 @@ func dependencyWaits(w *World, source string, pending []string) string {
 func suspended(w *World, clusters []string) []string {
 	var out []string
 	for _, c := range clusters {
-		if ks := w.Objects[c]; ks != nil && ks.Spec.Suspend {
+		if MemberSuspended(w.Objects[c]) {
 			out = append(out, c)
 		}
 	}

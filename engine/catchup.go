@@ -91,13 +91,13 @@ func catchUpMembers(fr *v1alpha1.FleetRollout, w *World) []string {
 		if fc == nil || held[c] || refused[c] || unreachable[c] {
 			continue
 		}
-		ks := w.Objects[c]
+		m := w.Objects[c]
 		switch {
-		case ks == nil:
-		case ks.Spec.Suspend:
+		case absent(m):
+		case MemberSuspended(m):
 			continue
-		case ks.Spec.SourceRef.Name != kg.Source:
-		case sameBuild(DesiredKustomization(fr, fc, runs(kg, labels[c])), ks):
+		case MemberSource(m) != kg.Source:
+		case sameBuildAt(fr, fc, runs(kg, labels[c]), m):
 			continue
 		}
 		out = append(out, c)

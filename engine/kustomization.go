@@ -4,21 +4,24 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"time"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
-// SpecHashAnnotation records a hash of what tidegate last wrote to a Kustomization, so a reconcile
+// SpecHashAnnotation records a hash of what tidegate last wrote to a member (a Kustomization or a HelmRelease), so a reconcile
 // that would write the same thing again makes no API call at all.
 const SpecHashAnnotation = "tidegate.dev/spec-hash"
 
-// BuildHashAnnotation records a hash of the fields of what tidegate last wrote to a Kustomization
+// BuildHashAnnotation records a hash of the fields of what tidegate last wrote to a member
 // that shape what Flux applies (buildHash): a change of them reaches the cluster only through a
 // wave.
 const BuildHashAnnotation = "tidegate.dev/build-hash"
@@ -39,20 +42,11 @@ const (
 // Kustomization on the same cluster.
 func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Target) *kustomizev1.Kustomization {
 	fr = fr.Built(tg.Build)
-	source, revision, wave := tg.Source, tg.Revision, tg.Wave
+	source := tg.Source
 	t := fr.Spec.Template
 	ks := &kustomizev1.Kustomization{
-		TypeMeta: metav1.TypeMeta{APIVersion: kustomizev1.GroupVersion.String(), Kind: kustomizev1.KustomizationKind},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      v1alpha1.KustomizationName(fr.Name, fc.Name),
-			Namespace: fr.Namespace,
-			Labels: fr.ShardLabels(map[string]string{
-				v1alpha1.RolloutLabel: fr.Name,
-				v1alpha1.ClusterLabel: fc.Name,
-				v1alpha1.WaveLabel:    wave,
-			}),
-			Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision},
-		},
+		TypeMeta:   metav1.TypeMeta{APIVersion: kustomizev1.GroupVersion.String(), Kind: kustomizev1.KustomizationKind},
+		ObjectMeta: memberMeta(fr, fc, tg),
 		Spec: kustomizev1.KustomizationSpec{
 			Interval:        durationOr(t.Interval, defaultKustomizationInterval),
 			RetryInterval:   retryInterval(t),
@@ -88,6 +82,21 @@ func DesiredKustomization(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, 
 	return ks
 }
 
+// memberMeta is the metadata of cluster fc's member running tg, either kind: its name, namespace,
+// labels (shard, rollout, cluster, wave) and the revision it runs.
+func memberMeta(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Target) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:      v1alpha1.KustomizationName(fr.Name, fc.Name),
+		Namespace: fr.Namespace,
+		Labels: fr.ShardLabels(map[string]string{
+			v1alpha1.RolloutLabel: fr.Name,
+			v1alpha1.ClusterLabel: fc.Name,
+			v1alpha1.WaveLabel:    tg.Wave,
+		}),
+		Annotations: map[string]string{v1alpha1.RevisionAnnotation: tg.Revision},
+	}
+}
+
 // dependsOn is the spec.dependsOn of cluster's Kustomization: the Kustomization on that cluster of
 // each rollout t depends on, named as tidegate names it, in the rollout's namespace. Such a
 // Kustomization may not exist yet (that rollout has not reached the cluster): kustomize-controller
@@ -118,13 +127,22 @@ func retryInterval(t v1alpha1.KustomizationTemplate) *metav1.Duration {
 }
 
 // SpecKept reports whether existing's spec still has every field desired sets, as desired sets it
-// (fields the API server defaulted, such as a substituteFrom's optional, are not desired's).
-func SpecKept(desired, existing *kustomizev1.Kustomization) (bool, error) {
-	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&desired.Spec)
+// (fields the API server defaulted, such as a substituteFrom's optional, are not desired's). Both
+// are members of one kind (a Kustomization or a HelmRelease).
+func SpecKept(desired, existing client.Object) (bool, error) {
+	ds, err := memberSpec(desired)
 	if err != nil {
 		return false, err
 	}
-	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&existing.Spec)
+	es, err := memberSpec(existing)
+	if err != nil {
+		return false, err
+	}
+	want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ds)
+	if err != nil {
+		return false, err
+	}
+	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(es)
 	if err != nil {
 		return false, err
 	}
@@ -161,30 +179,47 @@ func within(want, have any) bool {
 	return equality.Semantic.DeepEqual(want, have)
 }
 
-// SpecHash is the hash tidegate records on a Kustomization it writes (SpecHashAnnotation), over
-// what it writes: its labels, its annotations (before the hash is added) and its spec.
-func SpecHash(ks *kustomizev1.Kustomization) (string, error) {
-	return contentHash(ks.Labels, ks.Annotations, ks.Spec)
+// SpecHash is the hash tidegate records on a member it writes (SpecHashAnnotation), over what it
+// writes: its labels, its annotations (before the hash is added) and its spec.
+func SpecHash(obj client.Object) (string, error) {
+	spec, err := memberSpec(obj)
+	if err != nil {
+		return "", err
+	}
+	return contentHash(obj.GetLabels(), obj.GetAnnotations(), spec)
 }
 
-// StampHashes records on ks, about to be written, its spec hash and its build hash.
-func StampHashes(ks *kustomizev1.Kustomization, spec string) error {
-	build, err := buildHash(ks)
+// StampHashes records on obj, a member about to be written, its spec hash and its build hash.
+func StampHashes(obj client.Object, spec string) error {
+	build, err := buildHash(obj)
 	if err != nil {
 		return err
 	}
-	ks.Annotations[SpecHashAnnotation] = spec
-	ks.Annotations[BuildHashAnnotation] = build
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[SpecHashAnnotation] = spec
+	a[BuildHashAnnotation] = build
+	obj.SetAnnotations(a)
 	return nil
 }
 
-// buildHash is the hash of the fields of a Kustomization that shape what Flux applies to its
-// cluster, and where: the source and path, what kustomize builds with (targetNamespace, name prefix
-// and suffix, patches, images, components, decryption), the postBuild substitution (the template's
-// and the cluster's values), the kubeconfig and the commonMetadata set on every object. The rest
-// (interval, timeout, retries, prune, wait, health checks, service account, dependencies, deletion
-// policy, labels) says how, when and as whom Flux applies and checks it, not what.
-func buildHash(ks *kustomizev1.Kustomization) (string, error) {
+// buildHash is the hash of the fields of a member that shape what Flux applies to its cluster, and
+// where. Of a Kustomization: the source and path, what kustomize builds with (targetNamespace, name
+// prefix and suffix, patches, images, components, decryption), the postBuild substitution (the
+// template's and the cluster's values), the kubeconfig and the commonMetadata set on every object.
+// The rest (interval, timeout, retries, prune, wait, health checks, service account, dependencies,
+// deletion policy, labels) says how, when and as whom Flux applies and checks it, not what. Of a
+// HelmRelease: helmReleaseBuild.
+func buildHash(obj client.Object) (string, error) {
+	if hr, ok := obj.(*helmv2.HelmRelease); ok {
+		return contentHash(helmReleaseBuild(hr)...)
+	}
+	ks, ok := obj.(*kustomizev1.Kustomization)
+	if !ok {
+		return "", fmt.Errorf("%T is not a member tidegate writes (a Kustomization or a HelmRelease)", obj)
+	}
 	s := &ks.Spec
 	parts := []any{s.SourceRef, s.Path, s.TargetNamespace, s.NamePrefix, s.NameSuffix, s.Patches, s.Images, s.Components,
 		s.Decryption, s.PostBuild, s.KubeConfig}

@@ -174,12 +174,12 @@ func (l lagCauses) why(st *v1alpha1.FleetRolloutStatus, c string, o Observation,
 // known-good today (with the known-good's build), labelled with wave: its FleetCluster's values or
 // credentials changed since it was written.
 func specChanged(fr *v1alpha1.FleetRollout, w *World, c, wave string) bool {
-	fc, ks := w.Clusters[c], w.Objects[c]
+	fc, m := w.Clusters[c], w.Objects[c]
 	kg := fr.Status.LastKnownGood
-	if fc == nil || ks == nil || kg == nil {
+	if fc == nil || absent(m) || kg == nil {
 		return false
 	}
-	return !sameBuild(DesiredKustomization(fr, fc, runs(kg, wave)), ks)
+	return !sameBuildAt(fr, fc, runs(kg, wave), m)
 }
 
 // runningKnownGood counts the clusters whose Kustomization points at the known-good and is Ready

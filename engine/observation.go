@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/verdict"
 )
@@ -26,7 +28,8 @@ func SplitRevision(revision string) (ref, digest string, err error) {
 	return ref, digest, nil
 }
 
-// Observation is what one cluster's Kustomization says about the revision it runs.
+// Observation is what one cluster's member (its Kustomization or HelmRelease) says about the
+// revision it runs.
 type Observation struct {
 	Exists        bool
 	Source        string // sourceRef.name
@@ -60,28 +63,30 @@ type Observation struct {
 // maxSeen bounds what an observation says it saw (Seen).
 const maxSeen = 256
 
-func Observe(ks *kustomizev1.Kustomization) Observation {
-	if ks == nil {
+// Observe is what member obj says about the revision it runs: a Kustomization, or a HelmRelease
+// (observeHelmRelease). Nothing (nil) says nothing: Exists false.
+func Observe(obj client.Object) Observation {
+	if absent(obj) {
 		return Observation{}
 	}
+	switch m := obj.(type) {
+	case *kustomizev1.Kustomization:
+		return observeKustomization(m)
+	case *helmv2.HelmRelease:
+		return observeHelmRelease(m)
+	}
+	return Observation{}
+}
+
+func observeKustomization(ks *kustomizev1.Kustomization) Observation {
 	o := Observation{
 		Exists:        true,
 		Source:        ks.Spec.SourceRef.Name,
 		Current:       ks.Status.ObservedGeneration == ks.Generation,
-		Ready:         metav1.ConditionUnknown,
 		LastApplied:   ks.Status.LastAppliedRevision,
 		LastAttempted: ks.Status.LastAttemptedRevision,
-		Stalled:       apimeta.IsStatusConditionTrue(ks.Status.Conditions, meta.StalledCondition),
 	}
-	progressing := false
-	if c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition); c != nil {
-		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
-		o.ReadyCurrent = c.ObservedGeneration == ks.Generation
-		progressing = c.Status == metav1.ConditionUnknown && c.Reason == meta.ProgressingReason
-	}
-	if c := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReconcilingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == meta.ProgressingReason {
-		progressing = true
-	}
+	progressing := o.readConditions(ks.Status.Conditions, ks.Generation)
 	o.Health = verdict.HealthChecksNone
 	if ks.Spec.Wait || len(ks.Spec.HealthChecks) > 0 {
 		o.Health = verdict.HealthChecksUnknown
@@ -103,6 +108,22 @@ func Observe(ks *kustomizev1.Kustomization) Observation {
 		o.LastReconciled, o.LastReconciledStatus = h.Metadata["revision"], h.LastReconciledStatus
 	}
 	return o
+}
+
+// readConditions fills in what a Flux object's conditions say (Ready, its reason and message and
+// whether it is of the current generation, Stalled), and tells whether the controller is at work
+// on it: Ready Unknown, or Reconciling True, with reason Progressing.
+func (o *Observation) readConditions(conds []metav1.Condition, generation int64) (progressing bool) {
+	o.Ready, o.Stalled = metav1.ConditionUnknown, apimeta.IsStatusConditionTrue(conds, meta.StalledCondition)
+	if c := apimeta.FindStatusCondition(conds, meta.ReadyCondition); c != nil {
+		o.Ready, o.Reason, o.Message = c.Status, c.Reason, c.Message
+		o.ReadyCurrent = c.ObservedGeneration == generation
+		progressing = c.Status == metav1.ConditionUnknown && c.Reason == meta.ProgressingReason
+	}
+	if c := apimeta.FindStatusCondition(conds, meta.ReconcilingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == meta.ProgressingReason {
+		progressing = true
+	}
+	return progressing
 }
 
 // ReadyAt tells whether the Kustomization has applied revision from source and is healthy: Ready
@@ -150,10 +171,22 @@ func (o Observation) RetryingAt(source, revision string) bool {
 // just created yet), the source without an artifact yet, or the artifact's file not in
 // source-controller's storage (not yet, or no more after a restart that lost it); it retries each
 // after --requeue-dependency. A wait that lasts is judged at the wave's deadline.
+//
+// helm-controller says the same of a HelmRelease's chart source in its own words: ArtifactFailed
+// "could not get Source object: …" or "Source not ready: artifact not found. Retrying …", and
+// SourceNotReady while the source has no artifact.
 func (o Observation) waitingForSource() bool {
+	if o.Reason == helmSourceNotReadyReason {
+		return true
+	}
 	return o.Reason == meta.ArtifactFailedReason && (strings.HasPrefix(o.Message, "unable to get source ") ||
-		strings.HasPrefix(o.Message, "Source artifact not found") || strings.HasPrefix(o.Message, "Source is not ready, artifact not found"))
+		strings.HasPrefix(o.Message, "Source artifact not found") || strings.HasPrefix(o.Message, "Source is not ready, artifact not found") ||
+		strings.HasPrefix(o.Message, "could not get Source object") || strings.HasPrefix(o.Message, "Source not ready: artifact not found"))
 }
+
+// helmSourceNotReadyReason is helm-controller's Ready=False reason for a HelmRelease whose chart
+// source has no artifact yet (it has no constant for it).
+const helmSourceNotReadyReason = "SourceNotReady"
 
 // retried tells the reasons kustomize-controller fails a reconcile for that a retry of the same
 // revision and spec may clear: the apply (a member's API server that did not answer, say), the
@@ -180,8 +213,18 @@ func (o Observation) UnavailableAt(source string) bool {
 // switch, so the apply is admissible: the failure is retried (the template's retryInterval), and a
 // wave whose failure budget cannot take it waits for it, as pending, until its deadline; it is not a
 // failure of the revision.
+//
+// Of a HelmRelease, only the failures to reach the member before any release (helm-controller's
+// RESTClientError, FactoryError, ReconcileError) are read so: an install or upgrade that failed
+// says "context deadline exceeded" when its wait for the release's resources timed out, which is a
+// failure of the revision, and cannot be told from a member that did not answer.
 func (o Observation) MemberUnavailable() bool {
-	if o.Reason != meta.ReconciliationFailedReason || o.Stalled {
+	if o.Stalled {
+		return false
+	}
+	switch o.Reason {
+	case meta.ReconciliationFailedReason, "RESTClientError", "FactoryError", "ReconcileError":
+	default:
 		return false
 	}
 	msg := strings.ToLower(o.Message)
@@ -337,9 +380,15 @@ func (o Observation) FailedAt(source, revision string) bool {
 	switch o.Reason {
 	case meta.HealthCheckFailedReason, meta.ReconciliationFailedReason, meta.BuildFailedReason,
 		// Waves start only once the pinned source serves the revision, so an artifact failure here is
-		// the revision's own (kustomize-controller reports a path missing from it this way).
-		meta.ArtifactFailedReason:
+		// the revision's own (kustomize-controller reports a path missing from it this way, and
+		// helm-controller an archive that is no chart).
+		meta.ArtifactFailedReason,
+		// A HelmRelease's values that do not compose, or a chart whose version does not match its
+		// tag, fail the revision too.
+		"ValuesError", "ChartMutateError":
 		return true
 	}
-	return false
+	// A HelmRelease's install, upgrade or tests that failed, or a release remediated (rolled back
+	// or uninstalled) away from the candidate: the member does not run the revision, healthy.
+	return releaseFailed(o.Reason)
 }

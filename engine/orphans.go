@@ -4,8 +4,8 @@ import (
 	"maps"
 	"slices"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
@@ -13,33 +13,30 @@ import (
 // maxOrphaned bounds status.orphaned; the latest are kept.
 const maxOrphaned = 20
 
-// ClusterFor is the FleetCluster act writes cluster c's Kustomization for, or nil when it writes
-// none. A cluster whose FleetCluster was deleted still has its Kustomization, with the kubeconfig
+// ClusterFor is the FleetCluster act writes cluster c's member for, or nil when it writes
+// none. A cluster whose FleetCluster was deleted still has its member, with the kubeconfig
 // and values it was given: a rollback sends it back to the known-good with those (departed), so no
 // member is left behind on a rejected revision. Nothing else is written to it.
-func ClusterFor(clusters map[string]*v1alpha1.FleetCluster, st *v1alpha1.FleetRolloutStatus, c string, existing *kustomizev1.Kustomization) *v1alpha1.FleetCluster {
+func ClusterFor(clusters map[string]*v1alpha1.FleetCluster, st *v1alpha1.FleetRolloutStatus, c string, existing client.Object) *v1alpha1.FleetCluster {
 	if fc := clusters[c]; fc != nil {
 		return fc
 	}
-	if existing == nil || (st.Phase != v1alpha1.PhaseRollingBack && st.Phase != v1alpha1.PhaseRolledBack) {
+	if absent(existing) || (st.Phase != v1alpha1.PhaseRollingBack && st.Phase != v1alpha1.PhaseRolledBack) {
 		return nil
 	}
 	return departed(c, existing)
 }
 
-// departed is a stand-in for the deleted FleetCluster c, from its Kustomization: the kubeconfig
-// it had, and its substitutions as the cluster's values (merged over the template's, they give
-// back what it had).
-func departed(c string, ks *kustomizev1.Kustomization) *v1alpha1.FleetCluster {
-	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: ks.Namespace}}
-	if ks.Spec.KubeConfig != nil {
-		fc.Spec.KubeConfig = ks.Spec.KubeConfig.DeepCopy()
+// departed is a stand-in for the deleted FleetCluster c, from its member: the kubeconfig it had,
+// and the values it was written with (memberValues: a Kustomization's substitutions, merged over
+// the template's, give back what it had; a HelmRelease records the cluster's own).
+func departed(c string, obj client.Object) *v1alpha1.FleetCluster {
+	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: obj.GetNamespace()}}
+	if kc := memberKubeConfig(obj); kc != nil {
+		fc.Spec.KubeConfig = kc.DeepCopy()
 	}
-	if ks.Spec.PostBuild != nil && len(ks.Spec.PostBuild.Substitute) > 0 {
-		fc.Spec.Values = make(map[string]string, len(ks.Spec.PostBuild.Substitute))
-		for k, v := range ks.Spec.PostBuild.Substitute {
-			fc.Spec.Values[k] = v
-		}
+	if values := memberValues(obj); len(values) > 0 {
+		fc.Spec.Values = maps.Clone(values)
 	}
 	return fc
 }
@@ -58,16 +55,19 @@ func noteOrphans(w *World) bool {
 	}
 	changed := false
 	st.Orphaned = slices.DeleteFunc(st.Orphaned, func(o v1alpha1.OrphanedCluster) bool {
-		back := w.Clusters[o.Cluster] != nil && w.Objects[o.Cluster] != nil
+		back := w.Clusters[o.Cluster] != nil && !absent(w.Objects[o.Cluster])
 		changed = changed || back
 		return back
 	})
 	for _, c := range slices.Sorted(maps.Keys(w.Objects)) {
-		ks, o := w.Objects[c], w.Kustomizations[c]
-		rev := ks.Annotations[v1alpha1.RevisionAnnotation]
-		if w.Clusters[c] != nil || rev == "" || runsRejected(w.Rollout, ks.Spec.SourceRef.Name, rev) ||
+		m, o := w.Objects[c], w.Kustomizations[c]
+		if absent(m) {
+			continue
+		}
+		rev, source := m.GetAnnotations()[v1alpha1.RevisionAnnotation], MemberSource(m)
+		if w.Clusters[c] != nil || rev == "" || runsRejected(w.Rollout, source, rev) ||
 			slices.ContainsFunc(st.Orphaned, func(e v1alpha1.OrphanedCluster) bool { return e.Cluster == c }) ||
-			!(o.ReadyAt(ks.Spec.SourceRef.Name, rev) || o.StillAt(ks.Spec.SourceRef.Name, rev)) {
+			!(o.ReadyAt(source, rev) || o.StillAt(source, rev)) {
 			continue
 		}
 		now := metav1.NewTime(w.Now)

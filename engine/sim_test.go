@@ -106,7 +106,7 @@ func (s *sim) turn(target string) (StepResult, fleets.WavePlan) {
 		}
 	}
 	w := &World{Rollout: s.fr, Target: target, Inventory: s.inv, Plan: plan, Kustomizations: s.ks, Now: s.now, Settings: s.settings,
-		TrackedRefused: s.trackedRefused, Clusters: s.fcs, Objects: s.objects}
+		TrackedRefused: s.trackedRefused, Clusters: s.fcs, Objects: Members(s.objects)}
 	if c := s.fr.Status.Candidate; c != nil {
 		w.Candidate = SourceState{Exists: true, Ready: true, Revision: c.Revision, Digest: "sha256:" + c.Revision}
 	}
@@ -274,7 +274,7 @@ func (s *sim) unreachable(c string) bool {
 // what each Kustomization says: its outcome, seen through the turn's weather.
 func (s *sim) flux(plan fleets.WavePlan) {
 	s.turns++
-	desired := Targets(s.fr, plan, s.objects)
+	desired := Targets(s.fr, plan, Members(s.objects))
 	isMoving := Moving(&s.fr.Status)
 	switched := 0
 	for _, c := range slices.Sorted(maps.Keys(desired)) {

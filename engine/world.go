@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/fleets"
@@ -35,9 +35,10 @@ type World struct {
 	Inventory fleets.Inventory
 	// Plan is the wave plan over today's inventory.
 	Plan fleets.WavePlan
-	// Objects are the rollout's per-cluster Kustomizations as read, by cluster name; Kustomizations
-	// are what each says about the revision it runs.
-	Objects        map[string]*kustomizev1.Kustomization
+	// Objects are the rollout's members as read, by cluster name: its Kustomizations, or its
+	// HelmReleases for a chart (member.go); Kustomizations are what each says about the revision it
+	// runs (Observe), whichever kind it is.
+	Objects        map[string]client.Object
 	Kustomizations map[string]Observation
 	// Candidate and KnownGood are the states of the pinned sources named in status.
 	Candidate SourceState
@@ -64,12 +65,12 @@ type KnownGoodChecks struct {
 	Pending []string
 }
 
-// Observe records what the Kustomizations say, by cluster.
-func (w *World) Observe(objects map[string]*kustomizev1.Kustomization) {
+// Observe records what the members say, by cluster.
+func (w *World) Observe(objects map[string]client.Object) {
 	w.Objects = objects
 	w.Kustomizations = make(map[string]Observation, len(objects))
-	for c, ks := range objects {
-		w.Kustomizations[c] = Observe(ks)
+	for c, m := range objects {
+		w.Kustomizations[c] = Observe(m)
 	}
 }
 

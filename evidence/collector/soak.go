@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -182,7 +181,7 @@ func (c *Collector) planSoak(sc *engine.World, i int, preWave func(int) []string
 		if fc == nil || ks == nil {
 			continue // a missing member has no samples, and its evidence says so
 		}
-		m := soakMember{name: name, fc: fc, ks: ks.ResourceVersion}
+		m := soakMember{name: name, fc: fc, ks: ks.GetResourceVersion()}
 		if k, ok := known[name]; ok && k.ks == m.ks {
 			m.workloads = k.workloads
 		} else {
@@ -201,13 +200,15 @@ func (c *Collector) planSoak(sc *engine.World, i int, preWave func(int) []string
 	return plan
 }
 
-// workloadsOf are the objects of ks's inventory the member is sampled on: its apps workloads, and
-// the objects of the kinds its healthCheckExprs judge, by the expressions the Kustomization carries
-// (kustomize-controller's, copied from the rollout's template).
-func workloadsOf(ks *kustomizev1.Kustomization) []availability.Workload {
+// workloadsOf are the objects of the member's inventory (a Kustomization's or a HelmRelease's:
+// engine.MemberInventory) the member is sampled on: its apps workloads, and the objects of the kinds
+// its healthCheckExprs judge, by the expressions the member carries (kustomize-controller's, copied
+// from the rollout's template).
+func workloadsOf(member client.Object) []availability.Workload {
+	inv, exprs := engine.MemberInventory(member)
 	// Entries that do not parse are left out: a workload among them is not sampled, and the
 	// summary says the cluster had fewer workloads.
-	ws, _ := availability.WorkloadsFromInventory(ks.Status.Inventory, ks.Spec.HealthCheckExprs...)
+	ws, _ := availability.WorkloadsFromInventory(inv, exprs...)
 	return ws
 }
 

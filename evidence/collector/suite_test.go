@@ -190,7 +190,7 @@ func newWorld(t testing.TB, n int, interval, soak, readyAgo time.Duration, now t
 	}
 	w.rollout = fr
 	w.scope = &engine.World{
-		Rollout: fr.DeepCopy(), Clusters: clusters, Inventory: inv, Plan: plan, Objects: objects,
+		Rollout: fr.DeepCopy(), Clusters: clusters, Inventory: inv, Plan: plan, Objects: engine.Members(objects),
 		Candidate: engine.SourceState{Name: cand.Source, Exists: true, Ready: true, Revision: cand.Revision, Digest: digest, URL: srv.URL + "/web.tar.gz"},
 		Settings:  verdict.Settings{SampleInterval: interval, Soak: soak},
 		Now:       now,

@@ -78,7 +78,7 @@ func TestNoDisruptionEvidenceReadsThroughTransientStates(t *testing.T) {
 	ready := []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionTrue, meta.ReconciliationSucceededReason, "Applied revision"), cond(meta.HealthyCondition, metav1.ConditionTrue, meta.SucceededReason, "ok")}
 	busy := []metav1.Condition{cond(meta.ReadyCondition, metav1.ConditionUnknown, meta.ProgressingReason, "Reconciliation in progress"),
 		cond(meta.HealthyCondition, metav1.ConditionUnknown, meta.ProgressingReason, "Running health checks")}
-	sc.Observe(map[string]*kustomizev1.Kustomization{"a": ks(true, ready...), "b": ks(true, busy...), "c": ks(true, ready...), "d": ks(false, busy...)})
+	sc.Observe(engine.Members(map[string]*kustomizev1.Kustomization{"a": ks(true, ready...), "b": ks(true, busy...), "c": ks(true, ready...), "d": ks(false, busy...)}))
 	c := &Collector{}
 	for _, name := range []string{"a", "b", "d"} {
 		for at := readyAt.Time; !at.After(sc.Now); at = at.Add(5 * time.Second) {
@@ -133,7 +133,7 @@ func TestNoDisruptionEvidenceLeavesOutWhatWasNotMeasured(t *testing.T) {
 		}
 		objects[name] = k
 	}
-	sc.Observe(objects)
+	sc.Observe(engine.Members(objects))
 	c := &Collector{}
 	web := []availability.Workload{{Kind: "Deployment", Namespace: "apps", Name: "web"}}
 	for at := readyAt.Time; !at.After(sc.Now); at = at.Add(5 * time.Second) {
