@@ -71,6 +71,11 @@ func up(ctx context.Context, out io.Writer, o upOptions) (*demoResult, error) {
 	if _, err := testbin.Prometheus(); err != nil {
 		return nil, failed("the sandbox runs Prometheus to hold its service metrics: %v", err)
 	}
+	if o.helm {
+		if _, _, err := testbin.HelmController(); err != nil {
+			return nil, failed("--helm runs Flux's helm-controller, which installs the chart: %v", err)
+		}
+	}
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return nil, failed("creating %s: %v", o.dir, err)
 	}
