@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/evidence/chart"
+	"github.com/tidegate/tidegate/evidence/install"
 	"github.com/tidegate/tidegate/internal/localfleet"
 )
 
@@ -140,4 +141,31 @@ func workloadOf(o *unstructured.Unstructured) map[string]any {
 	c.SetLabels(nil)
 	c.SetAnnotations(nil)
 	return c.Object
+}
+
+// The chart ships the package's install-time schema for the keys a cluster may set: the rollout's
+// values pass it, a refused level and the chart's protected db.storage are found.
+func TestDemoChartInstallSchema(t *testing.T) {
+	files, err := embeddedFiles(chartPackage.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := []byte(files["tidegate/install.cue"])
+	_, _, fr := chartFleet(t)
+	values, err := fr.ChartValues(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	given := map[string]string{}
+	for k, v := range values {
+		given[k] = v.(string)
+	}
+	ev, err := install.Check(schema, given)
+	if err != nil || !ev.Schema || len(ev.Violations)+len(ev.UnknownKeys)+len(ev.ProtectedKeys) != 0 {
+		t.Errorf("the rollout's values should pass the chart's schema: %+v, %v", ev, err)
+	}
+	ev, err = install.Check(schema, map[string]string{"logLevel": "verbose", "db.storage": "5Gi"})
+	if err != nil || len(ev.Violations) != 1 || !slices.Equal(ev.ProtectedKeys, []string{"db.storage"}) {
+		t.Errorf("a refused level and a protected key should be found: %+v, %v", ev, err)
+	}
 }
