@@ -53,7 +53,7 @@ type actions struct{}
 func (actions) Up(cmd *cobra.Command, o sandboxcmd.UpOptions) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	_, err := up(ctx, cmd.OutOrStdout(), upOptions{clusters: o.Clusters, demo: o.Demo, oci: o.OCI, dir: o.Dir,
+	_, err := up(ctx, cmd.OutOrStdout(), upOptions{clusters: o.Clusters, demo: o.Demo, oci: o.OCI, helm: o.Helm, dir: o.Dir,
 		testbin: o.Testbin, runArgs: o.RunArgs, cli: sandboxcmd.CLI()})
 	return err
 }
@@ -71,7 +71,7 @@ func (actions) Run(cmd *cobra.Command, o sandboxcmd.RunOptions) error {
 		}
 		ctx = stopWhenGone(ctx, pid)
 	}
-	if err := runBackground(ctx, o.Dir, o.Clusters, o.Testbin, o.OCI, cmd.ErrOrStderr()); err != nil {
+	if err := runBackground(ctx, o, cmd.ErrOrStderr()); err != nil {
 		return &Error{Code: 1, Err: err}
 	}
 	return nil

@@ -24,6 +24,13 @@ import (
 // render builds dir of the files with kustomize, as tidegate's gates do.
 func render(t *testing.T, files map[string]string, dir string) []*unstructured.Unstructured {
 	t.Helper()
+	return renderWith(t, files, dir, nil)
+}
+
+// renderWith builds dir of the files with kustomize and substitutes pb's values, as tidegate's
+// gates do.
+func renderWith(t *testing.T, files map[string]string, dir string, pb *kustomizev1.PostBuild) []*unstructured.Unstructured {
+	t.Helper()
 	fsys := filesys.MakeFsInMemory()
 	for p, content := range files {
 		if err := fsys.MkdirAll(path.Dir(p)); err != nil {
@@ -37,7 +44,11 @@ func render(t *testing.T, files map[string]string, dir string) []*unstructured.U
 	if err != nil {
 		t.Fatalf("rendering %s: %v", dir, err)
 	}
-	return r.Objects
+	objs, err := r.Substitute(pb)
+	if err != nil {
+		t.Fatalf("substituting %s: %v", dir, err)
+	}
+	return objs
 }
 
 func refs(objs []*unstructured.Unstructured) []string {
@@ -66,11 +77,12 @@ func podinfoAt(t *testing.T, version string, storage string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if files[releaseFile], err = setVersion(files[releaseFile], version); err != nil {
+	p := kustomizePackage
+	if files[p.releaseFile], err = p.setVersion(files[p.releaseFile], version); err != nil {
 		t.Fatal(err)
 	}
 	if storage != "1Gi" {
-		if files[dbFile], err = setStorage(files[dbFile], "1Gi", storage); err != nil {
+		if files[p.storageFile], err = p.setStorage(files[p.storageFile], "1Gi", storage); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -189,20 +201,8 @@ func TestDemoHubObjects(t *testing.T) {
 // source-controller to verify cosign signatures with the public key of the Secret beside it, and
 // the rollout names it.
 func TestDemoHubObjectsOnOCI(t *testing.T) {
-	files, err := repoFiles(repoFleet, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
-	if err := ociFleet(files, []byte(pub)); err != nil {
-		t.Fatal(err)
-	}
-	objs := render(t, files, "hub")
-	want := []string{"FleetCluster fleet/member-1", "FleetCluster fleet/member-2", "FleetRollout fleet/podinfo",
-		"GitRepository fleet/platform-policies", "OCIRepository fleet/podinfo", "Secret fleet/" + cosignSecret}
-	if got := refs(objs); !slices.Equal(got, want) {
-		t.Fatalf("hub renders %v, want %v", got, want)
-	}
+	const pub = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+	_, objs := ociHub(t, pub, false)
 	src := find(t, objs, "OCIRepository", repoPodinfo).Object
 	url, _, _ := unstructured.NestedString(src, "spec", "url")
 	provider, _, _ := unstructured.NestedString(src, "spec", "verify", "provider")
@@ -219,6 +219,27 @@ func TestDemoHubObjectsOnOCI(t *testing.T) {
 	if kind != "OCIRepository" {
 		t.Errorf("the rollout's source is a %s", kind)
 	}
+}
+
+// ociHub is the fleet repository for two clusters as --oci (chart false) or --helm commits it with
+// the cosign public key pub, and its hub's objects, which it checks are the sources, the Secret of
+// the key, the clusters and the rollout.
+func ociHub(t *testing.T, pub string, chart bool) (map[string]string, []*unstructured.Unstructured) {
+	t.Helper()
+	files, err := repoFiles(repoFleet, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ociFleet(files, []byte(pub), chart); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, files, "hub")
+	want := []string{"FleetCluster fleet/member-1", "FleetCluster fleet/member-2", "FleetRollout fleet/podinfo",
+		"GitRepository fleet/platform-policies", "OCIRepository fleet/podinfo", "Secret fleet/" + cosignSecret}
+	if got := refs(objs); !slices.Equal(got, want) {
+		t.Fatalf("hub renders %v, want %v", got, want)
+	}
+	return files, objs
 }
 
 // The demo's policy is the built-in default with three settings changed and the demo's metric
@@ -282,29 +303,40 @@ func TestDemoPolicyIsTheDefaultWithSandboxSettings(t *testing.T) {
 }
 
 func TestSetVersionAndStorage(t *testing.T) {
-	files, err := repoFiles(repoPodinfo, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := setVersion(files[releaseFile], "v12")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Count(k, "v12") != 2 || strings.Contains(k, "newTag: v1\n") || !strings.Contains(k, "apiVersion: kustomize.config.k8s.io/v1beta1") {
-		t.Errorf("setVersion v12:\n%s", k)
-	}
-	if len(k) != len(files[releaseFile])+2 {
-		t.Errorf("setVersion changed more than the two versions:\n%s", k)
-	}
-	if _, err := setVersion("resources: [a.yaml]\n", "v2"); err == nil {
-		t.Errorf("setVersion of a file without versions should fail")
-	}
-	db, err := setStorage(files[dbFile], "1Gi", "2Gi")
-	if err != nil || !strings.Contains(db, "storage: 2Gi\n") || strings.Contains(db, "1Gi") {
-		t.Errorf("setStorage: %v\n%s", err, db)
-	}
-	if _, err := setStorage(db, "1Gi", "3Gi"); err == nil {
-		t.Errorf("setStorage from a size the file does not have should fail")
+	for _, c := range []struct {
+		p    pkgLayout
+		want []string // the release lines of v12
+		kept string   // a line a release keeps
+	}{
+		{kustomizePackage, []string{"    newTag: v12\n", "      - version=v12\n"}, "apiVersion: kustomize.config.k8s.io/v1beta1\n"},
+		{chartPackage, []string{"\nversion: 0.12.0\n", "\nappVersion: v12\n"}, "apiVersion: v2\n"},
+	} {
+		files, err := embeddedFiles(c.p.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := c.p.setVersion(files[c.p.releaseFile], "v12")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range append(c.want, c.kept) {
+			if !strings.Contains(k, line) {
+				t.Errorf("%s: setVersion v12 has no line %q:\n%s", c.p.dir, line, k)
+			}
+		}
+		if strings.Count(k, "12") != 2 || len(k) != len(files[c.p.releaseFile])+2 {
+			t.Errorf("%s: setVersion changed more than the two versions:\n%s", c.p.dir, k)
+		}
+		if _, err := c.p.setVersion("resources: [a.yaml]\n", "v2"); err == nil {
+			t.Errorf("%s: setVersion of a file without versions should fail", c.p.dir)
+		}
+		db, err := c.p.setStorage(files[c.p.storageFile], "1Gi", "2Gi")
+		if err != nil || !strings.Contains(db, "storage: 2Gi\n") || strings.Contains(db, "1Gi") {
+			t.Errorf("%s: setStorage: %v\n%s", c.p.dir, err, db)
+		}
+		if _, err := c.p.setStorage(db, "1Gi", "3Gi"); err == nil {
+			t.Errorf("%s: setStorage from a size the file does not have should fail", c.p.dir)
+		}
 	}
 }
 

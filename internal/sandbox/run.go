@@ -29,6 +29,7 @@ import (
 	"github.com/tidegate/tidegate/controllers"
 	"github.com/tidegate/tidegate/internal/attest"
 	"github.com/tidegate/tidegate/internal/localfleet"
+	"github.com/tidegate/tidegate/internal/sandboxcmd"
 	"github.com/tidegate/tidegate/internal/simulator"
 )
 
@@ -44,6 +45,7 @@ type sandboxRun struct {
 	members  int
 	testbin  string // the directory of the test binaries, as up resolved it
 	oci      bool   // the package is delivered as signed OCI artifacts (oci.go)
+	chart    bool   // the package is a Helm chart, delivered as a signed OCI artifact (--helm)
 	pkg      *ociPackage
 	state    *stateWriter
 	out      io.Writer // the process's own log (DIR/sandbox.log)
@@ -62,7 +64,8 @@ type sandboxRun struct {
 }
 
 // runBackground is `sandbox run`: it returns when ctx ends, after stopping everything it started.
-func runBackground(ctx context.Context, dir string, members int, testbin string, oci bool, out io.Writer) error {
+func runBackground(ctx context.Context, o sandboxcmd.RunOptions, out io.Writer) error {
+	dir, members := o.Dir, o.Clusters
 	lock, err := acquireLock(dir)
 	if errors.Is(err, errLocked) {
 		return fmt.Errorf("a sandbox already runs in %s (it holds %s)", dir, layout{dir}.lock())
@@ -76,7 +79,7 @@ func runBackground(ctx context.Context, dir string, members int, testbin string,
 	}
 
 	l := layout{dir}
-	r := &sandboxRun{dir: dir, members: members, testbin: testbin, oci: oci, out: out, repos: map[string]*remoteRepo{}}
+	r := &sandboxRun{dir: dir, members: members, testbin: o.Testbin, oci: o.OCI || o.Helm, chart: o.Helm, out: out, repos: map[string]*remoteRepo{}}
 	r.state = &stateWriter{dir: dir, now: time.Now, s: State{
 		PID: os.Getpid(), Dir: dir, Namespace: fleetNamespace, StartedAt: time.Now(),
 		LogDir: l.logs(), SandboxLog: l.sandboxLog(), Steps: []Step{},
@@ -140,7 +143,11 @@ func (r *sandboxRun) start(ctx context.Context) error {
 	}
 
 	st := r.state
-	if err := st.step(fmt.Sprintf("starting the hub and %s (an API server and etcd each), Flux and a Git server", count(r.members, "member cluster")), func() error {
+	flux := "Flux"
+	if r.chart {
+		flux = "Flux (with helm-controller)"
+	}
+	if err := st.step(fmt.Sprintf("starting the hub and %s (an API server and etcd each), %s and a Git server", count(r.members, "member cluster"), flux), func() error {
 		return r.startFleet(ctx)
 	}); err != nil {
 		return err
@@ -154,7 +161,10 @@ func (r *sandboxRun) start(ctx context.Context) error {
 		return err
 	}
 	what := "committing the demo repositories fleet, podinfo and platform-policies"
-	if r.oci {
+	switch {
+	case r.chart:
+		what += ", and pushing podinfo to the OCI registry as a signed Helm chart"
+	case r.oci:
 		what += ", and pushing podinfo to the OCI registry as a signed artifact"
 	}
 	if err := st.step(what, r.commitDemo); err != nil {
@@ -174,7 +184,7 @@ func (r *sandboxRun) startFleet(ctx context.Context) error {
 	os.Setenv(keepFleetEnv, "1")
 	startCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	f, err := localfleet.Start(startCtx, localfleet.Options{Members: r.members, Testbin: r.testbin})
+	f, err := localfleet.Start(startCtx, localfleet.Options{Members: r.members, Testbin: r.testbin, HelmController: r.chart})
 	if f != nil {
 		r.fleet = f
 		_ = r.state.update(func(s *State) { s.FleetDir = f.Dir })
@@ -303,17 +313,20 @@ func (r *sandboxRun) commitDemo() error {
 	urls, initial := map[string]string{}, map[string]string{}
 	if r.oci {
 		var err error
-		if r.pkg, err = newOCIPackage(layout{r.dir}, r.fleet.Registry); err != nil {
+		if r.pkg, err = newOCIPackage(layout{r.dir}, r.fleet.Registry, r.chart, filepath.Join(r.fleet.Dir, "chart")); err != nil {
 			return err
 		}
 	}
 	for _, name := range demoRepos {
 		files, err := repoFiles(name, r.members)
+		if name == repoPodinfo && r.chart {
+			files, err = embeddedFiles(chartPackage.dir)
+		}
 		if err != nil {
 			return err
 		}
 		if name == repoFleet && r.pkg != nil {
-			if err := ociFleet(files, r.pkg.key.PublicPEM); err != nil {
+			if err := ociFleet(files, r.pkg.key.PublicPEM, r.chart); err != nil {
 				return err
 			}
 		}
@@ -332,7 +345,7 @@ func (r *sandboxRun) commitDemo() error {
 	return r.state.update(func(s *State) {
 		s.Git, s.Initial = urls, initial
 		if r.pkg != nil {
-			s.OCI = &OCIState{Repository: r.pkg.repository, CosignPub: layout{r.dir}.cosignPub()}
+			s.OCI = &OCIState{Repository: r.pkg.repository, CosignPub: layout{r.dir}.cosignPub(), Chart: r.chart}
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,9 @@ import (
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,18 +84,46 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 // at the same time, with --oci: every release is a Flux OCI artifact in the sandbox's registry,
 // signed with the sandbox's cosign key and verified by source-controller; the waves run on digests,
 // and every passing deploySafe receipt says the signature was verified for its candidate's digest.
+// And with --helm: every release is a chart version (0.N.0) in the registry, signed and verified
+// the same way, and installed by helm-controller as a HelmRelease per member.
 func TestSandboxDemo(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts two fleets of four API servers and plays the demo on each (about 5 minutes)")
+		t.Skip("starts three fleets of four API servers and plays the demo on each (about 5 minutes)")
 	}
 	t.Setenv(mainEnv, "1")
 	// A killed test binary must not leave a sandbox behind.
 	t.Setenv(watchPIDEnv, strconv.Itoa(os.Getpid()))
-	t.Run("git", func(t *testing.T) { t.Parallel(); playDemo(t, false) })
-	t.Run("oci", func(t *testing.T) { t.Parallel(); playDemo(t, true) })
+	t.Run("git", func(t *testing.T) { t.Parallel(); playDemo(t, deliverGit) })
+	t.Run("oci", func(t *testing.T) { t.Parallel(); playDemo(t, deliverOCI) })
+	t.Run("helm", func(t *testing.T) { t.Parallel(); playDemo(t, deliverChart) })
 }
 
-func playDemo(t *testing.T, oci bool) {
+// How a test's sandbox delivers the package.
+type delivery int
+
+const (
+	deliverGit delivery = iota
+	deliverOCI
+	deliverChart
+)
+
+// The releases each delivery plays, and their outcomes. The chart plays v1, v2 (every gate of
+// every wave) and v3 (a rollback of the canary's HelmRelease to the known-good chart version), and
+// stops there: v4 differs from v3 only in what the simulator does to the pods, which the other
+// two deliveries show, and v5 has no chart equivalent (noChartV5); the sandbox beside two others
+// is the test's longest part, so each release less is half a minute less of three fleets at once.
+var storyOutcomes = map[delivery]map[string]string{
+	deliverGit: {"v1": "Completed (first rollout)", "v2": "Completed", "v3": "RolledBack (rejected)",
+		"v4": "RolledBack (rejected)", "v5": "Completed after approval"},
+	deliverChart: {"v1": "Completed (first rollout)", "v2": "Completed", "v3": "RolledBack (rejected)"},
+}
+
+func playDemo(t *testing.T, d delivery) {
+	oci, chart := d != deliverGit, d == deliverChart
+	outcomes, last := storyOutcomes[deliverGit], "v5"
+	if chart {
+		outcomes, last = storyOutcomes[deliverChart], "v3"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "sandbox")
@@ -108,7 +140,7 @@ func playDemo(t *testing.T, oci bool) {
 	// What NewCommand under the root command executeTo makes gives up (TestCommandTree).
 	runArgs := []string{"sandbox", "run"}
 	start := time.Now()
-	res, err := up(ctx, log, upOptions{clusters: 3, demo: true, oci: oci, dir: dir, runArgs: runArgs, cli: "tidegate"})
+	res, err := up(ctx, log, upOptions{clusters: 3, demo: true, oci: d == deliverOCI, helm: chart, until: last, dir: dir, runArgs: runArgs, cli: "tidegate"})
 	t.Logf("up --demo took %s", time.Since(start).Round(time.Second))
 	if st, serr := readState(dir); serr == nil {
 		fleetDir, pid = st.FleetDir, st.PID
@@ -119,11 +151,12 @@ func playDemo(t *testing.T, oci bool) {
 	output := log.all.String()
 
 	// The story's releases and their outcomes.
-	if len(res.Releases) != 5 {
+	if len(res.Releases) != len(outcomes) {
 		t.Fatalf("releases %+v", res.Releases)
 	}
 	for _, r := range res.Releases {
-		if want := map[bool]string{false: "main@sha1:", true: ociTag + "@sha256:"}[oci]; !strings.HasPrefix(r.Revision, want) {
+		want := map[delivery]string{deliverGit: "main@sha1:", deliverOCI: ociTag + "@sha256:", deliverChart: chartVersion(r.Label) + "@sha256:"}[d]
+		if !strings.HasPrefix(r.Revision, want) {
 			t.Errorf("release %s is revision %s, want %s<...>", r.Label, r.Revision, want)
 		}
 	}
@@ -131,8 +164,7 @@ func playDemo(t *testing.T, oci bool) {
 	for _, r := range res.Releases {
 		rev[r.Label] = r.Revision
 	}
-	for label, outcome := range map[string]string{"v1": "Completed (first rollout)", "v2": "Completed", "v3": "RolledBack (rejected)",
-		"v4": "RolledBack (rejected)", "v5": "Completed after approval"} {
+	for label, outcome := range outcomes {
 		found := false
 		for _, r := range res.Releases {
 			found = found || (r.Label == label && r.Outcome == outcome)
@@ -151,12 +183,19 @@ func playDemo(t *testing.T, oci bool) {
 	if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: rolloutName}, &fr); err != nil {
 		t.Fatal(err)
 	}
-	if fr.Status.Phase != v1alpha1.PhaseCompleted || knownGoodOf(&fr) != rev["v5"] || !fr.IsRejected(rev["v3"]) || !fr.IsRejected(rev["v4"]) {
-		t.Errorf("the rollout should end Completed at v5 with v3 and v4 rejected: %s, rejected %+v", describeRollout(&fr, func(s string) string { return s }), fr.Status.Rejected)
+	final := map[bool]string{false: "v5", true: "v2"}[chart]
+	if fr.Status.Phase != v1alpha1.PhaseCompleted || knownGoodOf(&fr) != rev[final] || !fr.IsRejected(rev["v3"]) || (!chart && !fr.IsRejected(rev["v4"])) {
+		t.Errorf("the rollout should end Completed at %s with v3 (and v4) rejected: %s, rejected %+v", final, describeRollout(&fr, func(s string) string { return s }), fr.Status.Rejected)
+	}
+	if chart {
+		checkChartMembers(ctx, t, hub, st, rev["v2"])
 	}
 
 	// Every cluster runs v5, with db's bigger volume.
 	for _, member := range st.Clusters {
+		if chart {
+			break
+		}
 		var ks kustomizev1.Kustomization
 		if err := hub.Get(ctx, types.NamespacedName{Namespace: fleetNamespace, Name: v1alpha1.KustomizationName(rolloutName, member)}, &ks); err != nil {
 			t.Fatal(err)
@@ -194,6 +233,7 @@ func playDemo(t *testing.T, oci bool) {
 			}
 		}
 		if oci && s.Gate == v1alpha1.GateDeploySafe && s.Result == v1alpha1.ResultPass {
+			// A chart's source is verified as an OCI artifact's is.
 			ev := evidenceOf[verdict.DeploySafeEvidence](t, rc)
 			if !ev.Source.Verified || ev.Source.Verification != "cosign" || ev.Source.Revision != digestOf(s.Candidate.Revision) {
 				t.Errorf("receipt %s: deploySafe passed on source %+v, want cosign's verification of %s", rc.Name, ev.Source, digestOf(s.Candidate.Revision))
@@ -215,13 +255,22 @@ func playDemo(t *testing.T, oci bool) {
 		"v5 canary rollbackSafe Fail", "v5 canary rollbackSafe Pass", "v5 rest noDisruption Pass",
 	} {
 		f := strings.Fields(want)
+		if _, played := outcomes[f[0]]; !played {
+			continue
+		}
 		if decided[rev[f[0]]+" "+f[1]+" "+f[2]+" "+f[3]] == 0 {
 			t.Errorf("no receipt: %s", want)
 		}
 	}
-	for _, want := range []string{"REVISION", "v3", "RolledBack (rejected)", "approved by demo", "Completed after approval",
-		"rollbackSafe failed in wave canary", "noDisruption failed in wave canary", "errorRatio's mean over the soak",
-		"tidegate status podinfo --kubeconfig " + st.Kubeconfig, "Service metrics: Prometheus at " + st.Prometheus} {
+	wants := []string{"REVISION", "v3", "RolledBack (rejected)", "noDisruption failed in wave canary",
+		"tidegate status podinfo --kubeconfig " + st.Kubeconfig, "Service metrics: Prometheus at " + st.Prometheus}
+	if chart {
+		wants = append(wants, "committed Chart.yaml to the podinfo repository, pushed as chart podinfo 0.3.0: 0.3.0@sha256:",
+			"pushing podinfo to the OCI registry as a signed Helm chart", "release a version in Chart.yaml")
+	} else {
+		wants = append(wants, "approved by demo", "Completed after approval", "rollbackSafe failed in wave canary", "errorRatio's mean over the soak")
+	}
+	for _, want := range wants {
 		if !strings.Contains(output, want) {
 			t.Errorf("the output should say %q", want)
 		}
@@ -313,7 +362,11 @@ func playDemo(t *testing.T, oci bool) {
 			t.Errorf("%s is left after down", p)
 		}
 	}
-	for _, name := range []string{"tidegate-controller.log", "kustomize-controller.log", "source-controller.log", "simulator.log", "hub-kube-apiserver.log"} {
+	logs := []string{"tidegate-controller.log", "kustomize-controller.log", "source-controller.log", "simulator.log", "hub-kube-apiserver.log"}
+	if chart {
+		logs = append(logs, "helm-controller.log")
+	}
+	for _, name := range logs {
 		if info, err := os.Stat(filepath.Join(dir, logsDirName, name)); err != nil || info.Size() == 0 {
 			t.Errorf("log %s should be kept after down: %v", name, err)
 		}
@@ -436,3 +489,53 @@ func digestOf(rev string) string {
 }
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+// checkChartMembers checks a --helm sandbox at the end of its story: one HelmRelease per member on
+// the hub, Ready, its last release chart v2's version (helm-controller records it with the
+// artifact's digest: 0.2.0+<hex>), one of them (the canary's) having released v3's and gone back;
+// on every member the release's objects at v2, in the namespace podinfo, stored by Helm there.
+func checkChartMembers(ctx context.Context, t *testing.T, hub client.Client, st *State, v2 string) {
+	t.Helper()
+	hrs := &unstructured.UnstructuredList{}
+	hrs.SetGroupVersionKind(helmReleaseList)
+	if err := hub.List(ctx, hrs, client.InNamespace(fleetNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(hrs.Items) != len(st.Clusters) {
+		t.Errorf("%d HelmReleases on the hub, want one for each of %v", len(hrs.Items), st.Clusters)
+	}
+	wentBack := 0
+	for _, hr := range hrs.Items {
+		var history []string
+		raw, _, _ := unstructured.NestedSlice(hr.Object, "status", "history")
+		for _, h := range raw {
+			v, _, _ := unstructured.NestedString(h.(map[string]any), "chartVersion")
+			history = append(history, v)
+		}
+		ready := apimeta.FindStatusCondition(unstructuredConditions(&hr), "Ready")
+		if ready == nil || ready.Status != metav1.ConditionTrue || len(history) == 0 || !strings.HasPrefix(history[0], chartVersion("v2")+"+") {
+			t.Errorf("HelmRelease %s: Ready %+v, history %v; want Ready at chart %s (%s)", hr.GetName(), ready, history, chartVersion("v2"), v2)
+		}
+		if slices.ContainsFunc(history, func(v string) bool { return strings.HasPrefix(v, chartVersion("v3")+"+") }) {
+			wentBack++
+		}
+	}
+	if wentBack != 1 {
+		t.Errorf("%d HelmReleases released v3 and went back, want the canary's", wentBack)
+	}
+	for _, member := range st.Clusters {
+		mc := memberClient(ctx, t, hub, member)
+		var cm corev1.ConfigMap
+		if err := mc.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "podinfo"}, &cm); err != nil || cm.Data["version"] != "v2" || cm.Data["logLevel"] != "info" {
+			t.Errorf("%s: ConfigMap podinfo %v (%v), want version v2 and logLevel info", member, cm.Data, err)
+		}
+		var web appsv1.Deployment
+		if err := mc.Get(ctx, types.NamespacedName{Namespace: appNamespace, Name: "web"}, &web); err != nil || web.Spec.Template.Spec.Containers[0].Image != "ghcr.io/example/podinfo:v2" {
+			t.Errorf("%s: Deployment web (%v), want image :v2", member, err)
+		}
+		var stored corev1.SecretList
+		if err := mc.List(ctx, &stored, client.InNamespace(appNamespace), client.MatchingLabels{"owner": "helm", "name": rolloutName, "status": "deployed"}); err != nil || len(stored.Items) != 1 {
+			t.Errorf("%s: Helm's record of the deployed release %s in %s: %d (%v), want 1", member, rolloutName, appNamespace, len(stored.Items), err)
+		}
+	}
+}

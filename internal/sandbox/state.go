@@ -71,10 +71,13 @@ type State struct {
 // OCIState is the sandbox's OCI delivery of the package.
 type OCIState struct {
 	// Repository is the package's repository in the sandbox's registry (<host>/podinfo); each
-	// release is pushed to its tag latest and signed.
+	// release is pushed to its tag latest (to the tag of its chart version, with Chart) and signed.
 	Repository string `json:"repository"`
 	// CosignPub is the public key (cosign.pub) source-controller verifies the signatures with.
 	CosignPub string `json:"cosignPub"`
+	// Chart is true when the package is a Helm chart (--helm): each release is pushed to
+	// Repository's tag of its chart version, and helm-controller installs it.
+	Chart bool `json:"chart,omitempty"`
 }
 
 // Control is the address of the control endpoint and the token it requires.

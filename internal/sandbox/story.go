@@ -49,18 +49,45 @@ const v3After = 8 * time.Second
 // well above it even with the first points' rates mixing in v2's answers.
 const v4ErrorRatio = 0.3
 
+// noChartV5 says why a chart plays no v5: its change cannot be released as a chart version.
+const noChartV5 = `
+v5 has no chart equivalent, and the demo stops here. v5 grows db's volume (volumeClaimTemplates
+1Gi → 2Gi), which the API server refuses to change in a StatefulSet (the field is immutable): the
+Kustomize package's rollout sets force: true, so kustomize-controller recreates the StatefulSet, and
+a chart rollout has no such field (spec.template.force is refused beside spec.chart), so
+helm-controller's upgrade would fail on every member. A chart that changes a claim template needs
+a new StatefulSet (another name) or the old one deleted by hand.
+`
+
 // story plays the demo against the running sandbox: v2 passes every gate, v3 loses availability
 // and is rolled back, v4 answers errors while staying available and is rolled back on its error
-// ratio, v5 needs an approval of its irreversible change. v1 is the known-good.
-func (d *driver) story(ctx context.Context) (*demoResult, error) {
+// ratio, v5 needs an approval of its irreversible change (not with a chart: noChartV5). v1 is the
+// known-good. With until set, it stops after that release.
+func (d *driver) story(ctx context.Context, until string) (*demoResult, error) {
 	res := &demoResult{Releases: []release{{Label: "v1", Revision: d.st.Initial[repoPodinfo], Outcome: "Completed (first rollout)"}}}
-	fmt.Fprintf(d.out, "\nThe demo: four releases of podinfo, each a commit to the podinfo repository.\n")
-	for _, play := range []func(context.Context) (release, error){d.healthyRelease, d.unavailableRelease, d.erroringRelease, d.irreversibleRelease} {
-		rel, err := play(ctx)
+	if d.chart() {
+		fmt.Fprintf(d.out, "\nThe demo: releases of the podinfo chart, each a commit to the podinfo repository that the sandbox\n"+
+			"pushes to its registry as the chart's next version, signed.\n")
+	} else {
+		fmt.Fprintf(d.out, "\nThe demo: four releases of podinfo, each a commit to the podinfo repository.\n")
+	}
+	plays := []struct {
+		label string
+		play  func(context.Context) (release, error)
+	}{{"v2", d.healthyRelease}, {"v3", d.unavailableRelease}, {"v4", d.erroringRelease}, {"v5", d.irreversibleRelease}}
+	for _, p := range plays {
+		if p.label == "v5" && d.chart() {
+			fmt.Fprint(d.out, noChartV5)
+			break
+		}
+		rel, err := p.play(ctx)
 		if err != nil {
 			return res, err
 		}
 		res.Releases = append(res.Releases, rel)
+		if p.label == until {
+			break
+		}
 	}
 
 	summary, err := d.summary(ctx, res.Releases)
@@ -158,9 +185,10 @@ func (d *driver) irreversibleRelease(ctx context.Context) (release, error) {
 		"irreversible changes are approved.\n")
 	start := d.watch.reset()
 	rev, err := d.commitRelease(ctx, "v5", func(ctx context.Context, files map[string]string) error {
-		db, err := d.ctl.readFile(ctx, repoPodinfo, dbFile)
+		p := d.pkg()
+		db, err := d.ctl.readFile(ctx, repoPodinfo, p.storageFile)
 		if err == nil {
-			files[dbFile], err = setStorage(db, "1Gi", "2Gi")
+			files[p.storageFile], err = p.setStorage(db, "1Gi", "2Gi")
 		}
 		return err
 	})
@@ -302,17 +330,18 @@ func failedGates(fr *v1alpha1.FleetRollout) string {
 	return strings.Join(out, "; ")
 }
 
-// commitRelease commits version of the package (its kustomization.yaml, and what change adds) and
+// commitRelease commits version of the package (its release file, and what change adds) and
 // returns the new revision.
 func (d *driver) commitRelease(ctx context.Context, version string, change func(context.Context, map[string]string) error) (string, error) {
-	k, err := d.ctl.readFile(ctx, repoPodinfo, releaseFile)
+	p := d.pkg()
+	k, err := d.ctl.readFile(ctx, repoPodinfo, p.releaseFile)
 	if err != nil {
 		return "", err
 	}
-	if k, err = setVersion(k, version); err != nil {
+	if k, err = p.setVersion(k, version); err != nil {
 		return "", err
 	}
-	files := map[string]string{releaseFile: k}
+	files := map[string]string{p.releaseFile: k}
 	if change != nil {
 		if err := change(ctx, files); err != nil {
 			return "", err
@@ -328,7 +357,11 @@ func (d *driver) commitRelease(ctx context.Context, version string, change func(
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(d.out, "  committed %s to the podinfo repository: %s\n", strings.Join(names, " and "), shortRevision(rev))
+	pushed := ""
+	if d.chart() {
+		pushed = ", pushed as chart podinfo " + chartVersion(version)
+	}
+	fmt.Fprintf(d.out, "  committed %s to the podinfo repository%s: %s\n", strings.Join(names, " and "), pushed, shortRevision(rev))
 	return rev, nil
 }
 

@@ -10,14 +10,17 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
 
 // describeTrouble lists, one line each, the objects of the sandbox that are not Ready, with their
-// Ready condition: the Flux sources and Kustomizations of every namespace, and the FleetClusters
-// and FleetRollouts of ns. What cannot be listed is said too.
+// Ready condition: the Flux sources, Kustomizations and HelmReleases (--helm) of every namespace,
+// and the FleetClusters and FleetRollouts of ns. What cannot be listed is said too.
 func describeTrouble(ctx context.Context, c client.Client, ns string) string {
 	var lines []string
 	add := func(kind string, obj client.Object, conds []metav1.Condition, extra string) {
@@ -37,6 +40,23 @@ func describeTrouble(ctx context.Context, c client.Client, ns string) string {
 	}
 	for i := range srcs.Items {
 		add("GitRepository", &srcs.Items[i], srcs.Items[i].Status.Conditions, "")
+	}
+	var ocis sourcev1.OCIRepositoryList
+	if err := c.List(ctx, &ocis); err != nil {
+		listErr("OCIRepositories", err)
+	}
+	for i := range ocis.Items {
+		add("OCIRepository", &ocis.Items[i], ocis.Items[i].Status.Conditions, "")
+	}
+	// Listed unstructured: the hub's client knows no helm-controller types. Only a sandbox with
+	// --helm has their CRD.
+	hrs := &unstructured.UnstructuredList{}
+	hrs.SetGroupVersionKind(helmReleaseList)
+	if err := c.List(ctx, hrs); err != nil && !apimeta.IsNoMatchError(err) {
+		listErr("HelmReleases", err)
+	}
+	for i := range hrs.Items {
+		add("HelmRelease", &hrs.Items[i], unstructuredConditions(&hrs.Items[i]), "")
 	}
 	var kss kustomizev1.KustomizationList
 	if err := c.List(ctx, &kss); err != nil {
@@ -69,4 +89,20 @@ func describeTrouble(ctx context.Context, c client.Client, ns string) string {
 		return ""
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+var helmReleaseList = schema.GroupVersionKind{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmReleaseList"}
+
+// unstructuredConditions are the status.conditions of o; none when they cannot be read.
+func unstructuredConditions(o *unstructured.Unstructured) []metav1.Condition {
+	raw, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	var conds []metav1.Condition
+	for _, r := range raw {
+		m, ok := r.(map[string]any)
+		var c metav1.Condition
+		if ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c) == nil {
+			conds = append(conds, c)
+		}
+	}
+	return conds
 }

@@ -11,6 +11,8 @@ import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -30,6 +32,9 @@ func TestDescribeTroubleNamesWhatIsNotReady(t *testing.T) {
 		&sourcev1.GitRepository{ObjectMeta: meta("fleet", "podinfo"), Status: sourcev1.GitRepositoryStatus{Conditions: ready("False", "GitOperationFailed", "failed to checkout and determine revision: unable to clone")}},
 		&sourcev1.GitRepository{ObjectMeta: meta("flux-system", "fleet"), Status: sourcev1.GitRepositoryStatus{Conditions: ready("True", "Succeeded", "stored artifact")}},
 		&kustomizev1.Kustomization{ObjectMeta: meta("fleet", "podinfo-member-1"), Status: kustomizev1.KustomizationStatus{Conditions: ready("False", "HealthCheckFailed", "timeout waiting for: [Deployment/podinfo/web status: 'InProgress']")}},
+		&sourcev1.OCIRepository{ObjectMeta: meta("fleet", "charts"), Status: sourcev1.OCIRepositoryStatus{Conditions: ready("False", "VerificationError", "failed to verify the signature")}},
+		helmRelease("fleet", "podinfo-member-2", ready("False", "UpgradeFailed", "Helm upgrade failed: field is immutable")),
+		helmRelease("fleet", "podinfo-member-3", ready("True", "UpgradeSucceeded", "Helm upgrade succeeded")),
 		&v1alpha1.FleetCluster{ObjectMeta: meta("fleet", "member-1")},
 		&v1alpha1.FleetRollout{ObjectMeta: meta("fleet", "podinfo"), Status: v1alpha1.FleetRolloutStatus{
 			Phase:      v1alpha1.PhaseProgressing,
@@ -42,6 +47,8 @@ func TestDescribeTroubleNamesWhatIsNotReady(t *testing.T) {
 	for _, want := range []string{
 		"GitRepository fleet/podinfo: Ready=False (GitOperationFailed): failed to checkout",
 		"Kustomization fleet/podinfo-member-1: Ready=False (HealthCheckFailed): timeout waiting for",
+		"OCIRepository fleet/charts: Ready=False (VerificationError): failed to verify the signature",
+		"HelmRelease fleet/podinfo-member-2: Ready=False (UpgradeFailed): Helm upgrade failed: field is immutable",
 		"FleetCluster fleet/member-1: Ready=no condition yet",
 		"FleetRollout fleet/podinfo (phase Progressing; rollbackSafe failed in wave canary (receipt podinfo-rollbacksafe-1)): Ready=False (GateFailed): wave canary is blocked",
 	} {
@@ -49,7 +56,7 @@ func TestDescribeTroubleNamesWhatIsNotReady(t *testing.T) {
 			t.Errorf("the report should say %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "flux-system/fleet") {
+	if strings.Contains(got, "flux-system/fleet") || strings.Contains(got, "podinfo-member-3") {
 		t.Errorf("a Ready object is not trouble:\n%s", got)
 	}
 }
@@ -85,4 +92,19 @@ func TestUpWithoutPrometheusSaysHowToBuildIt(t *testing.T) {
 	if running(dir) || out.Len() != 0 {
 		t.Errorf("nothing should run or be said before the error:\n%s", out.String())
 	}
+}
+
+// helmRelease is a HelmRelease with conditions, unstructured as describeTrouble lists it.
+func helmRelease(ns, name string, conds []metav1.Condition) *unstructured.Unstructured {
+	hr := &unstructured.Unstructured{}
+	hr.SetGroupVersionKind(helmReleaseList.GroupVersion().WithKind("HelmRelease"))
+	hr.SetNamespace(ns)
+	hr.SetName(name)
+	var raw []any
+	for _, c := range conds {
+		m, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(&c)
+		raw = append(raw, m)
+	}
+	_ = unstructured.SetNestedSlice(hr.Object, raw, "status", "conditions")
+	return hr
 }

@@ -34,7 +34,12 @@ type upOptions struct {
 	demo     bool
 	// oci delivers the package as signed OCI artifacts (sandbox run --oci).
 	oci bool
-	dir string
+	// helm delivers the package as a signed Helm chart (sandbox run --helm).
+	helm bool
+	// until, when set, is the last release the demo plays (v2, v3, …): the tests play a shorter
+	// story.
+	until string
+	dir   string
 	// runArgs run the background process from the root command (["sandbox", "run"]).
 	runArgs []string
 	// cli is how the user's shell runs the tidegate CLI, for the hints printed (sandboxcmd.CLI).
@@ -65,6 +70,11 @@ func up(ctx context.Context, out io.Writer, o upOptions) (*demoResult, error) {
 	// Checked here too, so that a missing build fails before the fleet takes a minute to start.
 	if _, err := testbin.Prometheus(); err != nil {
 		return nil, failed("the sandbox runs Prometheus to hold its service metrics: %v", err)
+	}
+	if o.helm {
+		if _, _, err := testbin.HelmController(); err != nil {
+			return nil, failed("--helm runs Flux's helm-controller, which installs the chart: %v", err)
+		}
 	}
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return nil, failed("creating %s: %v", o.dir, err)
@@ -106,7 +116,7 @@ func up(ctx context.Context, out io.Writer, o upOptions) (*demoResult, error) {
 	}
 	var res *demoResult
 	if o.demo {
-		if res, err = d.story(ctx); err != nil {
+		if res, err = d.story(ctx, o.until); err != nil {
 			return res, err
 		}
 	}
@@ -160,7 +170,7 @@ func spawn(o upOptions) (*child, error) {
 		return nil, err
 	}
 	defer logFile.Close()
-	run := sandboxcmd.RunOptions{Clusters: o.clusters, OCI: o.oci, Dir: o.dir, Testbin: o.testbin}
+	run := sandboxcmd.RunOptions{Clusters: o.clusters, OCI: o.oci, Helm: o.helm, Dir: o.dir, Testbin: o.testbin}
 	args := append(slices.Clone(o.runArgs), run.Args()...)
 	cmd := exec.Command(exe, args...)
 	cmd.Dir = o.dir
@@ -295,6 +305,17 @@ func newDriver(out io.Writer, st *State, cli string) (*driver, error) {
 	c, _, err := hubClient(st.Kubeconfig, 15*time.Second)
 	d.c = c
 	return d, err
+}
+
+// chart tells whether the sandbox delivers the package as a Helm chart (--helm).
+func (d *driver) chart() bool { return d.st.OCI != nil && d.st.OCI.Chart }
+
+// pkg is the package as the sandbox committed it.
+func (d *driver) pkg() pkgLayout {
+	if d.chart() {
+		return chartPackage
+	}
+	return kustomizePackage
 }
 
 // label names a revision for people: its release name when the sandbox committed it, else its
@@ -437,13 +458,13 @@ The sandbox runs in the background. Look around (the kubeconfig's namespace is %
   %[1]s get receipts --kubeconfig %[4]s
   kubectl get fleetclusters,fleetrollouts,gatereceipts -n %[3]s --kubeconfig %[4]s
 %[11]sChange it with commits, as a platform team would (see the README.md of each repository):
-  git clone -b main %[5]s      # the package: release a version in app/kustomization.yaml
+  git clone -b main %[5]s      # the package: release a version in %[13]s
   git clone -b main %[6]s        # the hub objects: clusters, the rollout, sources
   git clone -b main %[7]s   # the policy
 %[12]sLogs: %[8]s/ (tidegate-controller, source-controller, kustomize-controller, simulator, API servers)
 %[9]s shows the sandbox, %[10]s stops it.
 `, d.cli, rolloutName, d.st.Namespace, kc, d.st.Git[repoPodinfo], d.st.Git[repoFleet], d.st.Git[repoPolicies], l.logs(),
-		sandboxCmd(d.cli, "status", d.st.Dir), sandboxCmd(d.cli, "down", d.st.Dir), fluxHint(kc), prometheusHint(d.st.Prometheus))
+		sandboxCmd(d.cli, "status", d.st.Dir), sandboxCmd(d.cli, "down", d.st.Dir), fluxHint(kc, d.chart()), prometheusHint(d.st.Prometheus), d.pkg().releaseFile)
 }
 
 // prometheusHint says where the service metrics the policy's queries read are, and how to ask
@@ -458,13 +479,18 @@ spec.metrics; the policy's settings.metrics.queries are asked there). Ask it you
 `, url, appNamespace)
 }
 
-// fluxHint is the hint line that lists the Kustomizations with the Flux CLI, when there is one to run.
-func fluxHint(kubeconfig string) string {
+// fluxHint is the hint line that lists the Kustomizations (the HelmReleases, for a chart) with the
+// Flux CLI, when there is one to run.
+func fluxHint(kubeconfig string, chart bool) string {
 	flux := fluxCommand()
 	if flux == "" {
 		return ""
 	}
-	return fmt.Sprintf("  %s get kustomizations -A --kubeconfig %s\n", flux, kubeconfig)
+	what := "kustomizations"
+	if chart {
+		what = "helmreleases"
+	}
+	return fmt.Sprintf("  %s get %s -A --kubeconfig %s\n", flux, what, kubeconfig)
 }
 
 func candidateOf(fr *v1alpha1.FleetRollout) string {

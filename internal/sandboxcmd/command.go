@@ -54,6 +54,8 @@ type UpOptions struct {
 	Demo bool
 	// OCI delivers the package as signed OCI artifacts.
 	OCI bool
+	// Helm delivers the package as a signed Helm chart, installed by helm-controller.
+	Helm bool
 	// Dir is the sandbox's directory, absolute.
 	Dir string
 	// Testbin is the directory of the test binaries (--testbin); empty to find them.
@@ -68,8 +70,17 @@ func (o UpOptions) Args() []string {
 	if o.Demo {
 		args = append(args, "--demo")
 	}
-	if o.OCI {
+	return append(args, deliveryArgs(o.OCI, o.Helm)...)
+}
+
+// deliveryArgs are the flags that ask for the package's delivery.
+func deliveryArgs(oci, helm bool) []string {
+	var args []string
+	if oci {
 		args = append(args, "--oci")
+	}
+	if helm {
+		args = append(args, "--helm")
 	}
 	return args
 }
@@ -78,6 +89,7 @@ func (o UpOptions) Args() []string {
 type RunOptions struct {
 	Clusters int
 	OCI      bool
+	Helm     bool
 	// Dir is the sandbox's directory, absolute.
 	Dir     string
 	Testbin string
@@ -86,10 +98,15 @@ type RunOptions struct {
 // Args are the arguments, after the command's own (RunArgs), that ask the same.
 func (o RunOptions) Args() []string {
 	args := []string{"--clusters", strconv.Itoa(o.Clusters), "--dir", o.Dir, "--testbin", o.Testbin}
-	if o.OCI {
-		args = append(args, "--oci")
+	return append(args, deliveryArgs(o.OCI, o.Helm)...)
+}
+
+// checkDelivery refuses --oci with --helm: the package is delivered one way.
+func checkDelivery(oci, helm bool) error {
+	if oci && helm {
+		return usage("--oci and --helm cannot be used together: --helm delivers the package as a Helm chart, which is an OCI artifact too (signed and verified as --oci's are); choose one")
 	}
-	return args
+	return nil
 }
 
 // Actions do what the commands say, once their flags are checked. Each gets its command for its
@@ -178,15 +195,27 @@ It ends with a table of every gate decision and its receipt.
 With --oci the package is not read from Git: each release of podinfo is pushed to the sandbox's
 OCI registry as a Flux OCI artifact and signed with a cosign key made in DIR (cosign.key,
 cosign.pub), and the rollout's OCIRepository has source-controller verify the signature
-(spec.verify): every wave runs on OCI digests, and deploySafe passes on the verified signature.`,
+(spec.verify): every wave runs on OCI digests, and deploySafe passes on the verified signature.
+
+With --helm the package is a Helm chart of the same workload: the sandbox also runs Flux's
+helm-controller, each release of podinfo is a chart version (0.1.0, 0.2.0, …; appVersion v1, v2,
+…) pushed to the sandbox's registry as helm push does and signed with the cosign key in DIR, the
+OCIRepository follows the highest version and verifies its signature, and the rollout installs the
+chart (spec.chart) as one HelmRelease per member. The demo plays v2, v3 and v4 as chart versions;
+it stops before v5, which a chart cannot release (sandbox up says why). --helm and --oci are
+exclusive.`,
 		Example: `  tidegate sandbox up
   tidegate sandbox up --demo
   tidegate sandbox up --demo --oci
+  tidegate sandbox up --demo --helm
   tidegate sandbox up --clusters 5 --dir /tmp/sandbox`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Clusters < 1 || o.Clusters > maxClusters {
 				return usage("--clusters must be between 1 and %d: each is an API server and an etcd on this machine", maxClusters)
+			}
+			if err := checkDelivery(o.OCI, o.Helm); err != nil {
+				return err
 			}
 			dir, err := absDir(o.Dir)
 			if err != nil {
@@ -200,6 +229,7 @@ cosign.pub), and the rollout's OCIRepository has source-controller verify the si
 	cmd.Flags().IntVar(&o.Clusters, "clusters", defaultClusters, "how many member clusters")
 	cmd.Flags().BoolVar(&o.Demo, "demo", false, "then play the demo story (v2 passes, v3 and v4 are rolled back, v5 needs an approval)")
 	cmd.Flags().BoolVar(&o.OCI, "oci", false, "deliver the package as signed Flux OCI artifacts from the sandbox's registry, verified by source-controller with cosign")
+	cmd.Flags().BoolVar(&o.Helm, "helm", false, "deliver the package as a signed Helm chart from the sandbox's registry, installed by helm-controller (not with --oci)")
 	addDirFlag(cmd, &o.Dir)
 	addTestbinFlag(cmd, &o.Testbin)
 	return cmd
@@ -218,6 +248,9 @@ func newRunCommand(a Actions) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkDelivery(o.OCI, o.Helm); err != nil {
+				return err
+			}
 			abs, err := absDir(o.Dir)
 			if err != nil {
 				return err
@@ -228,6 +261,7 @@ func newRunCommand(a Actions) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&o.Clusters, "clusters", defaultClusters, "how many member clusters")
 	cmd.Flags().BoolVar(&o.OCI, "oci", false, "deliver the package as signed Flux OCI artifacts")
+	cmd.Flags().BoolVar(&o.Helm, "helm", false, "deliver the package as a signed Helm chart, installed by helm-controller")
 	addDirFlag(cmd, &o.Dir)
 	addTestbinFlag(cmd, &o.Testbin)
 	return cmd

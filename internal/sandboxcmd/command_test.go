@@ -90,21 +90,46 @@ func TestCommandTree(t *testing.T) {
 	}
 }
 
-// What the CLI hands tidegate-sandbox (Exec) asks it exactly what the CLI was asked.
+// What the CLI hands tidegate-sandbox (Exec) asks it exactly what the CLI was asked, and up hands
+// run the package's delivery it was asked: --oci, or --helm.
 func TestArgsAskTheSame(t *testing.T) {
-	up := UpOptions{Clusters: 5, Demo: true, OCI: true, Dir: "/tmp/sb", Testbin: "/tb"}
+	for _, delivery := range [][2]bool{{false, false}, {true, false}, {false, true}} {
+		oci, helm := delivery[0], delivery[1]
+		up := UpOptions{Clusters: 5, Demo: true, OCI: oci, Helm: helm, Dir: "/tmp/sb", Testbin: "/tb"}
+		r := &recorder{}
+		if out, err := execute("", r, up.Args()...); err != nil || r.up == nil {
+			t.Fatalf("%v: %v\n%s", up.Args(), err, out)
+		}
+		up.RunArgs = []string{"run"}
+		if !slices.Equal(r.up.RunArgs, up.RunArgs) || r.up.Clusters != up.Clusters || r.up.Demo != up.Demo || r.up.OCI != up.OCI ||
+			r.up.Helm != up.Helm || r.up.Dir != up.Dir || r.up.Testbin != up.Testbin {
+			t.Errorf("up %v was asked %+v, want %+v", up.Args(), *r.up, up)
+		}
+		run := RunOptions{Clusters: 2, OCI: oci, Helm: helm, Dir: "/tmp/sb", Testbin: "/tb"}
+		if out, err := execute("", r, append([]string{"run"}, run.Args()...)...); err != nil || r.run == nil || *r.run != run {
+			t.Errorf("run %v: %v, asked %+v, want %+v\n%s", run.Args(), err, r.run, run, out)
+		}
+	}
+}
+
+// --oci and --helm together are refused, by up and by run, before any action, with a message
+// that says why and what to do.
+func TestOCIAndHelmAreExclusive(t *testing.T) {
+	for _, args := range [][]string{
+		{"sandbox", "up", "--demo", "--oci", "--helm"},
+		{"sandbox", "run", "--helm", "--oci"},
+	} {
+		r := &recorder{}
+		out, err := execute("tidegate", r, args...)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != 2 || r.up != nil || r.run != nil ||
+			!strings.Contains(err.Error(), "--oci and --helm cannot be used together") || !strings.Contains(err.Error(), "choose one") {
+			t.Errorf("%v: %v (up asked: %v, run asked: %v), want exit 2, no action and why:\n%s", args, err, r.up != nil, r.run != nil, out)
+		}
+	}
 	r := &recorder{}
-	if out, err := execute("", r, up.Args()...); err != nil || r.up == nil {
-		t.Fatalf("%v: %v\n%s", up.Args(), err, out)
-	}
-	up.RunArgs = []string{"run"}
-	if !slices.Equal(r.up.RunArgs, up.RunArgs) || r.up.Clusters != up.Clusters || r.up.Demo != up.Demo || r.up.OCI != up.OCI ||
-		r.up.Dir != up.Dir || r.up.Testbin != up.Testbin {
-		t.Errorf("up %v was asked %+v, want %+v", up.Args(), *r.up, up)
-	}
-	run := RunOptions{Clusters: 2, OCI: true, Dir: "/tmp/sb", Testbin: "/tb"}
-	if out, err := execute("", r, append([]string{"run"}, run.Args()...)...); err != nil || r.run == nil || *r.run != run {
-		t.Errorf("run %v: %v, asked %+v, want %+v\n%s", run.Args(), err, r.run, run, out)
+	if out, err := execute("tidegate", r, "sandbox", "up", "--helm"); err != nil || r.up == nil || !r.up.Helm || r.up.OCI {
+		t.Errorf("up --helm: %v, asked %+v\n%s", err, r.up, out)
 	}
 }
 
