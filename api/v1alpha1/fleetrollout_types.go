@@ -301,9 +301,8 @@ type ChartSpec struct {
 	ReleaseName string `json:"releaseName,omitempty"`
 
 	// values are the chart's values, merged over its values.yaml as helm-controller merges a
-	// HelmRelease's spec.values. Each FleetCluster's spec.values are set over them, each key a
-	// dotted path (region, or ingress.host) set to its string value, as helm install
-	// --set-string sets it.
+	// HelmRelease's spec.values. Each FleetCluster's spec.values set the values of the same names
+	// over them, as strings, as helm install --set-string sets them.
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless

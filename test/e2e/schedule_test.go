@@ -34,6 +34,7 @@ var longestFirst = []string{
 	"TestE2EHoldAndSuspend",
 	"TestE2EOCIRolloutVerified",
 	"TestE2EATemplateEditIsACandidate",
+	"TestE2EChartRollbackToTheKnownGoodChart",
 	"TestE2EDeploySafePreflightsTheFleet",
 	"TestE2EFaultMemberBlackholedDuringSoak",
 }
