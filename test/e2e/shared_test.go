@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -163,8 +164,8 @@ func testNamespace(t *testing.T) string {
 	return ns
 }
 
-// retire leaves nothing of a finished scenario at work on the shared fleet: its Kustomizations and
-// sources are suspended, so kustomize-controller and source-controller no longer reconcile them
+// retire leaves nothing of a finished scenario at work on the shared fleet: its Kustomizations,
+// HelmReleases and sources are suspended, so the Flux controllers no longer reconcile them
 // (each every minute, its Git repository every two seconds, for as long as the package runs), and
 // its workloads are deleted from the members, so the simulator's passes no longer list them. Its
 // objects stay on the hub for what a failure prints. Without it, the scenarios that had ended made
@@ -174,8 +175,13 @@ func (s *fleetSetup) retire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	suspend := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":true}}`))
-	for _, l := range []client.ObjectList{&kustomizev1.KustomizationList{}, &sourcev1.GitRepositoryList{}, &sourcev1.OCIRepositoryList{}} {
-		if err := s.f.Hub.List(ctx, l, client.InNamespace(s.ns)); err != nil {
+	lists := []client.ObjectList{&kustomizev1.KustomizationList{}, &helmv2.HelmReleaseList{}, &sourcev1.GitRepositoryList{}, &sourcev1.OCIRepositoryList{}}
+	for _, l := range lists {
+		err := s.f.Hub.List(ctx, l, client.InNamespace(s.ns))
+		if apimeta.IsNoMatchError(err) {
+			continue // HelmReleases, before a chart scenario started helm-controller on the hub
+		}
+		if err != nil {
 			t.Logf("retiring %s: %v", s.ns, err)
 			return
 		}
@@ -201,7 +207,7 @@ func (s *fleetSetup) retire(t *testing.T) {
 func dumpSharedLogs(t *testing.T, f *localfleet.Fleet, ns string) {
 	const lines = 120
 	tail(t, filepath.Join(f.Dir, "logs", "tidegate-controller-"+ns+".log"), "", lines)
-	for _, name := range []string{"source-controller.log", "kustomize-controller.log", "simulator.log", "hub-kube-apiserver.log"} {
+	for _, name := range []string{"source-controller.log", "kustomize-controller.log", "helm-controller.log", "simulator.log", "hub-kube-apiserver.log"} {
 		tail(t, filepath.Join(f.Dir, "logs", name), ns, lines)
 	}
 }
