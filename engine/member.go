@@ -82,21 +82,31 @@ func absent(obj client.Object) bool {
 // MemberSource is the name of the source a member points at: a Kustomization's sourceRef, a
 // HelmRelease's chartRef (or its chart template's sourceRef). "" for no member.
 func MemberSource(obj client.Object) string {
+	_, _, name := MemberSourceRef(obj)
+	return name
+}
+
+// MemberSourceRef is the source a member points at (MemberSource), with its kind and its
+// namespace, "" for the member's own.
+func MemberSourceRef(obj client.Object) (kind, namespace, name string) {
 	if absent(obj) {
-		return ""
+		return "", "", ""
 	}
 	switch m := obj.(type) {
 	case *kustomizev1.Kustomization:
-		return m.Spec.SourceRef.Name
+		r := m.Spec.SourceRef
+		return r.Kind, r.Namespace, r.Name
 	case *helmv2.HelmRelease:
 		switch {
 		case m.Spec.ChartRef != nil:
-			return m.Spec.ChartRef.Name
+			r := m.Spec.ChartRef
+			return r.Kind, r.Namespace, r.Name
 		case m.Spec.Chart != nil:
-			return m.Spec.Chart.Spec.SourceRef.Name
+			r := m.Spec.Chart.Spec.SourceRef
+			return r.Kind, r.Namespace, r.Name
 		}
 	}
-	return ""
+	return "", "", ""
 }
 
 // MemberSuspended tells whether someone suspended the member (spec.suspend): Flux applies nothing

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/spf13/cobra"
@@ -67,15 +68,22 @@ type checkView struct {
 // fluxCRD is a Flux kind the controller uses, at the API version it uses.
 type fluxCRD struct {
 	name, version string
+	// optional says who needs a kind that not every hub needs: its check only informs, and never
+	// fails.
+	optional string
 }
 
 // fluxCRDs are the Flux kinds the controller reads and writes (see controllers/): the
 // Kustomizations it writes per cluster, and the GitRepositories and OCIRepositories it tracks and
-// pins, all at the versions of the Flux API modules it is built with.
+// pins, all at the versions of the Flux API modules it is built with; and the HelmReleases it
+// writes per cluster instead of Kustomizations for a rollout of a Helm chart, which only such a
+// rollout needs (the controller runs without them, and says to install helm-controller on a
+// chart rollout).
 var fluxCRDs = []fluxCRD{
-	{"kustomizations." + kustomizev1.GroupVersion.Group, kustomizev1.GroupVersion.Version},
-	{"gitrepositories." + sourcev1.GroupVersion.Group, sourcev1.GroupVersion.Version},
-	{"ocirepositories." + sourcev1.GroupVersion.Group, sourcev1.GroupVersion.Version},
+	{name: "kustomizations." + kustomizev1.GroupVersion.Group, version: kustomizev1.GroupVersion.Version},
+	{name: "gitrepositories." + sourcev1.GroupVersion.Group, version: sourcev1.GroupVersion.Version},
+	{name: "ocirepositories." + sourcev1.GroupVersion.Group, version: sourcev1.GroupVersion.Version},
+	{name: "helmreleases." + helmv2.GroupVersion.Group, version: helmv2.GroupVersion.Version, optional: "a rollout of a Helm chart (spec.chart) needs it"},
 }
 
 func newCheckCommand(k *kubeOptions) *cobra.Command {
@@ -91,7 +99,8 @@ func newCheckCommand(k *kubeOptions) *cobra.Command {
   kubernetes        the hub answers, at Kubernetes ` + minKubernetes + ` or later (the minimum of the
                     Flux release tidegate is built with)
   Flux CRDs         Kustomization, GitRepository and OCIRepository are installed, established and
-                    served at the API version the controller uses
+                    served at the API version the controller uses; whether HelmRelease is, which
+                    only a rollout of a Helm chart needs (informational: it never fails)
   tidegate CRDs     FleetRollout, FleetCluster and GateReceipt are installed, established, served at
                     ` + v1alpha1.GroupVersion.Version + `, with the schema of this version of tidegate
   controller        its Deployment (label app.kubernetes.io/name=tidegate, component controller) has
@@ -174,11 +183,24 @@ func checkFluxCRD(ctx context.Context, c client.Client, f fluxCRD) checkResult {
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	if err := c.Get(ctx, types.NamespacedName{Name: f.name}, crd); err != nil {
 		if ops.CodeOf(err) == ops.CodeNotFound {
+			if f.optional != "" {
+				return r.ok("not installed; " + f.optional + ": install helm-controller (flux install, whose default components include it)")
+			}
 			return r.failed("not installed", install)
 		}
-		return r.failed(apiError(err, "customresourcedefinition "+f.name).Error(), readFix(err, "get customresourcedefinitions"))
+		return f.informed(r.failed(apiError(err, "customresourcedefinition "+f.name).Error(), readFix(err, "get customresourcedefinitions")))
 	}
-	return checkCRD(r, crd, f.version, install)
+	return f.informed(checkCRD(r, crd, f.version, install))
+}
+
+// informed is the check r of f, a warning rather than a failure when f is optional: a hub
+// without it works for every rollout that does not need it.
+func (f fluxCRD) informed(r checkResult) checkResult {
+	if f.optional != "" && r.Status == checkFailed {
+		r.Status = checkWarning
+		r.Message += "; " + f.optional
+	}
+	return r
 }
 
 // checkCRD checks that crd is established and serves version; fix says what to do otherwise.

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // eventRow is one event as `events` shows it.
@@ -32,10 +33,11 @@ func newEventsCommand(k *kubeOptions) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "events ROLLOUT",
-		Short: "Show the events of a rollout, its Kustomizations and its pinned sources",
+		Short: "Show the events of a rollout, its Kustomizations or HelmReleases and its pinned sources",
 		Long: `events shows the events (core/v1 and events.k8s.io/v1, one and the same in the API) of a
-FleetRollout, of its per-cluster Kustomizations and of its pinned sources, oldest first, like flux
-events: LAST SEEN, TYPE, REASON, OBJECT and MESSAGE. The API server keeps events for an hour by
+FleetRollout, of its per-cluster members (Kustomizations, or HelmReleases for a rollout of a Helm
+chart) and of its pinned sources, oldest first, like flux events: LAST SEEN, TYPE, REASON, OBJECT
+and MESSAGE. The API server keeps events for an hour by
 default; the receipts (tidegate get receipts) keep the gate decisions.`,
 		Example: `  tidegate events web -n fleet`,
 		Args:    exactArgs(1),
@@ -68,18 +70,20 @@ default; the receipts (tidegate get receipts) keep the gate decisions.`,
 }
 
 func rolloutEvents(ctx context.Context, c client.Client, ns, name string) ([]eventRow, error) {
-	if _, err := getRollout(ctx, c, ns, name); err != nil {
+	fr, err := getRollout(ctx, c, ns, name)
+	if err != nil {
 		return nil, err
 	}
 	// The objects whose events are shown, by kind and name.
 	objects := map[string]bool{v1alpha1.FleetRolloutKind + "/" + name: true}
 	owned := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{v1alpha1.RolloutLabel: name}}
-	var kss kustomizev1.KustomizationList
-	if err := c.List(ctx, &kss, owned...); err != nil {
-		return nil, apiError(err, "listing the Kustomizations of fleetrollout "+ns+"/"+name)
+	kind := engine.MemberKind(fr)
+	members, err := ops.ListMembers(ctx, c, fr, owned...)
+	if err != nil {
+		return nil, apiError(err, "listing the "+kind+"s of fleetrollout "+ns+"/"+name)
 	}
-	for _, ks := range kss.Items {
-		objects[kustomizev1.KustomizationKind+"/"+ks.Name] = true
+	for _, m := range members {
+		objects[kind+"/"+m.GetName()] = true
 	}
 	var gits sourcev1.GitRepositoryList
 	if err := c.List(ctx, &gits, owned...); err != nil && !meta.IsNoMatchError(err) {

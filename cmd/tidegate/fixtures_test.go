@@ -78,12 +78,17 @@ var (
 // createWithStatus creates obj, then writes its status through the status subresource, as the
 // controllers do.
 func createWithStatus(ctx context.Context, obj client.Object) error {
+	return createWithStatusIn(ctx, k8s, obj)
+}
+
+// createWithStatusIn is createWithStatus through client c.
+func createWithStatusIn(ctx context.Context, c client.Client, obj client.Object) error {
 	want := obj.DeepCopyObject().(client.Object)
-	if err := k8s.Create(ctx, obj); err != nil {
+	if err := c.Create(ctx, obj); err != nil {
 		return fmt.Errorf("creating %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
 	}
 	want.SetResourceVersion(obj.GetResourceVersion())
-	if err := k8s.Status().Update(ctx, want); err != nil {
+	if err := c.Status().Update(ctx, want); err != nil {
 		return fmt.Errorf("writing the status of %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil

@@ -37,7 +37,7 @@ type (
 // inspectTools adds the read tools get_fleet_cluster_revision, explain_fleet_gate and
 // preview_fleet_change.
 func (s *mcpServer) inspectTools(server *mcp.Server) {
-	tool(server, "get_fleet_cluster_revision", "A cluster's desired revision (what tidegate asks Flux to apply: its per-cluster Kustomization's pinned source and digest) and live revision (what kustomize-controller last applied, Ready, since when), whether they agree, and its wave, per rollout that targets it (as tidegate revision).",
+	tool(server, "get_fleet_cluster_revision", "A cluster's desired revision (what tidegate asks Flux to apply: its per-cluster Kustomization's, or a chart rollout's HelmRelease's, pinned source and digest) and live revision (what kustomize-controller or helm-controller last applied, Ready, since when), whether they agree, and its wave, per rollout that targets it (as tidegate revision).",
 		true, func(ctx context.Context, in clusterRevisionInput) (any, error) {
 			return ops.RevisionsOf(ctx, s.c, s.namespace(in.Namespace), in.Cluster, in.Rollout)
 		})

@@ -29,7 +29,7 @@ type (
 // recordTools adds the read tools get_fleet_rollout_events, get_fleet_rollout_ledger and
 // verify_fleet_receipts: the reads of tidegate events, receipts export and receipts verify.
 func (s *mcpServer) recordTools(server *mcp.Server) {
-	tool(server, "get_fleet_rollout_events", "The Kubernetes events of a FleetRollout, of its per-cluster Kustomizations and of its pinned sources, oldest first (as tidegate events -o json): lastSeen, type, reason, the object's kind and name, message, count, the component that reported it. The API server keeps events for about an hour; the receipts and the ledger keep the decisions.",
+	tool(server, "get_fleet_rollout_events", "The Kubernetes events of a FleetRollout, of its per-cluster Kustomizations (HelmReleases for a rollout of a Helm chart) and of its pinned sources, oldest first (as tidegate events -o json): lastSeen, type, reason, the object's kind and name, message, count, the component that reported it. The API server keeps events for about an hour; the receipts and the ledger keep the decisions.",
 		true, func(ctx context.Context, in rolloutInput) (any, error) {
 			ns := s.namespace(in.Namespace)
 			rows, err := rolloutEvents(ctx, s.c, ns, in.Name)

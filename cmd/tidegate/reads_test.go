@@ -109,22 +109,36 @@ func TestKubeReadsGolden(t *testing.T) {
 			checkKubeGolden(t, tt.name, tt.args, r)
 		})
 	}
-	entries, err := os.ReadDir(kubeGoldenDir)
+	checkNoStaleGolden(t, kubeGoldenDir, written)
+}
+
+// checkNoStaleGolden fails for each file of dir that is not written.
+func checkNoStaleGolden(t *testing.T, dir string, written map[string]bool) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
 		if !written[e.Name()] {
-			t.Errorf("testdata/golden/cli/kube/%s is stale: no case writes it", e.Name())
+			rel, _ := filepath.Rel(testenv.RepoRoot(), filepath.Join(dir, e.Name()))
+			t.Errorf("%s is stale: no case writes it", rel)
 		}
 	}
 }
 
 func checkKubeGolden(t *testing.T, name string, args []string, r cliResult) {
 	t.Helper()
+	checkGoldenIn(t, kubeGoldenDir, name, args, r)
+}
+
+// checkGoldenIn compares what the command line printed for args, and its exit code, with
+// dir/name.golden.
+func checkGoldenIn(t *testing.T, dir, name string, args []string, r cliResult) {
+	t.Helper()
 	var got bytes.Buffer
 	fmt.Fprintf(&got, "$ tidegate %s\nexit: %d\n--- stdout\n%s--- stderr\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
-	golden.Check(t, filepath.Join(kubeGoldenDir, name+".golden"), got.Bytes(), *update, "go test ./cmd/tidegate -update")
+	golden.Check(t, filepath.Join(dir, name+".golden"), got.Bytes(), *update, "go test ./cmd/tidegate -update")
 }
 
 // TestNoHub checks that a kubeconfig that cannot be read, and an API server that does not answer,

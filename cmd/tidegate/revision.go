@@ -22,10 +22,12 @@ alone), the desired revision (what tidegate asks Flux to apply there: the revisi
 Kustomization <rollout>-<cluster> was switched to, the pinned source it points at and that
 source's artifact digest) beside the live revision (what kustomize-controller last applied:
 status.lastAppliedRevision and lastAttemptedRevision, and its Ready condition), whether they
-agree, and the wave the cluster is in.
+agree, and the wave the cluster is in. For a rollout of a Helm chart (spec.chart) the member is
+the HelmRelease <rollout>-<cluster>, and its live revision the OCI digest of the chart its latest
+release installed (status.history) and the one helm-controller last attempted.
 
-They agree when the Kustomization last applied the revision it points at and is Ready for its
-current spec. A rollout whose wave has not reached the cluster has no Kustomization yet.
+They agree when the member last applied the revision it points at and is Ready for its current
+spec. A rollout whose wave has not reached the cluster has no member there yet.
 
 Exit code: 0 when every rollout's live revision is its desired one, 1 when one is not, 2 on an
 API error or a cluster nothing refers to.`,

@@ -133,9 +133,14 @@ type cliResult struct {
 
 // tidegate runs the command line in-process against the hub, with the test kubeconfig and clock.
 func tidegate(ctx context.Context, args ...string) cliResult {
+	return tidegateAt(ctx, kubeconfig, args...)
+}
+
+// tidegateAt runs the command line in-process with the kubeconfig file kc and the test clock.
+func tidegateAt(ctx context.Context, kc string, args ...string) cliResult {
 	var stdout, stderr bytes.Buffer
 	e := &cliEnv{now: func() time.Time { return fixedNow }, pollInterval: 50 * time.Millisecond}
-	code := runContext(ctx, e, append([]string{"--kubeconfig", kubeconfig}, args...), strings.NewReader(""), &stdout, &stderr)
+	code := runContext(ctx, e, append([]string{"--kubeconfig", kc}, args...), strings.NewReader(""), &stdout, &stderr)
 	return cliResult{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 

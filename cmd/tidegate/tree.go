@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fluxcd/cli-utils/pkg/object"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	fluxmeta "github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
@@ -17,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
+	"github.com/tidegate/tidegate/internal/ops"
 )
 
 // treeNode is one object of `tree`; -o json and -o yaml print the tree of them.
@@ -28,12 +31,13 @@ type treeNode struct {
 	Name      string `json:"name"`
 	// Role of a pinned source: candidate, known-good, or empty for an older one.
 	Role string `json:"role,omitempty"`
-	// Wave and Cluster of a per-cluster Kustomization.
+	// Wave and Cluster of a member: a per-cluster Kustomization, or HelmRelease of a chart rollout.
 	Wave    string `json:"wave,omitempty"`
 	Cluster string `json:"cluster,omitempty"`
-	// Revision of a source's artifact, or the one a Kustomization last applied.
+	// Revision of a source's artifact, or the one a member last applied (a HelmRelease's: the OCI
+	// digest of its latest release's chart).
 	Revision string `json:"revision,omitempty"`
-	// Ready is the Ready condition's status of a source or Kustomization.
+	// Ready is the Ready condition's status of a source or member.
 	Ready    string      `json:"ready,omitempty"`
 	Children []*treeNode `json:"children,omitempty"`
 }
@@ -42,12 +46,14 @@ func newTreeCommand(k *kubeOptions) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "tree ROLLOUT",
-		Short: "Show a rollout's pinned sources, per-cluster Kustomizations and what they applied",
+		Short: "Show a rollout's pinned sources, per-cluster Kustomizations or HelmReleases and what they applied",
 		Long: `tree shows what a FleetRollout owns, like flux tree: its pinned sources (GitRepository or
 OCIRepository labelled tidegate.dev/rollout, with the revision of their artifact: the candidate's,
-the known-good's, older ones), under each source the per-cluster Kustomizations that point at it
-(with their wave, the revision they last applied and Ready), and under each Kustomization the
-objects of its inventory (status.inventory), as Kind/namespace/name.`,
+the known-good's, older ones), under each source the per-cluster members that point at it (with
+their wave, the revision they last applied and Ready), and under each member the objects of its
+inventory (status.inventory), as Kind/namespace/name. The members are Kustomizations, or
+HelmReleases for a rollout of a Helm chart (spec.chart), whose revision is the OCI digest of the
+chart their latest release installed.`,
 		Example: `  tidegate tree web -n fleet`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -101,29 +107,29 @@ func buildTree(ctx context.Context, c client.Client, ns, name string) (*treeNode
 	})
 	root.Children = sources
 
-	var kss kustomizev1.KustomizationList
-	if err := c.List(ctx, &kss, client.InNamespace(ns), owned); err != nil {
-		return nil, apiError(err, "listing the Kustomizations of fleetrollout "+ns+"/"+name)
+	kind := engine.MemberKind(fr)
+	members, err := ops.ListMembers(ctx, c, fr, client.InNamespace(ns), owned)
+	if err != nil {
+		return nil, apiError(err, "listing the "+kind+"s of fleetrollout "+ns+"/"+name)
 	}
-	slices.SortFunc(kss.Items, func(a, b kustomizev1.Kustomization) int { return strings.Compare(a.Name, b.Name) })
-	for i := range kss.Items {
-		ks := &kss.Items[i]
+	slices.SortFunc(members, func(a, b client.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
+	for _, m := range members {
+		o := engine.Observe(m)
 		n := &treeNode{
-			Kind: kustomizev1.KustomizationKind, Namespace: ks.Namespace, Name: ks.Name,
-			Wave: ks.Labels[v1alpha1.WaveLabel], Cluster: ks.Labels[v1alpha1.ClusterLabel],
-			Revision: ks.Status.LastAppliedRevision,
+			Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName(),
+			Wave: m.GetLabels()[v1alpha1.WaveLabel], Cluster: m.GetLabels()[v1alpha1.ClusterLabel],
+			Revision: o.LastApplied, Ready: string(o.Ready),
 		}
-		n.Ready, _, _ = readyOf(ks.Status.Conditions)
-		if ks.Status.Inventory != nil {
-			for _, e := range ks.Status.Inventory.Entries {
+		if inv, _ := engine.MemberInventory(m); inv != nil {
+			for _, e := range inv.Entries {
 				n.Children = append(n.Children, inventoryNode(e))
 			}
 		}
 		// Under the pinned source it points at; under the rollout when that is not one of its pins.
 		parent := root
+		srcKind, srcNS, srcName := engine.MemberSourceRef(m)
 		for _, s := range sources {
-			if s.Kind == ks.Spec.SourceRef.Kind && s.Name == ks.Spec.SourceRef.Name &&
-				(ks.Spec.SourceRef.Namespace == "" || ks.Spec.SourceRef.Namespace == ns) {
+			if s.Kind == srcKind && s.Name == srcName && (srcNS == "" || srcNS == ns) {
 				parent = s
 				break
 			}
@@ -148,8 +154,8 @@ func sourceNode(fr *v1alpha1.FleetRollout, kind string, obj client.Object, artif
 	return n
 }
 
-// inventoryNode is one entry of a Kustomization's inventory, whose ID is Flux's
-// "<namespace>_<name>_<group>_<kind>".
+// inventoryNode is one entry of a member's inventory (engine.MemberInventory), whose ID is
+// Flux's "<namespace>_<name>_<group>_<kind>".
 func inventoryNode(e kustomizev1.ResourceRef) *treeNode {
 	id, err := object.ParseObjMetadata(e.ID)
 	if err != nil {
@@ -174,7 +180,7 @@ func (n *treeNode) label() string {
 	}
 	if n.Revision != "" {
 		notes = append(notes, n.Revision)
-	} else if n.Kind == kustomizev1.KustomizationKind {
+	} else if n.Kind == kustomizev1.KustomizationKind || n.Kind == helmv2.HelmReleaseKind {
 		notes = append(notes, "nothing applied yet")
 	}
 	if n.Ready != "" {

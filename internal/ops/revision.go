@@ -6,15 +6,14 @@ import (
 	"slices"
 	"strings"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
+	"github.com/tidegate/tidegate/engine"
 )
 
 // ClusterRevisions is what one cluster should run and runs, per rollout that targets it.
@@ -24,27 +23,32 @@ type ClusterRevisions struct {
 }
 
 // ClusterRevision is one rollout's revision on one cluster: the desired one (what tidegate asks
-// Flux to apply there, the per-cluster Kustomization's spec) beside the live one (what
-// kustomize-controller reports it applied, the Kustomization's status).
+// Flux to apply there, the spec of the cluster's member: its Kustomization, or for a rollout of a
+// Helm chart its HelmRelease) beside the live one (what kustomize-controller or helm-controller
+// reports it applied, the member's status).
 type ClusterRevision struct {
 	Rollout string `json:"rollout"`
 	// Wave is the wave the cluster is a member of in the rollout's status, else the one its
-	// Kustomization is labelled with.
+	// member is labelled with.
 	Wave string `json:"wave,omitempty"`
-	// Kustomization is the per-cluster Kustomization; nil when the rollout has not written one yet.
-	Kustomization *Ref             `json:"kustomization,omitempty"`
-	Desired       *DesiredRevision `json:"desired,omitempty"`
-	Live          *LiveRevision    `json:"live,omitempty"`
-	// Agree is true when the live revision is the desired one: the Kustomization last applied
-	// the revision it points at, and its Ready condition is True for its current spec.
+	// Kustomization is the per-cluster Kustomization of a rollout of a kustomize package; nil when
+	// the rollout has not written one yet.
+	Kustomization *Ref `json:"kustomization,omitempty"`
+	// HelmRelease is the per-cluster HelmRelease of a rollout of a Helm chart (spec.chart); nil
+	// when the rollout has not written one yet.
+	HelmRelease *Ref             `json:"helmRelease,omitempty"`
+	Desired     *DesiredRevision `json:"desired,omitempty"`
+	Live        *LiveRevision    `json:"live,omitempty"`
+	// Agree is true when the live revision is the desired one: the member last applied the
+	// revision it points at, and its Ready condition is True for its current spec.
 	Agree bool `json:"agree"`
 	// Message says why they do not agree, or what is in between.
 	Message string `json:"message,omitempty"`
 }
 
-// DesiredRevision is what the per-cluster Kustomization asks for: the revision tidegate switched
-// it to (annotation tidegate.dev/revision), the pinned source it points at (spec.sourceRef) and
-// that source's artifact digest.
+// DesiredRevision is what the cluster's member asks for: the revision tidegate switched it to
+// (annotation tidegate.dev/revision), the pinned source it points at (a Kustomization's
+// spec.sourceRef, a HelmRelease's spec.chartRef) and that source's artifact digest.
 type DesiredRevision struct {
 	Revision string `json:"revision"`
 	Digest   string `json:"digest,omitempty"`
@@ -53,20 +57,25 @@ type DesiredRevision struct {
 	Role string `json:"role,omitempty"`
 }
 
-// LiveRevision is what kustomize-controller reports of the Kustomization.
+// LiveRevision is what kustomize-controller reports of a Kustomization, or helm-controller of a
+// HelmRelease, as the engine observes it (engine.Observe): a Kustomization's
+// status.lastAppliedRevision and lastAttemptedRevision; for a HelmRelease, the OCI digest of the
+// chart of its latest release (status.history, a release that failed too) and
+// status.lastAttemptedRevisionDigest, which name the revision as its pinned source's
+// "<tag>@sha256:<digest>" does.
 type LiveRevision struct {
 	LastAppliedRevision   string       `json:"lastAppliedRevision,omitempty"`
 	LastAttemptedRevision string       `json:"lastAttemptedRevision,omitempty"`
 	Ready                 Condition    `json:"ready"`
 	Since                 *metav1.Time `json:"since,omitempty"`
-	// Current is false while kustomize-controller has not yet acted on the Kustomization's
-	// latest spec (status.observedGeneration behind metadata.generation).
+	// Current is false while Flux has not yet acted on the member's latest spec
+	// (status.observedGeneration behind metadata.generation).
 	Current bool `json:"current"`
 }
 
-// RevisionsOf says, for cluster ns/name, per rollout of ns that targets it (a Kustomization
-// labelled with the cluster, or a wave of the rollout's status listing it), or for rollout alone
-// when it is given, what the cluster should run and what it runs.
+// RevisionsOf says, for cluster ns/name, per rollout of ns that targets it (a member labelled with
+// the cluster, or a wave of the rollout's status listing it), or for rollout alone when it is
+// given, what the cluster should run and what it runs.
 func RevisionsOf(ctx context.Context, c client.Client, ns, cluster, rollout string) (ClusterRevisions, error) {
 	out := ClusterRevisions{Cluster: Ref{Kind: "fleetcluster", Namespace: ns, Name: cluster}, Rollouts: []ClusterRevision{}}
 	if cluster == "" {
@@ -94,35 +103,45 @@ func RevisionsOf(ctx context.Context, c client.Client, ns, cluster, rollout stri
 		}
 		rollouts = list.Items
 	}
-	var kss kustomizev1.KustomizationList
-	if err := c.List(ctx, &kss, client.InNamespace(ns), sel); err != nil {
-		return out, AsError(err, Ref{Kind: "kustomizations", Namespace: ns})
-	}
-	byRollout := map[string]*kustomizev1.Kustomization{}
-	// Should two name the same rollout, the one whose name sorts first counts, as the FleetCluster
-	// controller's status.rollouts has it.
-	slices.SortFunc(kss.Items, func(a, b kustomizev1.Kustomization) int { return strings.Compare(a.Name, b.Name) })
-	for i := range kss.Items {
-		if r := kss.Items[i].Labels[v1alpha1.RolloutLabel]; byRollout[r] == nil {
-			byRollout[r] = &kss.Items[i]
+	// The cluster's members, by kind and rollout: each kind the rollouts' members are of is listed
+	// once (HelmReleases only when a rollout is of a chart, see ListMembers), and a rollout's member
+	// is one of its kind.
+	members := map[string]map[string]client.Object{}
+	for i := range rollouts {
+		kind := engine.MemberKind(&rollouts[i])
+		if members[kind] != nil {
+			continue
+		}
+		objs, err := ListMembers(ctx, c, &rollouts[i], client.InNamespace(ns), sel)
+		if err != nil {
+			return out, AsError(err, Ref{Kind: strings.ToLower(kind) + "s", Namespace: ns})
+		}
+		// Should two name the same rollout, the one whose name sorts first counts, as the
+		// FleetCluster controller's status.rollouts has it.
+		slices.SortFunc(objs, func(a, b client.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
+		members[kind] = map[string]client.Object{}
+		for _, obj := range objs {
+			if r := obj.GetLabels()[v1alpha1.RolloutLabel]; members[kind][r] == nil {
+				members[kind][r] = obj
+			}
 		}
 	}
 
 	for i := range rollouts {
 		fr := &rollouts[i]
-		ks := byRollout[fr.Name]
+		member := members[engine.MemberKind(fr)][fr.Name]
 		wave := waveOf(fr, cluster)
-		if ks == nil && wave == "" && rollout == "" {
+		if member == nil && wave == "" && rollout == "" {
 			continue // the rollout does not target this cluster
 		}
-		cr, err := clusterRevision(ctx, c, fr, cluster, wave, ks)
+		cr, err := clusterRevision(ctx, c, fr, cluster, wave, member)
 		if err != nil {
 			return out, err
 		}
 		out.Rollouts = append(out.Rollouts, cr)
 	}
-	// Only a cluster nothing refers to is not found: Kustomizations of a FleetCluster that was
-	// deleted still say what its members run.
+	// Only a cluster nothing refers to is not found: the members of a FleetCluster that was
+	// deleted still say what they run.
 	if apierrors.IsNotFound(clusterErr) && len(out.Rollouts) == 0 {
 		return out, AsError(clusterErr, out.Cluster)
 	}
@@ -139,45 +158,52 @@ func waveOf(fr *v1alpha1.FleetRollout, cluster string) string {
 	return ""
 }
 
-func clusterRevision(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, cluster, wave string, ks *kustomizev1.Kustomization) (ClusterRevision, error) {
+// clusterRevision is what member (of fr's kind, nil when fr has written none for cluster) asks
+// for and reports.
+func clusterRevision(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, cluster, wave string, member client.Object) (ClusterRevision, error) {
 	cr := ClusterRevision{Rollout: fr.Name, Wave: wave}
-	if ks == nil {
-		cr.Message = "no Kustomization " + v1alpha1.KustomizationName(fr.Name, cluster) + " yet: the rollout has not switched this cluster to any revision"
+	kind := engine.MemberKind(fr)
+	if member == nil {
+		cr.Message = fmt.Sprintf("no %s %s yet: the rollout has not switched this cluster to any revision", kind, v1alpha1.KustomizationName(fr.Name, cluster))
 		if wave != "" {
-			cr.Message = fmt.Sprintf("no Kustomization %s yet: wave %s has not switched this cluster", v1alpha1.KustomizationName(fr.Name, cluster), wave)
+			cr.Message = fmt.Sprintf("no %s %s yet: wave %s has not switched this cluster", kind, v1alpha1.KustomizationName(fr.Name, cluster), wave)
 		}
 		return cr, nil
 	}
 	if cr.Wave == "" {
-		cr.Wave = ks.Labels[v1alpha1.WaveLabel]
+		cr.Wave = member.GetLabels()[v1alpha1.WaveLabel]
 	}
-	cr.Kustomization = &Ref{Kind: kustomizev1.KustomizationKind, Namespace: ks.Namespace, Name: ks.Name}
-	desired, err := desiredOf(ctx, c, fr, ks)
+	ref := &Ref{Kind: kind, Namespace: member.GetNamespace(), Name: member.GetName()}
+	if fr.IsChart() {
+		cr.HelmRelease = ref
+	} else {
+		cr.Kustomization = ref
+	}
+	desired, err := desiredOf(ctx, c, fr, member)
 	if err != nil {
 		return cr, err
 	}
 	cr.Desired = desired
-	cr.Live = liveOf(ks)
-	cr.Agree, cr.Message = agree(desired, cr.Live)
+	cr.Live = liveOf(member)
+	cr.Agree, cr.Message = agree(kind, desired, cr.Live)
 	return cr, nil
 }
 
-// desiredOf reads what ks asks for. The digest is that of the pinned source's artifact; a pinned
-// source that is gone or serves nothing leaves the digest the rollout's status recorded for that
-// source, and when neither knows it, none.
-func desiredOf(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, ks *kustomizev1.Kustomization) (*DesiredRevision, error) {
-	ref := ks.Spec.SourceRef
-	ns := ref.Namespace
+// desiredOf reads what member asks for. The digest is that of the pinned source's artifact; a
+// pinned source that is gone or serves nothing leaves the digest the rollout's status recorded for
+// that source, and when neither knows it, none.
+func desiredOf(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, member client.Object) (*DesiredRevision, error) {
+	kind, ns, name := engine.MemberSourceRef(member)
 	if ns == "" {
-		ns = ks.Namespace
+		ns = member.GetNamespace()
 	}
-	d := &DesiredRevision{Revision: ks.Annotations[v1alpha1.RevisionAnnotation], Source: Ref{Kind: ref.Kind, Namespace: ns, Name: ref.Name}}
+	d := &DesiredRevision{Revision: member.GetAnnotations()[v1alpha1.RevisionAnnotation], Source: Ref{Kind: kind, Namespace: ns, Name: name}}
 	// The candidate first: after a rollout completed, it is the known-good as well.
 	for _, r := range []struct {
 		role string
 		rev  *v1alpha1.RevisionStatus
 	}{{"candidate", fr.Status.Candidate}, {"known-good", fr.Status.LastKnownGood}} {
-		if r.rev != nil && r.rev.Source == ref.Name {
+		if r.rev != nil && r.rev.Source == name {
 			d.Role, d.Digest = r.role, r.rev.Digest
 			if d.Revision == "" {
 				d.Revision = r.rev.Revision
@@ -186,9 +212,9 @@ func desiredOf(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, 
 		}
 	}
 	var artifact *meta.Artifact
-	key := client.ObjectKey{Namespace: ns, Name: ref.Name}
+	key := client.ObjectKey{Namespace: ns, Name: name}
 	var err error
-	switch ref.Kind {
+	switch kind {
 	case sourcev1.GitRepositoryKind:
 		var s sourcev1.GitRepository
 		if err = c.Get(ctx, key, &s); err == nil {
@@ -212,33 +238,38 @@ func desiredOf(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, 
 	return d, nil
 }
 
-func liveOf(ks *kustomizev1.Kustomization) *LiveRevision {
+// liveOf is what member reports it applied, as the engine observes it.
+func liveOf(member client.Object) *LiveRevision {
+	o := engine.Observe(member)
 	l := &LiveRevision{
-		LastAppliedRevision:   ks.Status.LastAppliedRevision,
-		LastAttemptedRevision: ks.Status.LastAttemptedRevision,
+		LastAppliedRevision:   o.LastApplied,
+		LastAttemptedRevision: o.LastAttempted,
 		Ready:                 Condition{Status: string(metav1.ConditionUnknown)},
-		Current:               ks.Status.ObservedGeneration >= ks.Generation,
+		Current:               o.Current,
 	}
-	if rc := apimeta.FindStatusCondition(ks.Status.Conditions, meta.ReadyCondition); rc != nil {
+	if rc := memberReady(member); rc != nil {
 		l.Ready = Condition{Status: string(rc.Status), Reason: rc.Reason, Message: OneLine(rc.Message)}
 		l.Since = &rc.LastTransitionTime
 	}
 	return l
 }
 
-// agree tells whether the live revision is the desired one, and else what stands between them.
-func agree(d *DesiredRevision, l *LiveRevision) (bool, string) {
+// agree tells whether the live revision of a member of kind is the desired one, and else what
+// stands between them. Revisions compare by the commit or digest they name (engine.SameRevision):
+// a HelmRelease reports the digest alone.
+func agree(kind string, d *DesiredRevision, l *LiveRevision) (bool, string) {
+	controller := memberController(kind)
 	switch {
 	case d.Revision == "":
-		return false, "the Kustomization does not say which revision it was switched to (no " + v1alpha1.RevisionAnnotation + " annotation)"
+		return false, "the " + kind + " does not say which revision it was switched to (no " + v1alpha1.RevisionAnnotation + " annotation)"
 	case l.LastAppliedRevision == "" && l.LastAttemptedRevision == "":
-		return false, "kustomize-controller has applied nothing yet"
-	case l.LastAppliedRevision != d.Revision && l.LastAttemptedRevision == d.Revision:
+		return false, controller + " has applied nothing yet"
+	case !engine.SameRevision(l.LastAppliedRevision, d.Revision) && engine.SameRevision(l.LastAttemptedRevision, d.Revision):
 		return false, fmt.Sprintf("applying %s failed or is under way (Ready %s: %s); the cluster still runs %s", d.Revision, l.Ready.Status, OrDash(l.Ready.Message), OrDash(l.LastAppliedRevision))
-	case l.LastAppliedRevision != d.Revision:
-		return false, fmt.Sprintf("the cluster runs %s; kustomize-controller has not yet attempted %s", OrDash(l.LastAppliedRevision), d.Revision)
+	case !engine.SameRevision(l.LastAppliedRevision, d.Revision):
+		return false, fmt.Sprintf("the cluster runs %s; %s has not yet attempted %s", OrDash(l.LastAppliedRevision), controller, d.Revision)
 	case !l.Current:
-		return false, "kustomize-controller has not yet acted on the Kustomization's latest spec"
+		return false, controller + " has not yet acted on the " + kind + "'s latest spec"
 	case l.Ready.Status != string(metav1.ConditionTrue):
 		return false, strings.TrimSpace(fmt.Sprintf("applied, but Ready is %s: %s", l.Ready.Status, l.Ready.Message))
 	}
