@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"fmt"
 	"testing"
 
@@ -18,7 +16,7 @@ func BenchmarkNotOurSpec1000Clusters(b *testing.B) {
 	fr := &v1alpha1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "fleet"},
 		Spec: v1alpha1.FleetRolloutSpec{SourceRef: v1alpha1.SourceReference{Kind: "GitRepository", Name: "fleet"}}}
 	w := &engine.World{Rollout: fr, Clusters: map[string]*v1alpha1.FleetCluster{}}
-	objects := map[string]client.Object{}
+	objects := map[string]engine.Object{}
 	for i := range 1000 {
 		fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cluster-%04d", i), Namespace: fr.Namespace}}
 		w.Clusters[fc.Name] = fc

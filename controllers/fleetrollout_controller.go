@@ -438,13 +438,13 @@ func (r *FleetRolloutReconciler) settle(p *pass) outcome {
 
 // listMembers lists the rollout's members by cluster, from the cache: its Kustomizations, or its
 // HelmReleases for a chart.
-func (r *FleetRolloutReconciler) listMembers(ctx context.Context, fr *v1alpha1.FleetRollout) (map[string]client.Object, error) {
+func (r *FleetRolloutReconciler) listMembers(ctx context.Context, fr *v1alpha1.FleetRollout) (map[string]engine.Object, error) {
 	list := engine.NewMemberList(fr)
 	if err := r.List(ctx, list, client.InNamespace(fr.Namespace), client.MatchingLabels{v1alpha1.RolloutLabel: fr.Name}); err != nil {
 		return nil, fmt.Errorf("listing %ss of fleetrollout %s/%s: %w", strings.ToLower(engine.MemberKind(fr)), fr.Namespace, fr.Name, err)
 	}
 	items := engine.MemberItems(list)
-	out := make(map[string]client.Object, len(items))
+	out := make(map[string]engine.Object, len(items))
 	for _, m := range items {
 		if c := m.GetLabels()[v1alpha1.ClusterLabel]; c != "" && metav1.IsControlledBy(m, fr) {
 			out[c] = m

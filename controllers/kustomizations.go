@@ -221,7 +221,7 @@ func (b *writeBackoff) wrote(fr *v1alpha1.FleetRollout, cluster string, cached, 
 // rollout wrote while the cache still holds the copy that write replaced (none, for a create), so
 // that a pass that follows a write closely neither writes it again nor counts the cluster as not
 // switched. A write the cache shows (its copy moved on) is forgotten.
-func (b *writeBackoff) overlay(fr *v1alpha1.FleetRollout, existing map[string]client.Object) {
+func (b *writeBackoff) overlay(fr *v1alpha1.FleetRollout, existing map[string]engine.Object) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k, w := range b.unseen {

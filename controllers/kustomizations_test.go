@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"maps"
 	"reflect"
 	"testing"
@@ -72,7 +70,7 @@ func TestObservationOfASpecNotOursIsNotCurrent(t *testing.T) {
 		ks.Status.Conditions = []metav1.Condition{{Type: meta.ReadyCondition, Status: metav1.ConditionFalse, Reason: meta.ArtifactFailedReason,
 			Message: "kustomization path not found", ObservedGeneration: 2}}
 		p := &pass{World: &engine.World{Rollout: fr, Clusters: map[string]*v1alpha1.FleetCluster{"eu-1": fc}}}
-		p.Observe(map[string]client.Object{"eu-1": ks})
+		p.Observe(map[string]engine.Object{"eu-1": ks})
 		notOurSpec(p)
 		o := p.Kustomizations["eu-1"]
 		if o.Current != tc.current || o.FailedAt("web-abc", "main@sha1:abc") != tc.current {
@@ -93,7 +91,7 @@ func TestWritesTheCacheHasNotShownYet(t *testing.T) {
 	b.wrote(fr, "a", old, written)
 	b.wrote(fr, "b", nil, created)
 
-	stale := map[string]client.Object{"a": old}
+	stale := map[string]engine.Object{"a": old}
 	b.overlay(other, stale)
 	if stale["a"] != old || stale["b"] != nil {
 		t.Fatalf("another rollout's writes were overlaid: %v", stale)
@@ -103,7 +101,7 @@ func TestWritesTheCacheHasNotShownYet(t *testing.T) {
 		t.Fatalf("before the cache shows the writes, the pass sees them: %v", stale)
 	}
 
-	fresh := map[string]client.Object{
+	fresh := map[string]engine.Object{
 		"a": &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: "web-a", ResourceVersion: "11"}},
 		"b": &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: "web-b", ResourceVersion: "12"}},
 	}

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"fmt"
 	"testing"
 	"time"
@@ -16,7 +14,7 @@ import (
 
 // benchFleet is a 1,000-cluster fleet mid-rollout: canary and ring done, the last wave of 900
 // clusters soaking, every Kustomization Ready at the candidate.
-func benchFleet(b *testing.B) (*v1alpha1.FleetRollout, *World, map[string]client.Object) {
+func benchFleet(b *testing.B) (*v1alpha1.FleetRollout, *World, map[string]Object) {
 	b.Helper()
 	ten, hundred := int32(10), int32(9)
 	fr := &v1alpha1.FleetRollout{
@@ -55,7 +53,7 @@ func benchFleet(b *testing.B) (*v1alpha1.FleetRollout, *World, map[string]client
 	}
 	w := &World{Rollout: fr, Target: "main@sha1:2", Inventory: inv, Plan: plan, Now: now, Kustomizations: map[string]Observation{},
 		Candidate: SourceState{Exists: true, Ready: true, Revision: "main@sha1:2", Digest: "sha256:2"}}
-	existing := map[string]client.Object{}
+	existing := map[string]Object{}
 	for _, c := range inv {
 		w.Kustomizations[c.Name] = Observation{Exists: true, Source: "web-2", Current: true, ReadyCurrent: true,
 			Ready: metav1.ConditionTrue, LastApplied: "main@sha1:2", LastAttempted: "main@sha1:2"}
@@ -122,7 +120,7 @@ func BenchmarkStepAtRest1000Clusters(b *testing.B) {
 		st.Waves[i].Phase = v1alpha1.WaveSucceeded
 	}
 	w.Clusters = map[string]*v1alpha1.FleetCluster{}
-	w.Objects = map[string]client.Object{}
+	w.Objects = map[string]Object{}
 	labels := clusterWaveLabels(st, w.Plan)
 	for _, c := range w.Inventory {
 		fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: "fleet"}}

@@ -11,7 +11,6 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/verdict"
@@ -229,7 +228,7 @@ func TestObserveHelmRelease(t *testing.T) {
 	if !w.Kustomizations["a"].ReadyAt(src, chartRev) || w.Kustomizations["b"].Exists || MemberSource(w.Objects["b"]) != "" {
 		t.Errorf("world: %+v", w.Kustomizations)
 	}
-	var none client.Object
+	var none Object
 	if MemberSource(none) != "" || MemberSuspended(none) {
 		t.Error("no member has a source or is suspended")
 	}

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
@@ -129,7 +128,7 @@ func retryInterval(t v1alpha1.KustomizationTemplate) *metav1.Duration {
 // SpecKept reports whether existing's spec still has every field desired sets, as desired sets it
 // (fields the API server defaulted, such as a substituteFrom's optional, are not desired's). Both
 // are members of one kind (a Kustomization or a HelmRelease).
-func SpecKept(desired, existing client.Object) (bool, error) {
+func SpecKept(desired, existing Object) (bool, error) {
 	ds, err := memberSpec(desired)
 	if err != nil {
 		return false, err
@@ -181,7 +180,7 @@ func within(want, have any) bool {
 
 // SpecHash is the hash tidegate records on a member it writes (SpecHashAnnotation), over what it
 // writes: its labels, its annotations (before the hash is added) and its spec.
-func SpecHash(obj client.Object) (string, error) {
+func SpecHash(obj Object) (string, error) {
 	spec, err := memberSpec(obj)
 	if err != nil {
 		return "", err
@@ -190,7 +189,7 @@ func SpecHash(obj client.Object) (string, error) {
 }
 
 // StampHashes records on obj, a member about to be written, its spec hash and its build hash.
-func StampHashes(obj client.Object, spec string) error {
+func StampHashes(obj Object, spec string) error {
 	build, err := buildHash(obj)
 	if err != nil {
 		return err
@@ -212,7 +211,7 @@ func StampHashes(obj client.Object, spec string) error {
 // The rest (interval, timeout, retries, prune, wait, health checks, service account, dependencies,
 // deletion policy, labels) says how, when and as whom Flux applies and checks it, not what. Of a
 // HelmRelease: helmReleaseBuild.
-func buildHash(obj client.Object) (string, error) {
+func buildHash(obj Object) (string, error) {
 	if hr, ok := obj.(*helmv2.HelmRelease); ok {
 		return contentHash(helmReleaseBuild(hr)...)
 	}

@@ -8,7 +8,8 @@ import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/kustomize"
 	"github.com/fluxcd/pkg/apis/meta"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
@@ -19,6 +20,20 @@ import (
 // of the revision it runs; the engine reads either through the functions of this file and
 // Observe, so that no decision depends on which it is.
 
+// Object is a member as the engine reads it: an object with metadata, the method set of
+// controller-runtime's client.Object, which the engine does not link (it does no I/O); any
+// client.Object is one, and the other way round.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// ObjectList is a list of members: the method set of controller-runtime's client.ObjectList.
+type ObjectList interface {
+	metav1.ListInterface
+	runtime.Object
+}
+
 // MemberKind is the kind of fr's members: HelmRelease for a chart, else Kustomization.
 func MemberKind(fr *v1alpha1.FleetRollout) string {
 	if fr.IsChart() {
@@ -28,7 +43,7 @@ func MemberKind(fr *v1alpha1.FleetRollout) string {
 }
 
 // NewMemberList is an empty list of fr's members' kind, to list them into (MemberItems).
-func NewMemberList(fr *v1alpha1.FleetRollout) client.ObjectList {
+func NewMemberList(fr *v1alpha1.FleetRollout) ObjectList {
 	if fr.IsChart() {
 		return &helmv2.HelmReleaseList{}
 	}
@@ -36,8 +51,8 @@ func NewMemberList(fr *v1alpha1.FleetRollout) client.ObjectList {
 }
 
 // MemberItems are the members of a list NewMemberList made, each its own pointer into the list.
-func MemberItems(list client.ObjectList) []client.Object {
-	var out []client.Object
+func MemberItems(list ObjectList) []Object {
+	var out []Object
 	switch l := list.(type) {
 	case *kustomizev1.KustomizationList:
 		for i := range l.Items {
@@ -52,7 +67,7 @@ func MemberItems(list client.ObjectList) []client.Object {
 }
 
 // NewMember is an empty object of fr's members' kind, to read one into.
-func NewMember(fr *v1alpha1.FleetRollout) client.Object {
+func NewMember(fr *v1alpha1.FleetRollout) Object {
 	if fr.IsChart() {
 		return &helmv2.HelmRelease{}
 	}
@@ -61,7 +76,7 @@ func NewMember(fr *v1alpha1.FleetRollout) client.Object {
 
 // DesiredMember is what makes cluster fc run t: DesiredHelmRelease for a chart, else
 // DesiredKustomization.
-func DesiredMember(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Target) (client.Object, error) {
+func DesiredMember(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Target) (Object, error) {
 	if fr.IsChart() {
 		return DesiredHelmRelease(fr, fc, tg)
 	}
@@ -69,7 +84,7 @@ func DesiredMember(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Targ
 }
 
 // absent tells whether obj is no member: nil, or a nil pointer of either kind.
-func absent(obj client.Object) bool {
+func absent(obj Object) bool {
 	switch m := obj.(type) {
 	case *kustomizev1.Kustomization:
 		return m == nil
@@ -81,14 +96,14 @@ func absent(obj client.Object) bool {
 
 // MemberSource is the name of the source a member points at: a Kustomization's sourceRef, a
 // HelmRelease's chartRef (or its chart template's sourceRef). "" for no member.
-func MemberSource(obj client.Object) string {
+func MemberSource(obj Object) string {
 	_, _, name := MemberSourceRef(obj)
 	return name
 }
 
 // MemberSourceRef is the source a member points at (MemberSource), with its kind and its
 // namespace, "" for the member's own.
-func MemberSourceRef(obj client.Object) (kind, namespace, name string) {
+func MemberSourceRef(obj Object) (kind, namespace, name string) {
 	if absent(obj) {
 		return "", "", ""
 	}
@@ -111,7 +126,7 @@ func MemberSourceRef(obj client.Object) (kind, namespace, name string) {
 
 // MemberSuspended tells whether someone suspended the member (spec.suspend): Flux applies nothing
 // there until it is resumed.
-func MemberSuspended(obj client.Object) bool {
+func MemberSuspended(obj Object) bool {
 	if absent(obj) {
 		return false
 	}
@@ -125,7 +140,7 @@ func MemberSuspended(obj client.Object) bool {
 }
 
 // memberKubeConfig is the kubeconfig the member reaches its cluster with.
-func memberKubeConfig(obj client.Object) *meta.KubeConfigReference {
+func memberKubeConfig(obj Object) *meta.KubeConfigReference {
 	if absent(obj) {
 		return nil
 	}
@@ -141,7 +156,7 @@ func memberKubeConfig(obj client.Object) *meta.KubeConfigReference {
 // memberValues are the values of its cluster a member was written with: a Kustomization's postBuild
 // substitutions (the template's with the cluster's merged over them: merged over the template's
 // again, they give back what it had), a HelmRelease's ClusterValuesAnnotation.
-func memberValues(obj client.Object) map[string]string {
+func memberValues(obj Object) map[string]string {
 	if absent(obj) {
 		return nil
 	}
@@ -160,7 +175,7 @@ func memberValues(obj client.Object) map[string]string {
 }
 
 // memberSpec is the spec of a member, as SpecHash and SpecKept compare it.
-func memberSpec(obj client.Object) (any, error) {
+func memberSpec(obj Object) (any, error) {
 	switch m := obj.(type) {
 	case *kustomizev1.Kustomization:
 		if m != nil {
@@ -178,7 +193,7 @@ func memberSpec(obj client.Object) (any, error) {
 // Kustomization's inventory (a HelmRelease's has the same entries), and the health check expressions
 // it judges them by: what noDisruption samples (availability.WorkloadsFromInventory). nil when it
 // has none.
-func MemberInventory(obj client.Object) (*kustomizev1.ResourceInventory, []kustomize.CustomHealthCheck) {
+func MemberInventory(obj Object) (*kustomizev1.ResourceInventory, []kustomize.CustomHealthCheck) {
 	if absent(obj) {
 		return nil, nil
 	}
@@ -200,11 +215,11 @@ func MemberInventory(obj client.Object) (*kustomizev1.ResourceInventory, []kusto
 
 // Members is m, members of one kind by cluster, as World.Objects holds them. A nil pointer in m
 // stays in it: every function of this package reads it as no member.
-func Members[M client.Object](m map[string]M) map[string]client.Object {
+func Members[M Object](m map[string]M) map[string]Object {
 	if m == nil {
 		return nil
 	}
-	out := make(map[string]client.Object, len(m))
+	out := make(map[string]Object, len(m))
 	for c, obj := range m {
 		out[c] = obj
 	}

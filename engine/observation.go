@@ -9,7 +9,6 @@ import (
 	"github.com/fluxcd/pkg/apis/meta"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/verdict"
 )
@@ -65,7 +64,7 @@ const maxSeen = 256
 
 // Observe is what member obj says about the revision it runs: a Kustomization, or a HelmRelease
 // (observeHelmRelease). Nothing (nil) says nothing: Exists false.
-func Observe(obj client.Object) Observation {
+func Observe(obj Object) Observation {
 	if absent(obj) {
 		return Observation{}
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tidegate/tidegate/api/v1alpha1"
 )
@@ -17,7 +16,7 @@ const maxOrphaned = 20
 // none. A cluster whose FleetCluster was deleted still has its member, with the kubeconfig
 // and values it was given: a rollback sends it back to the known-good with those (departed), so no
 // member is left behind on a rejected revision. Nothing else is written to it.
-func ClusterFor(clusters map[string]*v1alpha1.FleetCluster, st *v1alpha1.FleetRolloutStatus, c string, existing client.Object) *v1alpha1.FleetCluster {
+func ClusterFor(clusters map[string]*v1alpha1.FleetCluster, st *v1alpha1.FleetRolloutStatus, c string, existing Object) *v1alpha1.FleetCluster {
 	if fc := clusters[c]; fc != nil {
 		return fc
 	}
@@ -30,7 +29,7 @@ func ClusterFor(clusters map[string]*v1alpha1.FleetCluster, st *v1alpha1.FleetRo
 // departed is a stand-in for the deleted FleetCluster c, from its member: the kubeconfig it had,
 // and the values it was written with (memberValues: a Kustomization's substitutions, merged over
 // the template's, give back what it had; a HelmRelease records the cluster's own).
-func departed(c string, obj client.Object) *v1alpha1.FleetCluster {
+func departed(c string, obj Object) *v1alpha1.FleetCluster {
 	fc := &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: obj.GetNamespace()}}
 	if kc := memberKubeConfig(obj); kc != nil {
 		fc.Spec.KubeConfig = kc.DeepCopy()

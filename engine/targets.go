@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/fleets"
 )
@@ -53,7 +51,7 @@ func BuildOfSource(st *v1alpha1.FleetRolloutStatus, source string) *v1alpha1.Bui
 //     when its wave went out, or whose values or credentials changed, is brought to the known-good
 //     by a catch-up wave once the rollout completes (startCatchUp), gated like any other wave; a
 //     catch-up wave's members keep the wave label they had (clusterWaveLabels).
-func Targets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]client.Object) map[string]Target {
+func Targets(fr *v1alpha1.FleetRollout, plan fleets.WavePlan, existing map[string]Object) map[string]Target {
 	st := &fr.Status
 	out := map[string]Target{}
 	kg := st.LastKnownGood
@@ -135,14 +133,14 @@ func rolledBack(source string, st *v1alpha1.FleetRolloutStatus) bool {
 // MayWrite tells whether act may write desired over cluster c's existing Kustomization: c is
 // moving, or desired changes nothing of what Flux applies there (sameBuild): a write then only
 // puts back what someone else changed, or changes how Flux applies it (an interval, a timeout).
-func MayWrite(isMoving func(string) bool, c string, desired, existing client.Object) bool {
+func MayWrite(isMoving func(string) bool, c string, desired, existing Object) bool {
 	return isMoving(c) || sameBuild(desired, existing)
 }
 
 // sameBuild tells whether desired would make Flux apply to the cluster what existing, written by
 // tidegate, does: the same build hash (BuildHashAnnotation). A Kustomization written before that
 // annotation existed is judged on its spec hash: desired is exactly what was written.
-func sameBuild(desired, existing client.Object) bool {
+func sameBuild(desired, existing Object) bool {
 	if absent(desired) || absent(existing) {
 		return false
 	}
@@ -157,7 +155,7 @@ func sameBuild(desired, existing client.Object) bool {
 // sameBuildAt tells whether cluster c's member existing is what tidegate would write for fc at t
 // (sameBuild); a member that cannot be made (DesiredMember failed: the cluster's values do not
 // fit the chart's) is not.
-func sameBuildAt(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, t Target, existing client.Object) bool {
+func sameBuildAt(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, t Target, existing Object) bool {
 	desired, err := DesiredMember(fr, fc, t)
 	return err == nil && sameBuild(desired, existing)
 }

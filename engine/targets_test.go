@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"testing"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -22,7 +20,7 @@ func TestDesiredTargets(t *testing.T) {
 	ks := func(wave string) *kustomizev1.Kustomization {
 		return &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.WaveLabel: wave}}}
 	}
-	existing := map[string]client.Object{"a": ks("canary"), "b": ks("rest"), "c": ks("rest")}
+	existing := map[string]Object{"a": ks("canary"), "b": ks("rest"), "c": ks("rest")}
 
 	fr := &v1alpha1.FleetRollout{Status: v1alpha1.FleetRolloutStatus{
 		Phase: v1alpha1.PhaseProgressing, Candidate: cand, LastKnownGood: kg,
@@ -95,7 +93,7 @@ func TestDesiredTargetsHoldBack(t *testing.T) {
 	}
 	// c's preflight failed (held back, it runs the known-good); d was held back with no
 	// Kustomization yet.
-	existing := map[string]client.Object{"a": at("web-2"), "b": at("web-1"), "c": at("web-1")}
+	existing := map[string]Object{"a": at("web-2"), "b": at("web-1"), "c": at("web-1")}
 	fr := &v1alpha1.FleetRollout{Status: v1alpha1.FleetRolloutStatus{
 		Phase: v1alpha1.PhaseProgressing, Candidate: cand, LastKnownGood: kg,
 		Waves: []v1alpha1.WaveStatus{

@@ -3,8 +3,6 @@ package engine
 import (
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/tidegate/tidegate/api/v1alpha1"
 	"github.com/tidegate/tidegate/fleets"
 	"github.com/tidegate/tidegate/verdict"
@@ -38,7 +36,7 @@ type World struct {
 	// Objects are the rollout's members as read, by cluster name: its Kustomizations, or its
 	// HelmReleases for a chart (member.go); Kustomizations are what each says about the revision it
 	// runs (Observe), whichever kind it is.
-	Objects        map[string]client.Object
+	Objects        map[string]Object
 	Kustomizations map[string]Observation
 	// Candidate and KnownGood are the states of the pinned sources named in status.
 	Candidate SourceState
@@ -66,7 +64,7 @@ type KnownGoodChecks struct {
 }
 
 // Observe records what the members say, by cluster.
-func (w *World) Observe(objects map[string]client.Object) {
+func (w *World) Observe(objects map[string]Object) {
 	w.Objects = objects
 	w.Kustomizations = make(map[string]Observation, len(objects))
 	for c, m := range objects {

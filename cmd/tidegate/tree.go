@@ -112,7 +112,7 @@ func buildTree(ctx context.Context, c client.Client, ns, name string) (*treeNode
 	if err != nil {
 		return nil, apiError(err, "listing the "+kind+"s of fleetrollout "+ns+"/"+name)
 	}
-	slices.SortFunc(members, func(a, b client.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
+	slices.SortFunc(members, func(a, b engine.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
 	for _, m := range members {
 		o := engine.Observe(m)
 		n := &treeNode{

@@ -18,7 +18,7 @@ import (
 // without helm-controller's CRD answers a list of them with no match, and a chart rollout there
 // has written none (its status says to install helm-controller), so it has no members; a kustomize
 // rollout's hub must serve Kustomizations, and one that does not is an error.
-func ListMembers(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, opts ...client.ListOption) ([]client.Object, error) {
+func ListMembers(ctx context.Context, c client.Client, fr *v1alpha1.FleetRollout, opts ...client.ListOption) ([]engine.Object, error) {
 	list := engine.NewMemberList(fr)
 	if err := c.List(ctx, list, opts...); err != nil {
 		if fr.IsChart() && apimeta.IsNoMatchError(err) {

@@ -106,7 +106,7 @@ func RevisionsOf(ctx context.Context, c client.Client, ns, cluster, rollout stri
 	// The cluster's members, by kind and rollout: each kind the rollouts' members are of is listed
 	// once (HelmReleases only when a rollout is of a chart, see ListMembers), and a rollout's member
 	// is one of its kind.
-	members := map[string]map[string]client.Object{}
+	members := map[string]map[string]engine.Object{}
 	for i := range rollouts {
 		kind := engine.MemberKind(&rollouts[i])
 		if members[kind] != nil {
@@ -118,8 +118,8 @@ func RevisionsOf(ctx context.Context, c client.Client, ns, cluster, rollout stri
 		}
 		// Should two name the same rollout, the one whose name sorts first counts, as the
 		// FleetCluster controller's status.rollouts has it.
-		slices.SortFunc(objs, func(a, b client.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
-		members[kind] = map[string]client.Object{}
+		slices.SortFunc(objs, func(a, b engine.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
+		members[kind] = map[string]engine.Object{}
 		for _, obj := range objs {
 			if r := obj.GetLabels()[v1alpha1.RolloutLabel]; members[kind][r] == nil {
 				members[kind][r] = obj

@@ -26,6 +26,10 @@ var testingImporters = map[string]string{
 	// The render's SOPS decryption (evidence/decrypt), as kustomize-controller's: it only asks
 	// testing.Testing() before a hook for its own tests.
 	"github.com/getsops/sops/v3/age": "asks testing.Testing()",
+	// The gates' chart render (evidence/chart), Helm's v4 SDK as helm-controller links it: both
+	// only ask testing.Testing(), for the Kubernetes version Helm assumes in a test binary.
+	"helm.sh/helm/v4/internal/version": "asks testing.Testing()",
+	"helm.sh/helm/v4/pkg/chart/common": "asks testing.Testing()",
 }
 
 // The binaries link no package under test/, and the testing package only through testingImporters.
