@@ -224,7 +224,8 @@ const HelmControllerMissingReason = "HelmControllerMissing"
 
 // resolveTarget reads the tracked source: the revision wanted is spec.revision, else its artifact's.
 // A chart rollout that cannot have HelmReleases (its chart from a GitRepository, or a hub without
-// helm-controller) goes no further.
+// helm-controller), or whose tracked source cannot be pinned (a HelmChart of a GitRepository:
+// unpinnable), goes no further.
 func (r *FleetRolloutReconciler) resolveTarget(ctx context.Context, p *pass) outcome {
 	fr := p.Rollout
 	if why := engine.ChartSourceRefused(fr); why != "" {
@@ -242,6 +243,9 @@ func (r *FleetRolloutReconciler) resolveTarget(ctx context.Context, p *pass) out
 			fmt.Sprintf("%s %s/%s not found: create it or fix spec.sourceRef", kind, fr.Namespace, name), fr.GetRequeueAfter())
 	case err != nil:
 		return retryable(fmt.Errorf("reading source of fleetrollout %s/%s: %w", fr.Namespace, fr.Name, err))
+	}
+	if why := unpinnable(fr, tracked); why != "" {
+		return stalled(v1alpha1.InvalidSpecReason, errors.New(why), 0)
 	}
 	p.tracked, p.TrackedState = tracked, state
 	switch {

@@ -73,6 +73,8 @@ func (r *FleetRolloutReconciler) SetupWithManager(mgr ctrl.Manager, opts FleetRo
 			builder.WithPredicates(sourceChanged)).
 		Watches(&sourcev1.OCIRepository{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.OCIRepositoryKind)),
 			builder.WithPredicates(sourceChanged)).
+		Watches(&sourcev1.HelmChart{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsForSource(sourcev1.HelmChartKind)),
+			builder.WithPredicates(sourceChanged)).
 		Watches(&v1alpha1.FleetCluster{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsInNamespace),
 			builder.WithPredicates(fleetClusterChanged)).
 		WithOptions(controllerOptions(opts.MaxConcurrentReconciles, opts.SkipNameValidation, opts.RateLimiter)).

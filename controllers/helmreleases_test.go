@@ -63,7 +63,7 @@ func TestChartRolloutWritesHelmReleases(t *testing.T) {
 	}
 	r := &FleetRolloutReconciler{Client: counted, APIReader: counted, HelmReleases: true}
 	const rev = chartRevision
-	fr := chartRollout(ctx, t, hub, "charts", v1alpha1.DeletionPolicyOrphan)
+	fr := chartRollout(ctx, t, hub, "charts", v1alpha1.DeletionPolicyOrphan, sourcev1.OCIRepositoryKind)
 	run := func(fr *v1alpha1.FleetRollout) outcome {
 		t.Helper()
 		p := &pass{World: &engine.World{Rollout: fr, Now: time.Now()}}
@@ -140,7 +140,7 @@ func TestChartRolloutWritesHelmReleases(t *testing.T) {
 	}
 	// Deleted with deletionPolicy Delete: the HelmReleases are deleted (helm-controller would
 	// uninstall the release), and the finalizer stays until they are gone.
-	del := chartRollout(ctx, t, hub, "charts-delete", v1alpha1.DeletionPolicyDelete)
+	del := chartRollout(ctx, t, hub, "charts-delete", v1alpha1.DeletionPolicyDelete, sourcev1.OCIRepositoryKind)
 	if o := run(del); o.kind != proceed {
 		t.Fatalf("the pass ended: %+v", o)
 	}
@@ -167,6 +167,43 @@ func TestChartRolloutWritesHelmReleases(t *testing.T) {
 	if o := r.resolveTarget(ctx, p); o.kind != stalling || o.reason != v1alpha1.InvalidSpecReason || !strings.Contains(o.message, "OCIRepository") {
 		t.Errorf("a chart from a GitRepository: %+v", o)
 	}
+
+	// A chart of a HelmChart (of a HelmRepository): the candidate's pinned source is a copy of the
+	// HelmChart asking for exactly the revision's chart version, and each HelmRelease's chartRef
+	// names it. A HelmChart of a GitRepository follows the branch: the rollout is refused, naming
+	// the fix, before anything is pinned or written.
+	hc := chartRollout(ctx, t, hub, "charts-helm", v1alpha1.DeletionPolicyOrphan, sourcev1.HelmChartKind)
+	if o := run(hc); o.kind != proceed {
+		t.Fatalf("the pass of a HelmChart's chart ended: %+v", o)
+	}
+	var pinned sourcev1.HelmChart
+	if err := hub.admin.Get(ctx, client.ObjectKey{Namespace: hc.Namespace, Name: hc.Status.Candidate.Source}, &pinned); err != nil {
+		t.Fatal(err)
+	}
+	if s := pinned.Spec; s.Chart != "web" || s.Version != "0.2.0" || s.SourceRef.Kind != sourcev1.HelmRepositoryKind || s.SourceRef.Name != "charts" ||
+		s.Verify == nil || s.Verify.Provider != "cosign" || s.Interval.Duration != pinnedSourceInterval {
+		t.Errorf("the pinned HelmChart: %+v, want chart web at version 0.2.0 of HelmRepository charts, verified with cosign", s)
+	}
+	for _, c := range []string{"a", "b"} {
+		var hr helmv2.HelmRelease
+		if err := hub.admin.Get(ctx, client.ObjectKey{Namespace: hc.Namespace, Name: v1alpha1.KustomizationName(hc.Name, c)}, &hr); err != nil ||
+			hr.Spec.ChartRef == nil || hr.Spec.ChartRef.Kind != sourcev1.HelmChartKind || hr.Spec.ChartRef.Name != pinned.Name {
+			t.Errorf("cluster %s: %v, chartRef %+v; want the pinned HelmChart %s", c, err, hr.Spec.ChartRef, pinned.Name)
+		}
+	}
+	fromGit := &sourcev1.HelmChart{ObjectMeta: metav1.ObjectMeta{Name: "git-chart", Namespace: hc.Namespace}, Spec: sourcev1.HelmChartSpec{
+		Chart: "./charts/web", SourceRef: sourcev1.LocalHelmChartSourceReference{Kind: sourcev1.GitRepositoryKind, Name: "apps"},
+		Interval: metav1.Duration{Duration: time.Minute}}}
+	if err := hub.admin.Create(ctx, fromGit); err != nil {
+		t.Fatal(err)
+	}
+	git = hc.DeepCopy()
+	git.Spec.SourceRef.Name = fromGit.Name
+	p = &pass{World: &engine.World{Rollout: git, Now: time.Now()}}
+	if o := r.resolveTarget(ctx, p); o.kind != stalling || o.reason != v1alpha1.InvalidSpecReason ||
+		!strings.Contains(o.message, "HelmChart git-chart takes its chart from GitRepository apps") || !strings.Contains(o.message, "HelmRepository") {
+		t.Errorf("a chart of a HelmChart of a GitRepository: %+v", o)
+	}
 }
 
 // chartRevision is the revision of the chart the rollouts of these tests roll out.
@@ -175,19 +212,28 @@ const chartRevision = "0.2.0@sha256:1a2b3c4d5e6f00112233445566778899aabbccddeeff
 // helmChartMediaType is the media type of a Helm chart's layer in an OCI artifact.
 const helmChartMediaType = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 
-// chartRollout makes namespace ns with a tracked OCIRepository of a chart, FleetClusters a and b
-// (each with a kubeconfig Secret's name and a value host) and a chart rollout with
-// deletionPolicy policy whose first wave, of both, is switching to a candidate.
-func chartRollout(ctx context.Context, t *testing.T, hub *testHub, ns, policy string) *v1alpha1.FleetRollout {
+// trackedChart is the source "web-chart" of a chart, of kind (OCIRepository, or HelmChart of the
+// HelmRepository "charts"), in namespace ns.
+func trackedChart(kind, ns string) client.Object {
+	objMeta := metav1.ObjectMeta{Name: "web-chart", Namespace: ns}
+	if kind == sourcev1.HelmChartKind {
+		return &sourcev1.HelmChart{ObjectMeta: objMeta, Spec: sourcev1.HelmChartSpec{Chart: "web", Version: ">=0.1.0",
+			SourceRef: sourcev1.LocalHelmChartSourceReference{Kind: sourcev1.HelmRepositoryKind, Name: "charts"},
+			Interval:  metav1.Duration{Duration: time.Minute}, Verify: &sourcev1.HelmChartVerification{Provider: "cosign"}}}
+	}
+	return &sourcev1.OCIRepository{ObjectMeta: objMeta,
+		Spec: sourcev1.OCIRepositorySpec{URL: "oci://registry.example/charts/web", Interval: metav1.Duration{Duration: time.Minute},
+			Reference:     &sourcev1.OCIRepositoryRef{Tag: "0.2.0"},
+			LayerSelector: &sourcev1.OCILayerSelector{MediaType: helmChartMediaType, Operation: sourcev1.OCILayerCopy}}}
+}
+
+// chartRollout makes namespace ns with a tracked source of a chart of kind (trackedChart),
+// FleetClusters a and b (each with a kubeconfig Secret's name and a value host) and a chart
+// rollout with deletionPolicy policy whose first wave, of both, is switching to a candidate.
+func chartRollout(ctx context.Context, t *testing.T, hub *testHub, ns, policy, kind string) *v1alpha1.FleetRollout {
 	t.Helper()
 	const rev = chartRevision
-	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&sourcev1.OCIRepository{ObjectMeta: metav1.ObjectMeta{Name: "web-chart", Namespace: ns},
-			Spec: sourcev1.OCIRepositorySpec{URL: "oci://registry.example/charts/web", Interval: metav1.Duration{Duration: time.Minute},
-				Reference:     &sourcev1.OCIRepositoryRef{Tag: "0.2.0"},
-				LayerSelector: &sourcev1.OCILayerSelector{MediaType: helmChartMediaType, Operation: sourcev1.OCILayerCopy}}},
-	}
+	objs := []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, trackedChart(kind, ns)}
 	for _, c := range []string{"a", "b"} {
 		objs = append(objs, &v1alpha1.FleetCluster{ObjectMeta: metav1.ObjectMeta{Name: c, Namespace: ns}, Spec: v1alpha1.FleetClusterSpec{
 			KubeConfig: &meta.KubeConfigReference{SecretRef: &meta.SecretKeyReference{Name: c + "-kubeconfig", Key: "value"}},
@@ -197,7 +243,7 @@ func chartRollout(ctx context.Context, t *testing.T, hub *testHub, ns, policy st
 	fr := &v1alpha1.FleetRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, Finalizers: []string{v1alpha1.Finalizer}},
 		Spec: v1alpha1.FleetRolloutSpec{
-			SourceRef:      v1alpha1.SourceReference{Kind: sourcev1.OCIRepositoryKind, Name: "web-chart"},
+			SourceRef:      v1alpha1.SourceReference{Kind: kind, Name: "web-chart"},
 			Revision:       rev,
 			Chart:          &v1alpha1.ChartSpec{ReleaseName: "web", Values: &apiextensionsv1.JSON{Raw: []byte(`{"ingress":{"class":"nginx"},"replicas":2}`)}},
 			Template:       v1alpha1.KustomizationTemplate{TargetNamespace: "apps"},

@@ -176,6 +176,7 @@ func cacheOptions(fleetNamespaces []string, watch labels.Selector) cache.Options
 			// Tracked sources are the user's, pinned ones are labelled: both are needed.
 			&sourcev1.GitRepository{}: {},
 			&sourcev1.OCIRepository{}: {},
+			&sourcev1.HelmChart{}:     {},
 		},
 	}
 	if watch != nil && !watch.Empty() {

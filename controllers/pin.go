@@ -9,6 +9,7 @@ import (
 
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -23,7 +24,8 @@ const pinnedSourceInterval = 10 * time.Minute
 
 // pinnedSource builds the source that pins revision of the rollout's tracked source: a copy of the
 // tracked source with the same URL, credentials and verification, whose ref names exactly that commit
-// (Git) or digest (OCI).
+// (Git) or digest (OCI), or, for a HelmChart, whose version is exactly the revision's chart version
+// (its ref: the revision of a HelmChart is "<version>@<digest>", collector.GetSource).
 func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, name, revision string) (client.Object, error) {
 	ref, digest, err := engine.SplitRevision(revision)
 	if err != nil {
@@ -60,8 +62,37 @@ func pinnedSource(fr *v1alpha1.FleetRollout, tracked client.Object, name, revisi
 		pin.Spec.Interval = metav1.Duration{Duration: pinnedSourceInterval}
 		pin.Spec.Suspend = false
 		return pin, nil
+	case *sourcev1.HelmChart:
+		if why := unpinnable(fr, src); why != "" {
+			return nil, fmt.Errorf("%s", why)
+		}
+		// A HelmRepository serves a chart by name and version, not by digest: the pin asks for the
+		// version, and its artifact's digest is the revision's for as long as the repository
+		// serves the same chart under it. The pinned source's revision says which it serves, and
+		// a wave starts only once it serves the revision (digest and all).
+		pin := &sourcev1.HelmChart{ObjectMeta: objMeta, Spec: *src.Spec.DeepCopy()}
+		pin.Spec.Version = ref
+		pin.Spec.Interval = metav1.Duration{Duration: pinnedSourceInterval}
+		pin.Spec.Suspend = false
+		return pin, nil
 	}
 	return nil, fmt.Errorf("fleetrollout %s/%s: source kind %T cannot be pinned", fr.Namespace, fr.Name, tracked)
+}
+
+// unpinnable says why the rollout's tracked source cannot be pinned, "" when it can: a HelmChart
+// whose chart comes from a GitRepository or a Bucket (a chart directory) follows that moving source
+// (a pin of its version would still follow the branch, and its artifact revision names the
+// version, not the commit). A HelmChart of a HelmRepository can be pinned (its version), and so
+// can every other source tidegate tracks.
+func unpinnable(fr *v1alpha1.FleetRollout, tracked client.Object) string {
+	hc, ok := tracked.(*sourcev1.HelmChart)
+	if !ok || hc.Spec.SourceRef.Kind == sourcev1.HelmRepositoryKind {
+		return ""
+	}
+	return fmt.Sprintf("fleetrollout %s/%s: HelmChart %s takes its chart from %s %s, which moves: tidegate pins a HelmChart of a HelmRepository only "+
+		"(a chart version it serves). Serve the chart from a HelmRepository (or push it to an OCI registry with helm push, as an OCIRepository "+
+		"or a HelmRepository of type oci) and point spec.sourceRef at a HelmChart of that HelmRepository, or at an OCIRepository of the chart",
+		fr.Namespace, fr.Name, hc.Name, hc.Spec.SourceRef.Kind, hc.Spec.SourceRef.Name)
 }
 
 // ensurePinnedSource creates the pinned source for revision if it does not exist. An existing pinned
@@ -150,25 +181,30 @@ func prunePinnedSources(ctx context.Context, c client.Client, fr *v1alpha1.Fleet
 	return nil
 }
 
+// listPinned lists the pinned sources of kind of the rollout in namespace ns.
 func listPinned(ctx context.Context, c client.Client, ns, rollout, kind string) ([]client.Object, error) {
-	opts := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{v1alpha1.RolloutLabel: rollout}}
-	var out []client.Object
+	var list client.ObjectList
 	switch kind {
 	case sourcev1.GitRepositoryKind:
-		var l sourcev1.GitRepositoryList
-		if err := c.List(ctx, &l, opts...); err != nil {
-			return nil, err
-		}
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
+		list = &sourcev1.GitRepositoryList{}
 	case sourcev1.OCIRepositoryKind:
-		var l sourcev1.OCIRepositoryList
-		if err := c.List(ctx, &l, opts...); err != nil {
-			return nil, err
-		}
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
+		list = &sourcev1.OCIRepositoryList{}
+	case sourcev1.HelmChartKind:
+		list = &sourcev1.HelmChartList{}
+	default:
+		return nil, nil
+	}
+	if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.RolloutLabel: rollout}); err != nil {
+		return nil, err
+	}
+	items, err := apimeta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]client.Object, 0, len(items))
+	for _, o := range items {
+		if obj, ok := o.(client.Object); ok {
+			out = append(out, obj)
 		}
 	}
 	return out, nil

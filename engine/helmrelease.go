@@ -22,7 +22,8 @@ import (
 const ClusterValuesAnnotation = "tidegate.dev/cluster-values"
 
 // DesiredHelmRelease is the HelmRelease that makes cluster fc run t, for a rollout of a Helm chart
-// (spec.chart): the chart the pinned OCIRepository t.Source serves (spec.chartRef), installed on
+// (spec.chart): the chart the pinned source t.Source serves (spec.chartRef, of the rollout's source
+// kind: an OCIRepository, or a HelmChart of a HelmRepository), installed on
 // the member (fc's kubeconfig) as release fr.ReleaseName() in fr.ReleaseNamespace(), where Helm
 // stores it too, with the chart's values of t.Build and fc's values set at their dotted paths
 // (ChartValues). Its name, labels, annotations and owner are those a Kustomization would have. The
@@ -40,8 +41,9 @@ const ClusterValuesAnnotation = "tidegate.dev/cluster-values"
 // Kustomization again.
 //
 // A chart from a GitRepository (a chart directory in a repository) is not written: it needs a
-// HelmChart, whose artifact revision names the chart's version and not the commit, and the revision
-// a member runs could not be told apart from another commit's (see ChartSourceRefused).
+// HelmChart of the GitRepository, whose artifact revision names the chart's version and not the
+// commit, and the revision a member runs could not be told apart from another commit's (see
+// ChartSourceRefused).
 func DesiredHelmRelease(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg Target) (*helmv2.HelmRelease, error) {
 	if why := ChartSourceRefused(fr); why != "" {
 		return nil, fmt.Errorf("%s", why)
@@ -56,7 +58,7 @@ func DesiredHelmRelease(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg
 		TypeMeta:   metav1.TypeMeta{APIVersion: helmv2.GroupVersion.String(), Kind: helmv2.HelmReleaseKind},
 		ObjectMeta: memberMeta(fr, fc, tg),
 		Spec: helmv2.HelmReleaseSpec{
-			ChartRef:         &helmv2.CrossNamespaceSourceReference{Kind: sourcev1.OCIRepositoryKind, Name: tg.Source},
+			ChartRef:         &helmv2.CrossNamespaceSourceReference{Kind: fr.Spec.SourceRef.Kind, Name: tg.Source},
 			Interval:         durationOr(t.Interval, defaultKustomizationInterval),
 			Timeout:          &metav1.Duration{Duration: durationOr(t.Timeout, defaultKustomizationTimeout).Duration},
 			ReleaseName:      fr.ReleaseName(),
@@ -98,14 +100,17 @@ func DesiredHelmRelease(fr *v1alpha1.FleetRollout, fc *v1alpha1.FleetCluster, tg
 }
 
 // ChartSourceRefused says why tidegate does not install fr's chart from its source, "" when it
-// does (fr is no chart, or its chart is an OCIRepository's artifact).
+// does (fr is no chart, or its chart is the artifact of an OCIRepository or of a HelmChart). A
+// HelmChart's own source (a HelmRepository, not a GitRepository) is the controllers' to check:
+// the rollout does not name it.
 func ChartSourceRefused(fr *v1alpha1.FleetRollout) string {
-	if !fr.IsChart() || fr.Spec.SourceRef.Kind == sourcev1.OCIRepositoryKind {
+	if !fr.IsChart() || fr.Spec.SourceRef.Kind == sourcev1.OCIRepositoryKind || fr.Spec.SourceRef.Kind == sourcev1.HelmChartKind {
 		return ""
 	}
-	return fmt.Sprintf("FleetRollout %s/%s: spec.chart with a %s source is not supported: tidegate installs a chart from an OCIRepository only, "+
+	return fmt.Sprintf("FleetRollout %s/%s: spec.chart with a %s source is not supported: tidegate installs a chart from an OCIRepository or a HelmChart of a HelmRepository, "+
 		"whose digest names the revision each member runs; push the chart with helm push and point spec.sourceRef at an OCIRepository of it "+
-		"(layerSelector mediaType application/vnd.cncf.helm.chart.content.v1.tar+gzip, operation copy)", fr.Namespace, fr.Name, fr.Spec.SourceRef.Kind)
+		"(layerSelector mediaType application/vnd.cncf.helm.chart.content.v1.tar+gzip, operation copy), or serve it from a HelmRepository "+
+		"and point spec.sourceRef at a HelmChart of it", fr.Namespace, fr.Name, fr.Spec.SourceRef.Kind)
 }
 
 // helmReleaseBuild are the fields of a HelmRelease that shape what helm-controller installs on its
@@ -125,8 +130,11 @@ func helmReleaseBuild(hr *helmv2.HelmRelease) []any {
 //     (status.history's latest snapshot, ociDigest "sha256:<hex>"), which SameRevision matches
 //     against the pinned source's revision "<tag>@sha256:<hex>"; a release that failed is
 //     recorded too, as a Kustomization's lastAppliedRevision is of an apply whose health checks
-//     failed. LastReconciledStatus is ReconciliationSucceeded for a release deployed (or since
-//     superseded), else the failed action's reason (InstallFailed, UpgradeFailed).
+//     failed. A chart of a HelmChart has no ociDigest: its snapshot's chartVersion is read as a
+//     revision (chartRefRevision). LastAttempted is status.lastAttemptedRevisionDigest, or for a
+//     HelmChart status.lastAttemptedRevision read so. LastReconciledStatus is
+//     ReconciliationSucceeded for a release deployed (or since superseded), else the failed
+//     action's reason (InstallFailed, UpgradeFailed).
 //   - Health: helm-controller waits for the release's resources unless the template says wait:
 //     false (install.disableWait), so Ready True is installed and healthy (Passed); a release that
 //     failed is Failed, one under way Progressing; without wait, None.
@@ -155,8 +163,15 @@ func observeHelmRelease(hr *helmv2.HelmRelease) Observation {
 		}
 	}
 	o.Progressing = progressing && o.Ready != metav1.ConditionFalse
+	if chartRefKind(hr) == sourcev1.HelmChartKind {
+		o.LastAttempted = chartRefRevision(hr, hr.Status.LastAttemptedRevision)
+	}
 	if s := latestSnapshot(hr.Status.History); s != nil {
 		o.LastApplied, o.LastReconciled = s.OCIDigest, s.OCIDigest
+		if s.OCIDigest == "" && chartRefKind(hr) == sourcev1.HelmChartKind {
+			o.LastApplied = chartRefRevision(hr, s.ChartVersion)
+			o.LastReconciled = o.LastApplied
+		}
 		switch s.Status {
 		case "deployed", "superseded":
 			o.LastReconciledStatus = meta.ReconciliationSucceededReason
@@ -170,6 +185,37 @@ func observeHelmRelease(hr *helmv2.HelmRelease) Observation {
 		}
 	}
 	return o
+}
+
+// chartRefKind is the kind of the source hr's spec.chartRef names, "" when it has none.
+func chartRefKind(hr *helmv2.HelmRelease) string {
+	if hr.Spec.ChartRef == nil {
+		return ""
+	}
+	return hr.Spec.ChartRef.Kind
+}
+
+// chartRefRevision is the revision a HelmRelease of a HelmChart released when helm-controller
+// recorded chart version version: the revision tidegate wrote it for (its RevisionAnnotation,
+// "<version>@<digest>", whose ref is the chart's version), when version is that revision's;
+// else "", a release of another revision. helm-controller records no digest for a HelmChart's
+// chart (ociDigest is an OCIRepository's), only the version; the revision is told by what points
+// at it: tidegate writes the annotation and spec.chartRef together, chartRef naming the revision's
+// pinned HelmChart (its name is unique to the revision's digest) whose spec.version is that
+// version, so a release of the version made from the current spec is a release of the revision.
+// The decisions check the rest, as for an OCIRepository's digest: the member's source
+// (Observation.Source) is the revision's pinned source, and ReadyAt, FailedAt and Settled that
+// its status is of the current generation, which a release made from an earlier spec is not. Two
+// revisions of one version (a version published again with other content) are told apart by
+// their pinned sources' names, not by the release: helm-controller does not upgrade a release to
+// the version it already has.
+func chartRefRevision(hr *helmv2.HelmRelease, version string) string {
+	revision := hr.Annotations[v1alpha1.RevisionAnnotation]
+	ref, _, err := SplitRevision(revision)
+	if version == "" || err != nil || ref != version {
+		return ""
+	}
+	return revision
 }
 
 // latestSnapshot is the snapshot of the highest release version. Snapshots.Latest sorts the

@@ -113,8 +113,75 @@ func TestDesiredHelmRelease(t *testing.T) {
 	}
 	git := chartRollout()
 	git.Spec.SourceRef.Kind = "GitRepository"
-	if _, err := DesiredMember(git, fc, tg); err == nil || !strings.Contains(err.Error(), "OCIRepository") {
+	if _, err := DesiredMember(git, fc, tg); err == nil || !strings.Contains(err.Error(), "OCIRepository") || !strings.Contains(err.Error(), "HelmChart of it") {
 		t.Errorf("a chart from a GitRepository: %v; want it refused, naming the fix", err)
+	}
+	// A chart of a HelmChart: chartRef names the pinned HelmChart.
+	helmChart := chartRollout()
+	helmChart.Spec.SourceRef.Kind = "HelmChart"
+	if obj, err := DesiredMember(helmChart, fc, tg); err != nil || obj.(*helmv2.HelmRelease).Spec.ChartRef.Kind != "HelmChart" {
+		t.Errorf("a chart from a HelmChart: %+v, %v; want chartRef to the pinned HelmChart", obj, err)
+	}
+}
+
+// helmChartRelease is a HelmRelease at generation 2 written for revision (its annotation), pointing
+// at the pinned HelmChart source, observed at generation observed, whose latest release was of the
+// chart's version with status and whose Ready condition is ready/reason; helm-controller records no
+// OCI digest for a HelmChart's chart.
+func helmChartRelease(source, revision, version, status string, ready metav1.ConditionStatus, reason string, observed int64) *helmv2.HelmRelease {
+	h := &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Generation: 2, Annotations: map[string]string{v1alpha1.RevisionAnnotation: revision}}}
+	h.Spec.ChartRef = &helmv2.CrossNamespaceSourceReference{Kind: "HelmChart", Name: source}
+	h.Status.ObservedGeneration = observed
+	h.Status.LastAttemptedRevision = version
+	h.Status.History = helmv2.Snapshots{
+		{Version: 1, Status: "superseded", ChartVersion: "0.1.0"},
+		{Version: 2, Status: status, Action: helmv2.ReleaseActionUpgrade, ChartVersion: version},
+	}
+	h.Status.Conditions = []metav1.Condition{{Type: meta.ReadyCondition, Status: ready, Reason: reason, ObservedGeneration: observed}}
+	return h
+}
+
+// A HelmRelease of a HelmChart's chart runs the revision it was written for when its latest release
+// is of that revision's chart version (the ref of "<version>@<digest>"): Ready there when Ready for
+// its generation, failed when the release of that version failed. A release of another version
+// (the known-good's, before the upgrade to the candidate; the candidate's, after tidegate pointed
+// it back at the known-good) is not of the revision, and neither is a version on a HelmRelease of
+// an OCIRepository, whose revision is its digest alone.
+func TestObserveHelmReleaseOfAHelmChart(t *testing.T) {
+	const src = "web-1a2b3c4d5e6f"
+	const knownGood = "0.1.0@sha256:00000000000000000000000000000000000000000000000000000000000000ff"
+	ready := helmChartRelease(src, chartRev, "0.2.0", "deployed", metav1.ConditionTrue, helmv2.UpgradeSucceededReason, 2)
+	if o := Observe(ready); !o.ReadyAt(src, chartRev) || !o.StillAt(src, chartRev) || o.LastApplied != chartRev || o.LastAttempted != chartRev {
+		t.Errorf("released and Ready: %+v, want Ready at %s", o, chartRev)
+	}
+	failed := helmChartRelease(src, chartRev, "0.2.0", "failed", metav1.ConditionFalse, helmv2.UpgradeFailedReason, 2)
+	if o := Observe(failed); !o.FailedAt(src, chartRev) || o.ReadyAt(src, chartRev) || o.LastReconciledStatus != helmv2.UpgradeFailedReason {
+		t.Errorf("upgrade failed: %+v, want failed at %s", Observe(failed), chartRev)
+	}
+	busy := helmChartRelease(src, chartRev, "0.2.0", "deployed", metav1.ConditionUnknown, meta.ProgressingReason, 2)
+	if ok, known := Observe(busy).Settled(src, chartRev); !ok || !known {
+		t.Errorf("mid-upgrade of the same spec: Settled = %v, %v", ok, known)
+	}
+	// Just switched to the candidate: the latest release is the known-good's version.
+	switched := helmChartRelease(src, chartRev, "0.1.0", "deployed", metav1.ConditionTrue, helmv2.UpgradeSucceededReason, 1)
+	if o := Observe(switched); o.LastApplied != "" || o.ReadyAt(src, chartRev) || o.StillAt(src, chartRev) || o.AwaitingAt(src, chartRev) {
+		t.Errorf("switched, not upgraded yet: %+v, want no revision applied", o)
+	}
+	// Pointed back at the known-good, not yet rolled back: the latest release is the candidate's.
+	back := helmChartRelease("web-000000000000", knownGood, "0.2.0", "deployed", metav1.ConditionTrue, helmv2.UpgradeSucceededReason, 1)
+	if o := Observe(back); o.LastApplied != "" || o.StillAt("web-000000000000", knownGood) {
+		t.Errorf("pointed back, not rolled back yet: %+v, want no revision applied", o)
+	}
+	rolledBack := helmChartRelease("web-000000000000", knownGood, "0.1.0", "deployed", metav1.ConditionTrue, helmv2.UpgradeSucceededReason, 2)
+	rolledBack.Status.History[0].ChartVersion = "0.2.0"
+	if o := Observe(rolledBack); !o.ReadyAt("web-000000000000", knownGood) || o.ReadyAt(src, chartRev) {
+		t.Errorf("rolled back: %+v, want Ready at the known-good alone", o)
+	}
+	// An OCIRepository's release without its digest is of no revision, whatever its version.
+	oci := ready.DeepCopy()
+	oci.Spec.ChartRef.Kind = "OCIRepository"
+	if o := Observe(oci); o.LastApplied != "" || o.ReadyAt(src, chartRev) {
+		t.Errorf("an OCIRepository's release read by its version: %+v", o)
 	}
 }
 

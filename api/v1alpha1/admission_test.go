@@ -169,8 +169,8 @@ func TestAdmission(t *testing.T) {
 			spec:    rolloutSpec(obj{"template": obj{"decryption": obj{"provider": "vault", "secretRef": obj{"name": "k"}}}}),
 			wantErr: []string{"spec.template.decryption.provider", `supported values: "sops"`},
 		},
-		// Charts: from an OCIRepository without a path, or a GitRepository's directory; the
-		// template's kustomize-only fields refused.
+		// Charts: from an OCIRepository or a HelmChart without a path, or a GitRepository's
+		// directory; a HelmChart for a chart only; the template's kustomize-only fields refused.
 		{
 			name: "chart from an OCIRepository", kind: rollout,
 			spec: rolloutSpec(obj{"sourceRef": obj{"kind": "OCIRepository", "name": "web-chart"}, "path": nil,
@@ -181,6 +181,25 @@ func TestAdmission(t *testing.T) {
 			name: "chart from an OCIRepository with a path", kind: rollout,
 			spec:    rolloutSpec(obj{"sourceRef": obj{"kind": "OCIRepository", "name": "web-chart"}, "chart": obj{}}),
 			wantErr: []string{"spec.path must be empty for a chart from an OCIRepository"},
+		},
+		{
+			name: "chart from a HelmChart", kind: rollout,
+			spec: rolloutSpec(obj{"sourceRef": obj{"kind": "HelmChart", "name": "web"}, "path": nil, "chart": obj{"releaseName": "web"}}),
+		},
+		{
+			name: "chart from a HelmChart with a path", kind: rollout,
+			spec:    rolloutSpec(obj{"sourceRef": obj{"kind": "HelmChart", "name": "web"}, "path": "./charts/web", "chart": obj{}}),
+			wantErr: []string{"spec.path must be empty for a chart from a HelmChart"},
+		},
+		{
+			name: "HelmChart source without spec.chart", kind: rollout,
+			spec:    rolloutSpec(obj{"sourceRef": obj{"kind": "HelmChart", "name": "web"}, "path": nil}),
+			wantErr: []string{"a HelmChart source serves a Helm chart: a rollout of it sets spec.chart"},
+		},
+		{
+			name: "policy sourceRef kind HelmChart", kind: rollout,
+			spec:    rolloutSpec(obj{"policy": obj{"sourceRef": obj{"kind": "HelmChart", "name": "policies"}}}),
+			wantErr: []string{"spec.policy.sourceRef", "a policy is read from a GitRepository or OCIRepository"},
 		},
 		{
 			name: "chart with patches", kind: rollout,

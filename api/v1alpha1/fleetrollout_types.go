@@ -28,10 +28,14 @@ const (
 // by wave.
 // +kubebuilder:validation:XValidation:rule="has(self.chart) == has(oldSelf.chart)",message="spec.chart cannot be added or removed: a FleetRollout writes Kustomizations, or HelmReleases for a chart, for its whole life; make a new FleetRollout for the other kind of package"
 // +kubebuilder:validation:XValidation:rule="!has(self.chart) || self.sourceRef.kind != 'OCIRepository' || !has(self.path) || size(self.path) == 0 || self.path == '.' || self.path == './'",message="spec.path must be empty for a chart from an OCIRepository: its artifact is the chart (pushed with helm push, selected with layerSelector mediaType application/vnd.cncf.helm.chart.content.v1.tar+gzip and operation copy)"
+// +kubebuilder:validation:XValidation:rule="self.sourceRef.kind != 'HelmChart' || has(self.chart)",message="a HelmChart source serves a Helm chart: a rollout of it sets spec.chart (and writes HelmReleases); for a kustomize path, point spec.sourceRef at a GitRepository or OCIRepository"
+// +kubebuilder:validation:XValidation:rule="self.sourceRef.kind != 'HelmChart' || !has(self.path) || size(self.path) == 0 || self.path == '.' || self.path == './'",message="spec.path must be empty for a chart from a HelmChart: its artifact is the chart (spec.chart and spec.version of the HelmChart select it)"
 // +kubebuilder:validation:XValidation:rule="!has(self.chart) || !has(self.template) || (!has(self.template.patches) && !has(self.template.images) && !has(self.template.postBuild) && !has(self.template.components) && !has(self.template.commonMetadata) && !has(self.template.decryption) && !has(self.template.healthChecks) && !has(self.template.healthCheckExprs) && !has(self.template.prune) && !has(self.template.force))",message="a chart rollout (spec.chart) writes HelmReleases, which have no patches, images, postBuild, components, commonMetadata, decryption, healthChecks, healthCheckExprs, prune or force: remove them from spec.template, and set the chart's values in spec.chart.values"
 // +kubebuilder:validation:XValidation:rule="!has(self.class) || self.class != 'SystemConfiguration' || (has(self.owner) && size(self.owner) > 0)",message="a SystemConfiguration rollout must name its owner in spec.owner"
 type FleetRolloutSpec struct {
-	// sourceRef is the Flux GitRepository or OCIRepository that tracks the package's new revisions.
+	// sourceRef is the Flux source that tracks the package's new revisions: a GitRepository or
+	// OCIRepository, or, for a chart (spec.chart), an OCIRepository of the chart or a HelmChart of a
+	// HelmRepository.
 	// +required
 	SourceRef SourceReference `json:"sourceRef"`
 
@@ -164,9 +168,10 @@ const (
 
 // SourceReference points at a Flux source in the rollout's namespace.
 type SourceReference struct {
-	// kind of the source.
+	// kind of the source. A HelmChart (source.toolkit.fluxcd.io/v1, a chart of a HelmRepository)
+	// is the source of a chart rollout (spec.chart) only.
 	// +required
-	// +kubebuilder:validation:Enum=GitRepository;OCIRepository
+	// +kubebuilder:validation:Enum=GitRepository;OCIRepository;HelmChart
 	Kind string `json:"kind"`
 
 	// name of the source.
@@ -380,8 +385,9 @@ type Wave struct {
 
 // PolicyReference names a CUE policy in a Flux source.
 type PolicyReference struct {
-	// sourceRef is the Flux source holding the policy.
+	// sourceRef is the Flux source holding the policy: a GitRepository or OCIRepository.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self.kind != 'HelmChart'",message="a policy is read from a GitRepository or OCIRepository: a HelmChart serves a Helm chart"
 	SourceRef SourceReference `json:"sourceRef"`
 
 	// path of the CUE package in the source's artifact: relative, without '..' segments.

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -42,8 +43,9 @@ type chartPackage struct {
 	key string
 	// release is the HelmRelease the chart renders for (chartRelease).
 	release *helmv2.HelmRelease
-	// opts carry the source's artifact revision, so that the chart's version carries its digest as
-	// helm-controller renders it, and whether the release is upgraded.
+	// opts carry the source's artifact revision when it is an OCIRepository, so that the chart's
+	// version carries its digest as helm-controller renders it (for that kind of source alone: a
+	// HelmChart's chart keeps its version), and whether the release is upgraded.
 	opts chart.Options
 	// shared is the render with the rollout's values (spec.chart.values): the objects of a member
 	// without values of its own.
@@ -77,11 +79,14 @@ func chartKey(fr *v1alpha1.FleetRollout, revision string) []byte {
 }
 
 // newChartPackage is a chart revision of fr from the archive its source serves (data, and art,
-// the archive unpacked), rendered with the rollout's values: a chart that does not render with
-// them comes back with RenderErr. An *unfinishedRender when that render came to no result.
+// the archive unpacked; src, the source's revision), rendered with the rollout's values: a chart
+// that does not render with them comes back with RenderErr. An *unfinishedRender when that render
+// came to no result.
 func (c *Collector) newChartPackage(ctx context.Context, fr *v1alpha1.FleetRollout, src string, key string, data []byte, art *evidence.Artifact, what string) (*renderedPackage, error) {
-	cp := &chartPackage{archive: data, key: key, release: chartRelease(fr),
-		opts: chart.Options{SourceRevision: src, Upgrade: renderedUpgrade(fr)}}
+	cp := &chartPackage{archive: data, key: key, release: chartRelease(fr), opts: chart.Options{Upgrade: renderedUpgrade(fr)}}
+	if fr.Spec.SourceRef.Kind == sourcev1.OCIRepositoryKind {
+		cp.opts.SourceRevision = src
+	}
 	p := &renderedPackage{Chart: cp, InstallSchema: chartInstallSchema(art)}
 	shared, renderErr, err := c.renderChart(ctx, fr, nil, cp, what)
 	if err != nil {

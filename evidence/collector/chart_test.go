@@ -163,6 +163,27 @@ func TestDeploySafeRendersAChartWithEachClustersValues(t *testing.T) {
 	}
 }
 
+// A chart of a HelmChart (a HelmRepository's chart) is rendered with its own version, as
+// helm-controller renders it: it appends the source's digest for an OCIRepository alone. Its
+// revision, "<version>@<digest of the archive>", is fetched and checked as an OCIRepository's.
+func TestDeploySafeRendersAHelmChartsChartAtItsVersion(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	archive := packageChart(t, webChart)
+	w := chartWorld(t, 1, archive, now)
+	fr := w.scope.Rollout
+	fr.Spec.SourceRef.Kind = sourcev1.HelmChartKind
+	w.scope.Candidate.Revision = "0.1.0@" + w.scope.Candidate.Digest
+	fr.Status.Candidate.Revision = w.scope.Candidate.Revision
+	out, err := newCollector(t, nil).Collect(context.Background(), w.decision(t, now), v1alpha1.GateDeploySafe, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := out.Evidence.(verdict.DeploySafeEvidence)
+	if !ev.Render.OK || ev.Render.Chart == nil || ev.Render.Chart.Name != "web" || ev.Render.Chart.Version != "0.1.0" {
+		t.Fatalf("render %+v (chart %+v), want the chart web 0.1.0", ev.Render, ev.Render.Chart)
+	}
+}
+
 // A chart whose render passes the render budget in its worker leaves deploySafe unobserved, as a
 // kustomize package's does: the built-in policy decides it Inconclusive.
 func TestAChartOverTheRenderBudgetIsInconclusive(t *testing.T) {
