@@ -75,8 +75,8 @@ func (r *FleetRolloutReconciler) writeTargets(ctx context.Context, p *pass) erro
 		}
 		desired, err := engine.DesiredMember(fr, fc, t)
 		if err != nil {
-			// The cluster's values do not fit the chart's (a dotted path through a value that is
-			// not a map): nothing can be written for it until they are fixed.
+			// The chart's values for the cluster could not be made (FleetRollout.ChartValues): nothing
+			// can be written for it until they are fixed.
 			r.recordWriteFailure(fr, c, failures, &writeError{reason: v1alpha1.WriteRefused, kind: engine.MemberKind(fr),
 				ks: client.ObjectKey{Namespace: fr.Namespace, Name: v1alpha1.KustomizationName(fr.Name, c)}, err: err}, p.Now)
 			continue
